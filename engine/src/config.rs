@@ -1,0 +1,183 @@
+//! Engine-wide settings and per-execution limits, each with a documented default.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+pub const MIB: u64 = 1024 * 1024;
+
+/// Limits of one execution. Every field has a default ([`Limits::default`]); a request may
+/// lower or raise them within the engine's ceilings ([`EngineConfig::max_limits`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Total wall-clock time, suspended time included. Default 60 s, allowed 1–300 s.
+    pub timeout: Duration,
+    /// Batches of tool calls handed to the client. Default 20.
+    pub max_round_trips: u32,
+    /// Tool calls in the whole execution. Default 1000.
+    pub max_tool_calls: u32,
+    /// Linear memory of the instance. Default 256 MiB.
+    pub max_memory_bytes: u64,
+    /// stdout + stderr kept and streamed; the rest is dropped and flagged. Default 1 MiB.
+    pub max_output_bytes: u64,
+    /// Fuel (≈ wasm instructions); `None` means unmetered. Needs `EngineConfig::fuel`.
+    pub fuel: Option<u64>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            timeout: Duration::from_secs(60),
+            max_round_trips: 20,
+            max_tool_calls: 1000,
+            max_memory_bytes: 256 * MIB,
+            max_output_bytes: MIB,
+            fuel: None,
+        }
+    }
+}
+
+/// The largest limits a request may ask for, and the size limits on the request itself.
+#[derive(Debug, Clone)]
+pub struct Ceilings {
+    pub min_timeout: Duration,
+    pub max_timeout: Duration,
+    pub max_round_trips: u32,
+    pub max_tool_calls: u32,
+    pub max_memory_bytes: u64,
+    pub max_output_bytes: u64,
+    /// Source code size in bytes. Default 1 MiB.
+    pub max_code_bytes: usize,
+    /// Tools per execution. Default 256.
+    pub max_tools: usize,
+    /// Size of one tool definition (name + description + schema). Default 256 KiB.
+    pub max_tool_def_bytes: usize,
+}
+
+impl Default for Ceilings {
+    fn default() -> Self {
+        Ceilings {
+            min_timeout: Duration::from_secs(1),
+            max_timeout: Duration::from_secs(300),
+            max_round_trips: 1000,
+            max_tool_calls: 100_000,
+            max_memory_bytes: 4096 * MIB,
+            max_output_bytes: 64 * MIB,
+            max_code_bytes: MIB as usize,
+            max_tools: 256,
+            max_tool_def_bytes: 256 * 1024,
+        }
+    }
+}
+
+impl Ceilings {
+    pub(crate) fn check(&self, limits: &Limits, fuel_enabled: bool) -> Result<()> {
+        let t = limits.timeout;
+        if t < self.min_timeout || t > self.max_timeout {
+            return Err(Error::invalid(format!(
+                "timeout must be between {} and {} ms, got {} ms",
+                self.min_timeout.as_millis(),
+                self.max_timeout.as_millis(),
+                t.as_millis()
+            )));
+        }
+        let bounded = [
+            ("max_round_trips", u64::from(limits.max_round_trips), u64::from(self.max_round_trips)),
+            ("max_tool_calls", u64::from(limits.max_tool_calls), u64::from(self.max_tool_calls)),
+            ("max_memory_bytes", limits.max_memory_bytes, self.max_memory_bytes),
+            ("max_output_bytes", limits.max_output_bytes, self.max_output_bytes),
+        ];
+        for (name, value, max) in bounded {
+            if value == 0 || value > max {
+                return Err(Error::invalid(format!("{name} must be between 1 and {max}, got {value}")));
+            }
+        }
+        if limits.max_memory_bytes < 32 * MIB {
+            return Err(Error::invalid("max_memory_bytes must be at least 32 MiB (CPython needs it)"));
+        }
+        if limits.fuel.is_some() && !fuel_enabled {
+            return Err(Error::invalid("fuel metering is disabled in this engine (enable `fuel`)"));
+        }
+        Ok(())
+    }
+}
+
+/// Where the sandbox component comes from.
+#[derive(Debug, Clone, Default)]
+pub enum ComponentSource {
+    /// The component embedded at build time (`ptc-runtime-python-wasm`).
+    #[default]
+    Embedded,
+    /// A component file built from the same WIT world.
+    File(PathBuf),
+}
+
+/// What to do when every execution slot is taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WhenBusy {
+    /// Wait for a slot (the caller can still give up by dropping the future).
+    #[default]
+    Queue,
+    /// Refuse at once with [`crate::ErrorKind::Busy`].
+    Refuse,
+}
+
+/// Engine-wide configuration. `EngineConfig::default()` is what `ptc-engine serve` runs with.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub component: ComponentSource,
+    /// Directory for the compiled component (`.cwasm`). Default: `$PTC_CACHE_DIR`, else
+    /// `$XDG_CACHE_HOME/ptc-engine`, else `~/.cache/ptc-engine`, else the temp dir.
+    pub cache_dir: Option<PathBuf>,
+    /// Executions alive at once (running or paused). Default 1000.
+    pub max_concurrent: usize,
+    pub when_busy: WhenBusy,
+    /// Defaults for requests that do not set a limit.
+    pub default_limits: Limits,
+    pub ceilings: Ceilings,
+    /// Enable fuel metering (costs some speed); then `Limits::fuel` can be used. Default off.
+    pub fuel: bool,
+    /// Use wasmtime's pooling allocator when the machine allows it. Default on.
+    pub pooling: bool,
+    /// Virtual address space reserved per linear memory. `None`: wasmtime's default (4 GiB,
+    /// no bounds checks). Smaller values allow more live instances at some speed cost.
+    pub memory_reservation: Option<u64>,
+    /// How often the epoch advances; a running guest yields to the host at every tick.
+    pub epoch_tick: Duration,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            component: ComponentSource::Embedded,
+            cache_dir: None,
+            max_concurrent: 1000,
+            when_busy: WhenBusy::Queue,
+            default_limits: Limits::default(),
+            ceilings: Ceilings::default(),
+            fuel: false,
+            pooling: true,
+            memory_reservation: None,
+            epoch_tick: Duration::from_millis(10),
+        }
+    }
+}
+
+impl EngineConfig {
+    pub(crate) fn resolved_cache_dir(&self) -> PathBuf {
+        if let Some(dir) = &self.cache_dir {
+            return dir.clone();
+        }
+        if let Some(dir) = std::env::var_os("PTC_CACHE_DIR") {
+            return dir.into();
+        }
+        if let Some(dir) = std::env::var_os("XDG_CACHE_HOME") {
+            return PathBuf::from(dir).join("ptc-engine");
+        }
+        if let Some(home) = std::env::var_os("HOME") {
+            return PathBuf::from(home).join(".cache").join("ptc-engine");
+        }
+        std::env::temp_dir().join("ptc-engine")
+    }
+}

@@ -1,0 +1,263 @@
+//! The engine: one compiled, pre-linked sandbox component and the executions started from it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use tokio::sync::{Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
+use wasmtime::Store;
+use wasmtime::component::{HasSelf, Linker};
+use wasmtime_wasi::WasiCtxBuilder;
+
+use crate::config::{ComponentSource, EngineConfig, Limits, WhenBusy};
+use crate::error::{Error, ErrorKind, Result};
+use crate::events::OutputStream;
+use crate::execution::{Control, Execution, Job, drive};
+use crate::host::bindings::{self, Sandbox, SandboxPre};
+use crate::host::{Broker, CallBook, HostState, Limiter};
+use crate::output::Output;
+use crate::request::{ExecutionRequest, ToolDef};
+use crate::schema::Schemas;
+use crate::wasm::{EpochTicker, build_engine, load_component};
+
+/// Cheap to clone; all clones share the compiled component and the execution slots.
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    wasmtime: wasmtime::Engine,
+    pre: SandboxPre<HostState>,
+    config: EngineConfig,
+    slots: Arc<Semaphore>,
+    live: Arc<AtomicUsize>,
+    paused: Arc<AtomicUsize>,
+    shutdown: CancellationToken,
+    pooling: bool,
+    _ticker: EpochTicker,
+}
+
+/// Normalised names and signatures of a set of tools (see [`Engine::describe_tools`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolDescription {
+    pub tools: Vec<DescribedTool>,
+    /// A `.pyi`-style stub of all the tools.
+    pub stub: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct DescribedTool {
+    pub name: String,
+    pub python_name: String,
+    /// `get_weather(city: str, days?: int) -> Any`
+    pub signature: String,
+}
+
+impl Engine {
+    /// Builds the engine: compiles the component (or loads it from the disk cache) and links
+    /// it. This blocks for seconds on a cache miss; call it before serving.
+    pub fn new(config: EngineConfig) -> Result<Self> {
+        let (wasmtime, pooling) = build_engine(&config)?;
+        let bytes: std::borrow::Cow<'static, [u8]> = match &config.component {
+            ComponentSource::Embedded => ptc_runtime_python_wasm::COMPONENT.into(),
+            ComponentSource::File(path) => std::fs::read(path)
+                .map_err(|e| Error::engine(&format!("reading component {}", path.display()), e))?
+                .into(),
+        };
+        let component = load_component(&wasmtime, &bytes, &config.resolved_cache_dir())?;
+        let mut linker = Linker::<HostState>::new(&wasmtime);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| Error::engine("linking WASI", e))?;
+        Sandbox::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s).map_err(|e| Error::engine("linking host", e))?;
+        let pre = linker.instantiate_pre(&component).map_err(|e| Error::engine("pre-instantiating", e))?;
+        let pre = SandboxPre::new(pre).map_err(|e| Error::engine("component does not match the WIT world", e))?;
+        let ticker = EpochTicker::start(wasmtime.clone(), config.epoch_tick);
+        tracing::info!(pooling, "sandbox engine ready");
+        Ok(Engine {
+            inner: Arc::new(Inner {
+                wasmtime,
+                pre,
+                slots: Arc::new(Semaphore::new(config.max_concurrent)),
+                config,
+                live: Arc::new(AtomicUsize::new(0)),
+                paused: Arc::new(AtomicUsize::new(0)),
+                shutdown: CancellationToken::new(),
+                pooling,
+                _ticker: ticker,
+            }),
+        })
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.inner.config
+    }
+
+    /// Whether the pooling allocator is in use (false: it was off or the machine refused it).
+    pub fn is_pooling(&self) -> bool {
+        self.inner.pooling
+    }
+
+    /// Instances alive right now (running or paused).
+    pub fn live_instances(&self) -> usize {
+        self.inner.live.load(Ordering::Relaxed)
+    }
+
+    /// Executions parked waiting for tool results.
+    pub fn paused_executions(&self) -> usize {
+        self.inner.paused.load(Ordering::Relaxed)
+    }
+
+    /// Fails every execution with kind `shutdown` and refuses new ones.
+    pub fn shutdown(&self) {
+        self.inner.shutdown.cancel();
+    }
+
+    /// Starts an execution. Returns once it has a slot (see [`WhenBusy`]); the program runs on
+    /// a task of its own and reports through [`Execution::next_event`].
+    pub async fn start(&self, request: ExecutionRequest) -> Result<Execution> {
+        let inner = &self.inner;
+        if inner.shutdown.is_cancelled() {
+            return Err(Error::new(ErrorKind::Busy, "the engine is shutting down"));
+        }
+        let limits = request.limits.clone().unwrap_or_else(|| inner.config.default_limits.clone());
+        inner.config.ceilings.check(&limits, inner.config.fuel)?;
+        request.check_size(&inner.config.ceilings)?;
+        let schemas = Schemas::compile(&request.tools)?;
+        let tools = wit_tools(&request.tools);
+
+        let permit = match inner.config.when_busy {
+            WhenBusy::Queue => Ok(inner.slots.clone().acquire_owned().await.expect("never closed")),
+            WhenBusy::Refuse => inner.slots.clone().try_acquire_owned().map_err(|_| {
+                Error::new(
+                    ErrorKind::Busy,
+                    format!("all {} execution slots are in use", inner.config.max_concurrent),
+                )
+            }),
+        }?;
+
+        let started = Instant::now();
+        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        let (results_tx, results_rx) = mpsc::unbounded_channel();
+        let book = Arc::new(Mutex::new(CallBook::default()));
+        let cancel = CancellationToken::new();
+        let id: Arc<str> = new_id().into();
+
+        let output = Output::new(limits.max_output_bytes, events_tx.clone());
+        let wasi = WasiCtxBuilder::new()
+            .stdout(output.sink(OutputStream::Stdout))
+            .stderr(output.sink(OutputStream::Stderr))
+            .build();
+        let limiter = Limiter { max_memory: limits.max_memory_bytes, peak: 0, exceeded: false };
+        let broker = Broker::new(
+            book.clone(),
+            results_rx,
+            events_tx.clone(),
+            schemas,
+            limits.clone(),
+            inner.paused.clone(),
+            output.clone(),
+        );
+        let mut store = Store::new(&inner.wasmtime, HostState::new(wasi, limiter, broker, inner.live.clone()));
+        store.limiter(|s| &mut s.limiter);
+        // At every epoch tick: stream what was printed, and yield so other executions (and
+        // this one's deadline and cancellation) get the thread.
+        store.epoch_deadline_callback(|ctx| {
+            ctx.data().output().flush();
+            Ok(wasmtime::UpdateDeadline::Yield(1))
+        });
+        store.set_epoch_deadline(1);
+        let fuel = if inner.config.fuel { Some(limits.fuel.unwrap_or(u64::MAX)) } else { None };
+        if let Some(fuel) = fuel {
+            store.set_fuel(fuel).map_err(|e| Error::engine("setting fuel", e))?;
+            store.fuel_async_yield_interval(Some(1_000_000)).map_err(|e| Error::engine("setting fuel", e))?;
+        }
+
+        let job = Job {
+            pre: inner.pre.clone(),
+            code: request.code,
+            tools,
+            deadline: tokio::time::Instant::from_std(started + limits.timeout),
+            timeout: limits.timeout,
+            fuel,
+            output,
+            events: events_tx,
+            cancel: cancel.clone(),
+            shutdown: inner.shutdown.clone(),
+            started,
+            _permit: permit,
+        };
+        let span = tracing::info_span!("execution", id = %id, session = request.session_id.as_deref().unwrap_or(""));
+        tokio::spawn(tracing::Instrument::instrument(drive(job, store), span));
+        let control = Control { id, book, results: results_tx, cancel };
+        Ok(Execution::new(control, events_rx))
+    }
+
+    /// Normalised Python names, one-line signatures and a `.pyi` stub for `tools`, as the
+    /// sandbox itself computes them.
+    pub async fn describe_tools(&self, tools: &[ToolDef]) -> Result<ToolDescription> {
+        let inner = &self.inner;
+        let (events_tx, _events_rx) = mpsc::unbounded_channel();
+        let (_results_tx, results_rx) = mpsc::unbounded_channel();
+        let output = Output::new(0, events_tx.clone());
+        let limits = Limits::default();
+        let schemas = Schemas::compile(tools)?;
+        let broker = Broker::new(
+            Default::default(),
+            results_rx,
+            events_tx,
+            schemas,
+            limits.clone(),
+            inner.paused.clone(),
+            output.clone(),
+        );
+        let wasi = WasiCtxBuilder::new().stdout(output.sink(OutputStream::Stdout)).build();
+        let limiter = Limiter { max_memory: limits.max_memory_bytes, peak: 0, exceeded: false };
+        let mut store = Store::new(&inner.wasmtime, HostState::new(wasi, limiter, broker, inner.live.clone()));
+        store.limiter(|s| &mut s.limiter);
+        store.epoch_deadline_async_yield_and_update(1);
+        store.set_epoch_deadline(1);
+        if inner.config.fuel {
+            store.set_fuel(u64::MAX).map_err(|e| Error::engine("setting fuel", e))?;
+        }
+        let sandbox = inner.pre.instantiate_async(&mut store).await.map_err(|e| Error::engine("instantiating", e))?;
+        let described = tokio::time::timeout(
+            limits.timeout,
+            sandbox.call_describe_tools(&mut store, &wit_tools(tools)),
+        )
+        .await
+        .map_err(|_| Error::engine("describing tools", "timed out"))?
+        .map_err(|e| Error::engine("describing tools", e))?
+        .map_err(|message| Error::invalid(message))?;
+        Ok(ToolDescription {
+            tools: described
+                .tools
+                .into_iter()
+                .map(|t| DescribedTool { name: t.name, python_name: t.python_name, signature: t.signature })
+                .collect(),
+            stub: described.stub,
+        })
+    }
+}
+
+fn wit_tools(tools: &[ToolDef]) -> Vec<bindings::ToolDef> {
+    tools
+        .iter()
+        .map(|t| bindings::ToolDef {
+            name: t.name.clone(),
+            description: t.description.clone(),
+            parameters: t.parameters.as_ref().map(|p| p.to_string()).unwrap_or_default(),
+        })
+        .collect()
+}
+
+/// 128 random bits as hex, from the OS via the std hasher's random keys plus a counter.
+fn new_id() -> String {
+    use std::hash::{BuildHasher, RandomState};
+    static COUNTER: AtomicUsize = AtomicUsize::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let a = RandomState::new().hash_one(n);
+    let b = RandomState::new().hash_one(n);
+    format!("{a:016x}{b:016x}")
+}

@@ -1,0 +1,157 @@
+//! What an execution reports: tool-call batches, output as it is produced, and how it ended.
+
+use std::time::Duration;
+
+/// One event of an execution, in order. `Completed` or `Failed` is always the last.
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// Every call that was pending when the program blocked; answer any subset, in any order.
+    ToolCalls(Vec<ToolCall>),
+    Output { stream: OutputStream, data: Vec<u8> },
+    Completed(Completion),
+    Failed(Failure),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OutputStream {
+    Stdout,
+    Stderr,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    pub id: String,
+    /// The tool's original name, as in its definition.
+    pub name: String,
+    /// The keyword arguments as JSON text (an object), already valid against the schema.
+    pub input: String,
+}
+
+impl ToolCall {
+    pub fn input_value(&self) -> serde_json::Value {
+        serde_json::from_str(&self.input).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+/// The client's answer to one call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolResult {
+    pub id: String,
+    /// `Ok(json_text)` or `Err(message)`; the program sees a value or a `ToolError`.
+    pub outcome: Result<String, String>,
+}
+
+impl ToolResult {
+    pub fn ok(id: impl Into<String>, value: &serde_json::Value) -> Self {
+        ToolResult { id: id.into(), outcome: Ok(value.to_string()) }
+    }
+
+    pub fn ok_json(id: impl Into<String>, json: impl Into<String>) -> Self {
+        ToolResult { id: id.into(), outcome: Ok(json.into()) }
+    }
+
+    pub fn error(id: impl Into<String>, message: impl Into<String>) -> Self {
+        ToolResult { id: id.into(), outcome: Err(message.into()) }
+    }
+}
+
+/// One call as it happened, for the execution's log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCallRecord {
+    pub id: String,
+    pub name: String,
+    pub input: String,
+    /// `None` while unanswered (the execution ended first).
+    pub outcome: Option<Result<String, String>>,
+    /// 1-based round in which the call was handed over; 0 if it never left the sandbox
+    /// (rejected by the schema).
+    pub round: u32,
+    pub duration: Duration,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Stats {
+    pub wall_time: Duration,
+    /// Time to create the instance.
+    pub instantiate_time: Duration,
+    pub round_trips: u32,
+    pub tool_calls: u32,
+    /// Fuel consumed, when metering is on.
+    pub fuel_consumed: Option<u64>,
+    /// Largest linear memory the instance reached, in bytes.
+    pub peak_memory_bytes: u64,
+    pub stdout_bytes: u64,
+    pub stderr_bytes: u64,
+    /// Output beyond `max_output_bytes` was dropped.
+    pub output_truncated: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Completion {
+    pub stdout: String,
+    pub stderr: String,
+    /// The program's top-level `return` value as JSON text (`null` without one).
+    pub return_value: String,
+    pub tool_calls: Vec<ToolCallRecord>,
+    pub stats: Stats,
+}
+
+/// Why an execution failed; stable names (`as_str`) for APIs and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FailureKind {
+    /// An exception escaped the program (the traceback is in `stderr` and `traceback`).
+    PythonError,
+    /// `SystemExit` with a non-zero status.
+    Exit,
+    /// Tool definitions rejected before running: bad or colliding names, bad schema.
+    InvalidTools,
+    /// The wall-clock deadline passed (running or waiting for tools).
+    Timeout,
+    /// The program tried to grow memory past `max_memory_bytes`.
+    Memory,
+    /// The fuel budget ran out.
+    Fuel,
+    /// The program needed more than `max_round_trips` batches of tool calls.
+    RoundTrips,
+    /// The program made more than `max_tool_calls` tool calls.
+    ToolCalls,
+    /// The client cancelled or went away.
+    Cancelled,
+    /// The server is shutting down.
+    Shutdown,
+    /// A fault in the sandbox or the engine (a wasm trap that is not one of the above).
+    Internal,
+}
+
+impl FailureKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::PythonError => "python_error",
+            FailureKind::Exit => "exit",
+            FailureKind::InvalidTools => "invalid_tools",
+            FailureKind::Timeout => "timeout",
+            FailureKind::Memory => "memory",
+            FailureKind::Fuel => "fuel",
+            FailureKind::RoundTrips => "round_trips",
+            FailureKind::ToolCalls => "tool_calls",
+            FailureKind::Cancelled => "cancelled",
+            FailureKind::Shutdown => "shutdown",
+            FailureKind::Internal => "internal",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Failure {
+    pub kind: FailureKind,
+    pub message: String,
+    /// The Python traceback for `PythonError`, user line numbers only.
+    pub traceback: String,
+    pub exit_code: Option<i32>,
+    /// Output produced before the failure.
+    pub stdout: String,
+    pub stderr: String,
+    pub tool_calls: Vec<ToolCallRecord>,
+    pub stats: Stats,
+}

@@ -1,0 +1,247 @@
+//! A running (or paused) execution: its handle, and the task that drives the instance.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+use tokio::sync::OwnedSemaphorePermit;
+use tokio_util::sync::CancellationToken;
+use wasmtime::Store;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::events::{Completion, Event, Failure, FailureKind, Stats, ToolResult};
+use crate::host::bindings::{self, Outcome};
+use crate::host::{CallBook, HostState};
+use crate::output::Output;
+
+/// The client's side of one execution. Dropping it cancels the execution and frees the instance.
+pub struct Execution {
+    control: Control,
+    events: UnboundedReceiver<Event>,
+}
+
+impl Execution {
+    pub(crate) fn new(control: Control, events: UnboundedReceiver<Event>) -> Self {
+        Execution { control, events }
+    }
+
+    pub fn id(&self) -> &str {
+        &self.control.id
+    }
+
+    /// The next event; `None` after the final `Completed`/`Failed` has been taken.
+    pub async fn next_event(&mut self) -> Option<Event> {
+        self.events.recv().await
+    }
+
+    /// See [`Control::submit`].
+    pub fn submit(&self, results: Vec<ToolResult>) -> Result<()> {
+        self.control.submit(results)
+    }
+
+    pub fn cancel(&self) {
+        self.control.cancel();
+    }
+
+    /// A cloneable handle for submitting results or cancelling from elsewhere.
+    pub fn control(&self) -> Control {
+        self.control.clone()
+    }
+}
+
+impl Drop for Execution {
+    fn drop(&mut self) {
+        self.control.cancel();
+    }
+}
+
+/// Submits results to, or cancels, an execution; does not keep it alive.
+#[derive(Clone)]
+pub struct Control {
+    pub(crate) id: Arc<str>,
+    pub(crate) book: Arc<Mutex<CallBook>>,
+    pub(crate) results: UnboundedSender<ToolResult>,
+    pub(crate) cancel: CancellationToken,
+}
+
+impl Control {
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Hands results for any subset of the pending calls to the program.
+    ///
+    /// All or nothing: if one id is unknown, repeated in `results`, or already answered, the
+    /// whole batch is refused with [`ErrorKind::InvalidToolResult`] and the execution carries
+    /// on untouched. A result that claims success but is not valid JSON reaches the program
+    /// as a `ToolError`.
+    pub fn submit(&self, results: Vec<ToolResult>) -> Result<()> {
+        let mut book = self.book.lock().unwrap();
+        if book.finished || self.cancel.is_cancelled() {
+            return Err(Error::new(ErrorKind::Finished, "the execution has already ended"));
+        }
+        let mut batch = std::collections::HashSet::new();
+        for r in &results {
+            let problem = if book.answered.contains(&r.id) {
+                "was already answered"
+            } else if !book.pending.contains_key(&r.id) {
+                "is not a pending tool call of this execution"
+            } else if !batch.insert(r.id.as_str()) {
+                "is answered twice in this batch"
+            } else {
+                continue;
+            };
+            return Err(Error::new(ErrorKind::InvalidToolResult, format!("tool call id {:?} {problem}", r.id)));
+        }
+        for mut r in results {
+            let name = book.pending.remove(&r.id).unwrap_or_default();
+            book.answered.insert(r.id.clone());
+            if let Ok(json) = &r.outcome
+                && let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(json)
+            {
+                r.outcome = Err(format!("tool {name:?} returned malformed JSON: {e}"));
+            }
+            // The receiver lives as long as the instance; if it is gone the execution ended.
+            let _ = self.results.send(r);
+        }
+        Ok(())
+    }
+
+    pub fn cancel(&self) {
+        self.cancel.cancel();
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.book.lock().unwrap().finished
+    }
+}
+
+/// Everything the driver task needs besides the store.
+pub(crate) struct Job {
+    pub(crate) pre: bindings::SandboxPre<HostState>,
+    pub(crate) code: String,
+    pub(crate) tools: Vec<bindings::ToolDef>,
+    pub(crate) deadline: tokio::time::Instant,
+    pub(crate) timeout: std::time::Duration,
+    pub(crate) fuel: Option<u64>,
+    pub(crate) output: Output,
+    pub(crate) events: UnboundedSender<Event>,
+    pub(crate) cancel: CancellationToken,
+    pub(crate) shutdown: CancellationToken,
+    pub(crate) started: Instant,
+    pub(crate) _permit: OwnedSemaphorePermit,
+}
+
+enum Ending {
+    Returned(wasmtime::Result<Outcome>),
+    Timeout,
+    Cancelled,
+    Shutdown,
+}
+
+/// Runs the program to its end and sends the final event. The store is dropped on return,
+/// whatever happened, which frees the instance.
+pub(crate) async fn drive(job: Job, mut store: Store<HostState>) {
+    let mut instantiate_time = None;
+    let ending = {
+        let run = async {
+            let t0 = Instant::now();
+            let sandbox = job.pre.instantiate_async(&mut store).await?;
+            instantiate_time = Some(t0.elapsed());
+            sandbox.call_execute(&mut store, &job.code, &job.tools).await
+        };
+        tokio::select! {
+            biased;
+            _ = job.cancel.cancelled() => Ending::Cancelled,
+            _ = job.shutdown.cancelled() => Ending::Shutdown,
+            _ = tokio::time::sleep_until(job.deadline) => Ending::Timeout,
+            r = run => Ending::Returned(r),
+        }
+    };
+    store.data().broker.book.lock().unwrap().finished = true;
+    job.output.flush();
+
+    let data = store.data();
+    let (stdout_bytes, stderr_bytes) = job.output.sizes();
+    let mut stats = Stats {
+        wall_time: job.started.elapsed(),
+        instantiate_time: instantiate_time.unwrap_or_default(),
+        round_trips: data.broker.rounds.min(u32::MAX),
+        tool_calls: data.broker.calls,
+        fuel_consumed: None,
+        peak_memory_bytes: data.limiter.peak,
+        stdout_bytes,
+        stderr_bytes,
+        output_truncated: false,
+    };
+    if let Some(initial) = job.fuel {
+        stats.fuel_consumed = Some(initial.saturating_sub(store.get_fuel().unwrap_or(0)));
+    }
+    let (stdout, stderr, truncated) = job.output.snapshot();
+    stats.output_truncated = truncated;
+    let data = store.data_mut();
+    let tool_calls = std::mem::take(&mut data.broker.log);
+
+    let failure = |kind: FailureKind, message: String| Failure {
+        kind,
+        message,
+        traceback: String::new(),
+        exit_code: None,
+        stdout: stdout.clone(),
+        stderr: stderr.clone(),
+        tool_calls: tool_calls.clone(),
+        stats: stats.clone(),
+    };
+    let event = match ending {
+        Ending::Cancelled => Event::Failed(failure(FailureKind::Cancelled, "execution cancelled".into())),
+        Ending::Shutdown => Event::Failed(failure(FailureKind::Shutdown, "the server is shutting down".into())),
+        Ending::Timeout => Event::Failed(failure(
+            FailureKind::Timeout,
+            format!("Execution timeout after {} ms", job.timeout.as_millis()),
+        )),
+        Ending::Returned(Ok(Outcome::Completed(return_value))) => Event::Completed(Completion {
+            stdout,
+            stderr,
+            return_value,
+            tool_calls,
+            stats,
+        }),
+        Ending::Returned(Ok(Outcome::Failed(f))) => {
+            let kind = match f.kind {
+                bindings::FailureKind::PythonError => FailureKind::PythonError,
+                bindings::FailureKind::Exit => FailureKind::Exit,
+                bindings::FailureKind::InvalidTools => FailureKind::InvalidTools,
+                bindings::FailureKind::Internal => FailureKind::Internal,
+            };
+            let mut failed = failure(kind, f.message);
+            failed.traceback = f.traceback;
+            failed.exit_code = f.exit_code;
+            Event::Failed(failed)
+        }
+        Ending::Returned(Err(trap)) => {
+            let (kind, message) = classify(trap, data);
+            Event::Failed(failure(kind, message))
+        }
+    };
+    if let Event::Failed(f) = &event {
+        tracing::debug!(kind = f.kind.as_str(), message = %f.message, "execution failed");
+    }
+    let _ = job.events.send(event);
+}
+
+fn classify(trap: wasmtime::Error, data: &mut HostState) -> (FailureKind, String) {
+    if let Some((kind, message)) = data.broker.failure.take() {
+        return (kind, message);
+    }
+    if data.limiter.exceeded {
+        let mib = data.limiter.max_memory / (1024 * 1024);
+        return (FailureKind::Memory, format!("memory limit exceeded ({mib} MiB)"));
+    }
+    if let Some(wasmtime::Trap::OutOfFuel) = trap.downcast_ref::<wasmtime::Trap>() {
+        return (FailureKind::Fuel, "fuel exhausted".into());
+    }
+    if let Some(wasmtime::Trap::StackOverflow) = trap.downcast_ref::<wasmtime::Trap>() {
+        return (FailureKind::Internal, "the sandbox's stack overflowed (too deep recursion in native code)".into());
+    }
+    (FailureKind::Internal, format!("sandbox trapped: {trap:#}"))
+}

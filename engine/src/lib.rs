@@ -1,0 +1,39 @@
+//! ptc-engine: runs untrusted Python (CPython on WASI, in wasmtime) whose tool calls suspend
+//! the instance until a client answers them.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), ptc_engine::Error> {
+//! use ptc_engine::{Engine, EngineConfig, Event, ExecutionRequest, ToolDef, ToolResult};
+//! let engine = Engine::new(EngineConfig::default())?;
+//! let mut run = engine
+//!     .start(ExecutionRequest::new("print(await add(a=1, b=2))").with_tools(vec![ToolDef::new("add")]))
+//!     .await?;
+//! while let Some(event) = run.next_event().await {
+//!     match event {
+//!         Event::ToolCalls(calls) => run.submit(calls.iter().map(|c| ToolResult::ok_json(&c.id, "3")).collect())?,
+//!         Event::Completed(done) => print!("{}", done.stdout),
+//!         _ => {}
+//!     }
+//! }
+//! # Ok(()) }
+//! ```
+
+mod config;
+mod engine;
+mod error;
+mod events;
+mod execution;
+mod host;
+mod output;
+mod request;
+mod schema;
+mod wasm;
+
+pub use config::{Ceilings, ComponentSource, EngineConfig, Limits, MIB, WhenBusy};
+pub use engine::{DescribedTool, Engine, ToolDescription};
+pub use error::{Error, ErrorKind, Result};
+pub use events::{
+    Completion, Event, Failure, FailureKind, OutputStream, Stats, ToolCall, ToolCallRecord, ToolResult,
+};
+pub use execution::{Control, Execution};
+pub use request::{ExecutionRequest, ToolDef};

@@ -1,0 +1,87 @@
+//! What a client asks for: code, tools and limits.
+
+use crate::config::{Ceilings, Limits};
+use crate::error::{Error, Result};
+
+/// A tool the program may call.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ToolDef {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// JSON Schema of the tool's input object; `None` accepts any input.
+    #[serde(default)]
+    pub parameters: Option<serde_json::Value>,
+}
+
+impl ToolDef {
+    pub fn new(name: impl Into<String>) -> Self {
+        ToolDef { name: name.into(), description: String::new(), parameters: None }
+    }
+
+    pub fn with_description(mut self, description: impl Into<String>) -> Self {
+        self.description = description.into();
+        self
+    }
+
+    pub fn with_parameters(mut self, schema: serde_json::Value) -> Self {
+        self.parameters = Some(schema);
+        self
+    }
+}
+
+/// One execution to start.
+#[derive(Debug, Clone, Default)]
+pub struct ExecutionRequest {
+    pub code: String,
+    pub tools: Vec<ToolDef>,
+    /// `None` fields of a request take the engine's defaults.
+    pub limits: Option<Limits>,
+    /// Opaque to the engine; carried for the front ends (file sessions, logs).
+    pub session_id: Option<String>,
+}
+
+impl ExecutionRequest {
+    pub fn new(code: impl Into<String>) -> Self {
+        ExecutionRequest { code: code.into(), ..Default::default() }
+    }
+
+    pub fn with_tools(mut self, tools: Vec<ToolDef>) -> Self {
+        self.tools = tools;
+        self
+    }
+
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = Some(limits);
+        self
+    }
+
+    pub(crate) fn check_size(&self, ceilings: &Ceilings) -> Result<()> {
+        if self.code.len() > ceilings.max_code_bytes {
+            return Err(Error::invalid(format!(
+                "code is {} bytes; the limit is {}",
+                self.code.len(),
+                ceilings.max_code_bytes
+            )));
+        }
+        if self.tools.len() > ceilings.max_tools {
+            return Err(Error::invalid(format!(
+                "{} tools given; the limit is {}",
+                self.tools.len(),
+                ceilings.max_tools
+            )));
+        }
+        for tool in &self.tools {
+            let size = tool.name.len()
+                + tool.description.len()
+                + tool.parameters.as_ref().map_or(0, |p| p.to_string().len());
+            if size > ceilings.max_tool_def_bytes {
+                return Err(Error::invalid(format!(
+                    "tool {:?} is {size} bytes; the limit is {}",
+                    tool.name, ceilings.max_tool_def_bytes
+                )));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,13 @@
+# ptc-engine tasks. `just --list` shows them; each is a plain command you can also run by hand.
+
+# Run every test: guest runtime unit tests (host CPython) and end-to-end tests through the component.
+test:
+    cargo test --workspace
+
+# Only the guest runtime's Python unit tests, on the host's CPython (fast, no wasm).
+test-python:
+    cd runtime-python-wasm/python && PYTHONDONTWRITEBYTECODE=1 python3 -m unittest discover -s tests -t tests
+
+# Build everything in release mode.
+build:
+    cargo build --workspace --release

@@ -1,0 +1,85 @@
+//! Builds the Python sandbox component with a pinned componentize-py.
+//!
+//! componentize-py is installed from PyPI into a venv inside the target directory the first
+//! time, so a fresh machine needs only `python3` with `venv`. Set `PTC_COMPONENTIZE_PY` to use
+//! an existing componentize-py binary instead.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const COMPONENTIZE_PY_VERSION: &str = "0.25.1";
+
+fn main() {
+    let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
+    let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());
+    let wit = manifest.join("wit");
+    let python = manifest.join("python");
+
+    println!("cargo:rerun-if-env-changed=PTC_COMPONENTIZE_PY");
+    println!("cargo:rerun-if-changed={}", wit.display());
+    println!("cargo:rerun-if-changed={}", python.join("app.py").display());
+    watch_sources(&python.join("ptc_runtime"));
+
+    let tool = match std::env::var_os("PTC_COMPONENTIZE_PY") {
+        Some(path) => PathBuf::from(path),
+        None => install_componentize_py(&out),
+    };
+
+    let component = out.join("ptc-sandbox.wasm");
+    let status = Command::new(&tool)
+        .arg("-d")
+        .arg(&wit)
+        .args(["-w", "sandbox", "componentize", "app", "-p"])
+        .arg(&python)
+        .arg("-o")
+        .arg(&component)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env_remove("VIRTUAL_ENV")
+        .status()
+        .unwrap_or_else(|e| panic!("running {}: {e}", tool.display()));
+    assert!(status.success(), "componentize-py failed to build the sandbox component");
+}
+
+fn watch_sources(dir: &Path) {
+    for entry in std::fs::read_dir(dir).expect("python sources") {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "py") {
+            println!("cargo:rerun-if-changed={}", path.display());
+        }
+    }
+}
+
+/// The venv lives next to the profile's build directories (`target/<profile>/componentize-py`)
+/// so that it survives `cargo clean -p` and is shared by every build of this crate.
+fn install_componentize_py(out: &Path) -> PathBuf {
+    let venv = out
+        .ancestors()
+        .nth(3)
+        .expect("OUT_DIR is target/<profile>/build/<pkg>/out")
+        .join(format!("componentize-py-{COMPONENTIZE_PY_VERSION}"));
+    let tool = venv.join("bin").join("componentize-py");
+    if version_of(&tool).as_deref() == Some(COMPONENTIZE_PY_VERSION) {
+        return tool;
+    }
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    run(Command::new(&python).args(["-m", "venv"]).arg(&venv), "create the componentize-py venv");
+    run(
+        Command::new(venv.join("bin").join("pip"))
+            .args(["install", "--quiet", "--disable-pip-version-check"])
+            .arg(format!("componentize-py=={COMPONENTIZE_PY_VERSION}")),
+        "install componentize-py from PyPI",
+    );
+    assert_eq!(version_of(&tool).as_deref(), Some(COMPONENTIZE_PY_VERSION));
+    tool
+}
+
+fn version_of(tool: &Path) -> Option<String> {
+    let out = Command::new(tool).arg("--version").output().ok()?;
+    let text = String::from_utf8(out.stdout).ok()?;
+    text.split_whitespace().nth(1).map(str::to_owned)
+}
+
+fn run(cmd: &mut Command, what: &str) {
+    let status = cmd.status().unwrap_or_else(|e| panic!("failed to {what}: {e}"));
+    assert!(status.success(), "failed to {what}");
+}

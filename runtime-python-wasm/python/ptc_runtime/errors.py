@@ -1,0 +1,22 @@
+"""Exceptions the runtime shows to user code and to its caller."""
+
+
+class ToolError(Exception):
+    """A tool call failed: the client reported an error, or the input broke the tool's schema.
+
+    `tool` is the tool's original name and `message` the client's text; user code can catch it.
+    """
+
+    def __init__(self, message, tool=None, call_id=None):
+        super().__init__(message)
+        self.message = message
+        self.tool = tool
+        self.call_id = call_id
+
+
+# Tracebacks print the class as user code knows it (a global), not as ptc_runtime.errors.ToolError.
+ToolError.__module__ = "builtins"
+
+
+class InvalidTools(ValueError):
+    """The tool definitions cannot be turned into Python functions (bad or colliding names)."""

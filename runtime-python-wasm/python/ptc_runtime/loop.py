@@ -1,0 +1,116 @@
+"""An asyncio event loop that hands tool calls to the host in batches.
+
+Tool stubs register a call with the Broker and await a future. The loop only talks to the host
+when it has nothing else to run: then every call made since the last exchange goes over in one
+`wait_for_tools` import, which blocks (the host suspends the wasm instance) until some results
+are in or the next timer is due. So `asyncio.gather` of N calls costs one round trip, and a
+partial answer wakes exactly the tasks whose results came back.
+"""
+
+import asyncio
+import asyncio.base_events
+import json
+import math
+import time
+
+from .errors import ToolError
+
+
+class Deadlock(RuntimeError):
+    pass
+
+
+class Broker:
+    """Tool calls made by the program, and the exchange with the host.
+
+    `wait_for_tools(calls, timeout_ms)` takes a list of (id, name, input_json) and returns a list
+    of (id, ok, payload): payload is JSON text when ok, the error message otherwise.
+    """
+
+    def __init__(self, wait_for_tools):
+        self._wait = wait_for_tools
+        self._new = []
+        self._outstanding = {}
+        self._seq = 0
+        self.rounds = 0
+
+    def call(self, name, args):
+        loop = asyncio.get_running_loop()
+        try:
+            payload = json.dumps(args, allow_nan=False, ensure_ascii=False)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"arguments to tool {name!r} must be JSON-serialisable: {e}") from None
+        self._seq += 1
+        call_id = f"call_{self._seq}"
+        fut = loop.create_future()
+        self._new.append((call_id, name, payload))
+        self._outstanding[call_id] = (fut, name)
+        return fut
+
+    async def call_tool(self, name, args):
+        return await self.call(name, args)
+
+    def waiting(self):
+        """Whether a live task waits on a call (abandoned calls, e.g. after a timeout, do not count)."""
+        return bool(self._new) or any(not f.done() for f, _ in self._outstanding.values())
+
+    def exchange(self, timeout):
+        calls, self._new = self._new, []
+        timeout_ms = None if timeout is None else max(0, math.ceil(timeout * 1000))
+        results = self._wait(calls, timeout_ms)
+        self.rounds += 1
+        for call_id, ok, payload in results:
+            entry = self._outstanding.pop(call_id, None)
+            if entry is None:
+                continue
+            fut, name = entry
+            if fut.done():
+                continue
+            if not ok:
+                fut.set_exception(ToolError(payload, tool=name, call_id=call_id))
+                continue
+            try:
+                fut.set_result(json.loads(payload))
+            except ValueError as e:
+                fut.set_exception(ToolError(f"tool {name!r} returned invalid JSON: {e}", name, call_id))
+
+
+class _HostSelector:
+    """Stands in for the selector BaseEventLoop polls: blocking here means asking the host."""
+
+    def __init__(self, broker):
+        self._broker = broker
+
+    def select(self, timeout=None):
+        if timeout is not None and timeout <= 0:
+            return []
+        if self._broker.waiting():
+            self._broker.exchange(timeout)
+        elif timeout is None:
+            raise Deadlock(
+                "every task is waiting and nothing can wake them: no tool call is outstanding "
+                "and no timer is set"
+            )
+        else:
+            time.sleep(timeout)
+        return []
+
+    def close(self):
+        pass
+
+
+class BatchingEventLoop(asyncio.base_events.BaseEventLoop):
+    def __init__(self, broker):
+        super().__init__()
+        self._selector = _HostSelector(broker)
+
+    def _process_events(self, event_list):
+        pass
+
+    def _write_to_self(self):
+        pass
+
+    def close(self):
+        if not self.is_closed():
+            super().close()
+            self._selector = None

@@ -1,0 +1,183 @@
+"""Runs one program: top-level await, top-level `return`, contained exits, user-only tracebacks."""
+
+import ast
+import asyncio
+import builtins
+import inspect
+import json
+import linecache
+import os
+import sys
+import traceback
+import warnings
+from dataclasses import dataclass
+
+from .errors import InvalidTools, ToolError
+from .loop import BatchingEventLoop, Broker
+from .stubs import make_stub, parse_tools
+
+FILENAME = "<code>"
+
+
+@dataclass
+class Outcome:
+    ok: bool
+    value_json: str = "null"
+    kind: str = ""  # python-error | exit | invalid-tools | internal
+    message: str = ""
+    traceback: str = ""
+    exit_code: int | None = None
+
+
+class _Return(BaseException):
+    """Carries a top-level `return value` out of the program."""
+
+    def __init__(self, value=None):
+        super().__init__()
+        self.value = value
+
+
+class _TopLevelReturns(ast.NodeTransformer):
+    """Rewrites `return x` outside any def/class/lambda into `raise __ptc_return__(x)`."""
+
+    def visit_FunctionDef(self, node):
+        return node
+
+    visit_AsyncFunctionDef = visit_ClassDef = visit_Lambda = visit_FunctionDef
+
+    def visit_Return(self, node):
+        value = node.value or ast.Constant(None)
+        call = ast.Call(ast.Name("__ptc_return__", ast.Load()), [value], [])
+        return ast.copy_location(ast.Raise(exc=call, cause=None), node)
+
+
+def compile_program(code):
+    tree = ast.parse(code, filename=FILENAME, mode="exec")
+    tree = ast.fix_missing_locations(_TopLevelReturns().visit(tree))
+    return compile(tree, FILENAME, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+
+
+class _Policy(asyncio.DefaultEventLoopPolicy):
+    """Makes `asyncio.run()` in user code use the batching loop too."""
+
+    def __init__(self, broker):
+        super().__init__()
+        self._broker = broker
+
+    def new_event_loop(self):
+        return BatchingEventLoop(self._broker)
+
+
+def _set_policy(policy):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        asyncio.set_event_loop_policy(policy)
+
+
+_RUNTIME_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _hide_runtime_frames(te):
+    """Drops the runtime's own frames (the wrapper, the stubs, the loop) from a traceback and
+    the exceptions chained to it, leaving the user's code and the library code it called."""
+    seen = set()
+    while te is not None and id(te) not in seen:
+        seen.add(id(te))
+        frames = [f for f in te.stack if not os.path.abspath(f.filename).startswith(_RUNTIME_DIR)]
+        te.stack = traceback.StackSummary.from_list(frames)
+        _hide_runtime_frames(te.__cause__)
+        te = te.__context__
+
+
+def _user_traceback(exc):
+    """The traceback from the first frame of the user's code on, as Python would print it."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename != FILENAME:
+        tb = tb.tb_next
+    te = traceback.TracebackException(type(exc), exc, tb)
+    _hide_runtime_frames(te)
+    return "".join(te.format())
+
+
+def _describe(exc):
+    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    return text.splitlines()[-1] if text else type(exc).__name__
+
+
+def _failure(kind, exc, exit_code=None):
+    tb = _user_traceback(exc)
+    sys.stderr.write(tb)
+    return Outcome(False, kind=kind, message=_describe(exc), traceback=tb, exit_code=exit_code)
+
+
+def _exit_outcome(exc):
+    code = exc.code
+    if code is None or code == 0 or code is False:
+        return Outcome(True)
+    if isinstance(code, int):
+        return Outcome(False, kind="exit", message=f"SystemExit: {code}", exit_code=code)
+    sys.stderr.write(f"{code}\n")
+    return Outcome(False, kind="exit", message=f"SystemExit: {code}", exit_code=1)
+
+
+def _to_json(value):
+    try:
+        return json.dumps(value, allow_nan=False, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return json.dumps(repr(value), ensure_ascii=False)
+
+
+def run_program(code, tool_defs, wait_for_tools):
+    """Runs `code` with one async function per tool; never raises."""
+    try:
+        specs = parse_tools(tool_defs)
+    except InvalidTools as e:
+        return Outcome(False, kind="invalid-tools", message=str(e))
+
+    broker = Broker(wait_for_tools)
+    namespace = {
+        "__name__": "__main__",
+        "__builtins__": builtins,
+        "__ptc_return__": _Return,
+        "asyncio": asyncio,
+        "json": json,
+        "ToolError": ToolError,
+    }
+    for spec in specs:
+        namespace[spec.python_name] = make_stub(spec, broker.call_tool)
+
+    linecache.cache[FILENAME] = (len(code), None, code.splitlines(True), FILENAME)
+    loop = BatchingEventLoop(broker)
+    _set_policy(_Policy(broker))
+    asyncio.set_event_loop(loop)
+    try:
+        try:
+            program = compile_program(code)
+        except (SyntaxError, ValueError) as e:
+            return _failure("python-error", e)
+        try:
+            result = eval(program, namespace)
+            if inspect.iscoroutine(result):
+                loop.run_until_complete(result)
+            return Outcome(True)
+        except _Return as r:
+            return Outcome(True, value_json=_to_json(r.value))
+        except SystemExit as e:
+            return _exit_outcome(e)
+        except BaseException as e:
+            return _failure("python-error", e)
+    finally:
+        _close(loop)
+        asyncio.set_event_loop(None)
+        _set_policy(None)
+        linecache.cache.pop(FILENAME, None)
+
+
+def _close(loop):
+    try:
+        pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        for t in pending:
+            t.cancel()
+        loop.close()
+    except BaseException:
+        pass

@@ -1,0 +1,40 @@
+"""The standard library a program can import.
+
+componentize-py snapshots the interpreter after importing the app; modules not imported by then
+are absent at run time (the stdlib is not mounted). Importing them here makes them available
+and makes `import json` in a program cost a dictionary lookup. README.md lists these modules.
+"""
+
+import importlib
+
+PRELOADED = (
+    # data and text
+    "json", "re", "string", "textwrap", "difflib", "unicodedata", "html", "html.parser",
+    "csv", "io", "pprint", "base64", "binascii", "codecs", "struct", "tomllib",
+    "xml.etree.ElementTree", "xml.dom.minidom", "urllib.parse", "email", "email.utils",
+    "shlex", "fnmatch",
+    # numbers and time
+    "math", "cmath", "statistics", "decimal", "fractions", "numbers", "random", "datetime",
+    "time", "calendar", "zoneinfo",
+    # containers and functional tools
+    "collections", "collections.abc", "itertools", "functools", "operator", "heapq", "bisect",
+    "array", "copy", "graphlib", "types", "typing", "dataclasses", "enum", "abc",
+    "contextlib", "weakref",
+    # hashing, ids, compression
+    "hashlib", "hmac", "secrets", "uuid", "zlib", "gzip", "zipfile",
+    # networks as data
+    "ipaddress",
+    # the language itself
+    "asyncio", "inspect", "traceback", "warnings", "keyword", "ast", "textwrap", "linecache",
+)
+
+
+def preload():
+    """Imports every module in PRELOADED; returns those that this CPython lacks."""
+    missing = []
+    for name in PRELOADED:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    return missing

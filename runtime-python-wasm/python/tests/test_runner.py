@@ -1,0 +1,167 @@
+import contextlib
+import io
+import json
+import unittest
+
+from helpers import ScriptedHost
+from ptc_runtime import run_program
+
+TOOLS = [("get-weather", "Weather.", {"type": "object", "properties": {"city": {"type": "string"}}}),
+         ("add", "Adds.", {"type": "object", "properties": {"a": {}, "b": {}}})]
+
+
+def add_or_echo(name, args):
+    if name == "add":
+        return args["a"] + args["b"]
+    if args.get("city") == "Nowhere":
+        raise RuntimeError("no such city")
+    return {"city": args["city"], "temp": 20}
+
+
+def run(code, host=None, tools=TOOLS):
+    host = host or ScriptedHost(add_or_echo)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        outcome = run_program(code, tools, host)
+    return outcome, out.getvalue(), err.getvalue(), host
+
+
+class RunnerTest(unittest.TestCase):
+    def test_top_level_await_and_return(self):
+        o, out, _, host = run("w = await get_weather(city='SF')\nprint(w['temp'])\nreturn w")
+        self.assertTrue(o.ok, o)
+        self.assertEqual(out, "20\n")
+        self.assertEqual(json.loads(o.value_json), {"city": "SF", "temp": 20})
+        self.assertEqual(host.rounds, [[("get-weather", {"city": "SF"})]])
+
+    def test_gather_is_one_round(self):
+        code = "r = await asyncio.gather(*[add(a=i, b=1) for i in range(100)])\nreturn sum(r)"
+        o, _, _, host = run(code)
+        self.assertEqual(json.loads(o.value_json), sum(range(100)) + 100)
+        self.assertEqual(len(host.rounds), 1)
+        self.assertEqual(len(host.rounds[0]), 100)
+
+    def test_sequential_loop_is_one_round_per_call(self):
+        o, _, _, host = run("t = 0\nfor i in range(5):\n    t = await add(a=t, b=i)\nreturn t")
+        self.assertEqual(json.loads(o.value_json), 10)
+        self.assertEqual(len(host.rounds), 5)
+
+    def test_partial_results_resume_the_right_tasks(self):
+        code = (
+            "order = []\n"
+            "async def one(i):\n"
+            "    r = await add(a=i, b=0)\n"
+            "    order.append(r)\n"
+            "    return r\n"
+            "res = await asyncio.gather(*(one(i) for i in range(4)))\n"
+            "return [res, order]"
+        )
+        o, _, _, host = run(code, ScriptedHost(add_or_echo, per_round=1))
+        self.assertEqual(json.loads(o.value_json), [[0, 1, 2, 3], [0, 1, 2, 3]])
+        self.assertEqual([len(r) for r in host.rounds], [4, 0, 0, 0])
+
+    def test_tool_error_is_catchable(self):
+        code = (
+            "try:\n    await get_weather(city='Nowhere')\n"
+            "except ToolError as e:\n    print('caught', e.message, e.tool)\n"
+        )
+        o, out, _, _ = run(code)
+        self.assertTrue(o.ok)
+        self.assertEqual(out, "caught no such city get-weather\n")
+
+    def test_uncaught_error_traceback_has_user_lines(self):
+        o, _, err, _ = run("x = 1\n\ny = x / 0\n")
+        self.assertFalse(o.ok)
+        self.assertEqual(o.kind, "python-error")
+        self.assertEqual(o.message, "ZeroDivisionError: division by zero")
+        self.assertIn('File "<code>", line 3, in <module>', o.traceback)
+        self.assertIn("y = x / 0", o.traceback)
+        self.assertNotIn("runner.py", o.traceback)
+        self.assertEqual(err, o.traceback)
+
+    def test_error_inside_await_keeps_user_lines(self):
+        o, _, _, _ = run("async def f():\n    raise ValueError('boom')\n\nawait f()\n")
+        self.assertIn('line 4, in <module>', o.traceback)
+        self.assertIn('line 2, in f', o.traceback)
+        self.assertNotIn("base_events", o.traceback)
+
+    def test_tool_error_traceback_hides_the_runtime(self):
+        o, _, _, _ = run("x = 1\nawait get_weather(city='Nowhere')\n")
+        self.assertEqual(o.message, "ToolError: no such city")
+        self.assertIn('line 2, in <module>', o.traceback)
+        self.assertNotIn("ptc_runtime", o.traceback)
+        self.assertNotIn("stubs.py", o.traceback)
+
+    def test_syntax_error(self):
+        o, _, _, _ = run("x = (\n")
+        self.assertEqual(o.kind, "python-error")
+        self.assertIn("SyntaxError", o.message)
+
+    def test_system_exit(self):
+        self.assertTrue(run("import sys\nprint('a')\nsys.exit(0)\nprint('b')")[0].ok)
+        o, out, _, _ = run("import sys\nsys.exit(3)")
+        self.assertEqual((o.ok, o.kind, o.exit_code), (False, "exit", 3))
+        self.assertEqual(run("raise SystemExit('bye')")[0].exit_code, 1)
+
+    def test_keyboard_interrupt_and_base_exception_contained(self):
+        o, _, _, _ = run("raise KeyboardInterrupt")
+        self.assertEqual((o.ok, o.kind, o.message), (False, "python-error", "KeyboardInterrupt"))
+        o, _, _, _ = run("class B(BaseException): pass\nasync def f():\n    raise B('x')\nawait f()")
+        self.assertEqual(o.message, "B: x")
+
+    def test_empty_and_comment_only(self):
+        for code in ["", "   \n", "# nothing here\n# at all"]:
+            o, out, err, _ = run(code)
+            self.assertTrue(o.ok)
+            self.assertEqual((out, err, o.value_json), ("", "", "null"))
+
+    def test_sleep_create_task_wait_for(self):
+        code = (
+            "t = asyncio.create_task(add(a=1, b=2))\n"
+            "await asyncio.sleep(0.01)\n"
+            "try:\n"
+            "    await asyncio.wait_for(asyncio.sleep(10), timeout=0.01)\n"
+            "except asyncio.TimeoutError:\n"
+            "    print('timed out')\n"
+            "return await t\n"
+        )
+        o, out, _, _ = run(code)
+        self.assertTrue(o.ok, o)
+        self.assertEqual(out, "timed out\n")
+        self.assertEqual(o.value_json, "3")
+
+    def test_asyncio_run_in_user_code_batches(self):
+        code = (
+            "async def main():\n"
+            "    return await asyncio.gather(add(a=1, b=1), add(a=2, b=2))\n"
+            "print(asyncio.run(main()))\n"
+        )
+        o, out, _, host = run(code)
+        self.assertTrue(o.ok, o)
+        self.assertEqual(out, "[2, 4]\n")
+        self.assertEqual(len(host.rounds), 1)
+
+    def test_deadlock_is_an_error(self):
+        o, _, _, _ = run("await asyncio.get_running_loop().create_future()")
+        self.assertIn("every task is waiting", o.message)
+
+    def test_globals_work_across_functions(self):
+        o, out, _, _ = run("n = 0\ndef inc():\n    global n\n    n += 1\ninc(); inc()\nprint(n)")
+        self.assertTrue(o.ok, o)
+        self.assertEqual(out, "2\n")
+
+    def test_invalid_tools_rejected_before_running(self):
+        o, out, _, _ = run("print('ran')", tools=[("a-b", "", ""), ("a b", "", "")])
+        self.assertEqual((o.ok, o.kind, out), (False, "invalid-tools", ""))
+
+    def test_unserialisable_arguments(self):
+        o, _, _, _ = run("await add(a=object(), b=1)")
+        self.assertIn("JSON-serialisable", o.message)
+
+    def test_return_inside_function_is_untouched(self):
+        o, _, _, _ = run("def f():\n    return 5\nreturn f() + 1")
+        self.assertEqual(o.value_json, "6")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,72 @@
+import asyncio
+import inspect
+import unittest
+
+from helpers import ScriptedHost  # noqa: F401
+from ptc_runtime import describe, make_stub
+from ptc_runtime.stubs import parse_tools
+
+WEATHER = {
+    "type": "object",
+    "properties": {
+        "days": {"type": "integer", "description": "how many days"},
+        "city": {"type": "string", "description": "the city"},
+        "user-id": {"type": "string"},
+    },
+    "required": ["city"],
+}
+
+
+def spec(params=WEATHER, name="get-weather", desc="Weather for a city."):
+    return parse_tools([(name, desc, params)])[0]
+
+
+class StubTest(unittest.TestCase):
+    def call(self, stub, *args, **kwargs):
+        seen = []
+
+        async def fake(name, payload):
+            seen.append((name, payload))
+            return "ok"
+
+        s = make_stub(stub, fake)
+        asyncio.run(s(*args, **kwargs))
+        return seen
+
+    def test_signature_and_doc(self):
+        s = make_stub(spec(), None)
+        self.assertEqual(s.__name__, "get_weather")
+        self.assertEqual(str(inspect.signature(s)), "(city, days=..., **kwargs)")
+        self.assertIn("Weather for a city.", s.__doc__)
+        self.assertIn("city (str): the city", s.__doc__)
+        self.assertIn("days (int, optional): how many days", s.__doc__)
+
+    def test_keyword_positional_and_omitted(self):
+        self.assertEqual(self.call(spec(), city="SF"), [("get-weather", {"city": "SF"})])
+        self.assertEqual(self.call(spec(), "SF", 3), [("get-weather", {"city": "SF", "days": 3})])
+        self.assertEqual(
+            self.call(spec(), city="SF", **{"user-id": "u"}),
+            [("get-weather", {"city": "SF", "user-id": "u"})],
+        )
+
+    def test_missing_required_is_type_error(self):
+        with self.assertRaisesRegex(TypeError, "get_weather\\(\\).*city"):
+            self.call(spec())
+
+    def test_closed_schema_rejects_unknown_keyword(self):
+        closed = {"type": "object", "properties": {"q": {"type": "string"}},
+                  "additionalProperties": False}
+        with self.assertRaises(TypeError):
+            self.call(spec(closed, "search"), q="x", other=1)
+
+    def test_describe(self):
+        lines, stub = describe(parse_tools([("get-weather", "Weather.", WEATHER), ("noop", "", "")]))
+        self.assertEqual(lines[0], ("get-weather", "get_weather",
+                                    "get_weather(city: str, days?: int, user-id?: str) -> Any"))
+        self.assertEqual(lines[1], ("noop", "noop", "noop() -> Any"))
+        self.assertIn("async def get_weather(city: str, days: int = ..., **kwargs: Any) -> Any:", stub)
+        compile(stub, "<stub>", "exec")  # the stub is valid Python
+
+
+if __name__ == "__main__":
+    unittest.main()

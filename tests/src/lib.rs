@@ -1,0 +1,153 @@
+//! Helpers for the end-to-end tests: one shared engine per test binary and a scripted tool
+//! client that answers calls the way a real agent platform would.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use ptc_engine::{
+    Completion, Engine, EngineConfig, Event, Execution, ExecutionRequest, Failure, Limits, ToolCall,
+    ToolDef, ToolResult,
+};
+use serde_json::{Value, json};
+
+/// The engine every test in a binary shares (compiled once, then loaded from the disk cache).
+pub fn engine() -> &'static Engine {
+    static ENGINE: OnceLock<Engine> = OnceLock::new();
+    ENGINE.get_or_init(|| Engine::new(EngineConfig { fuel: true, ..Default::default() }).expect("engine"))
+}
+
+/// How a run ended, with every batch of calls the client saw.
+#[derive(Debug)]
+pub struct Run {
+    pub rounds: Vec<Vec<ToolCall>>,
+    pub streamed_stdout: String,
+    pub streamed_stderr: String,
+    pub end: Result<Completion, Failure>,
+}
+
+impl Run {
+    pub fn completed(self) -> Completion {
+        match self.end {
+            Ok(c) => c,
+            Err(f) => panic!("expected completion, got {:?}: {}\nstderr: {}", f.kind, f.message, f.stderr),
+        }
+    }
+
+    pub fn failed(self) -> Failure {
+        match self.end {
+            Err(f) => f,
+            Ok(c) => panic!("expected failure, got completion: stdout {:?}", c.stdout),
+        }
+    }
+}
+
+/// Answers each call with `handler(call) -> Ok(value) | Err(message)`, all calls of a batch at
+/// once, and collects events until the execution ends.
+pub async fn drive(mut exec: Execution, handler: impl Fn(&ToolCall) -> Result<Value, String>) -> Run {
+    let mut run = Run { rounds: vec![], streamed_stdout: String::new(), streamed_stderr: String::new(), end: Err(dummy()) };
+    while let Some(event) = exec.next_event().await {
+        match event {
+            Event::ToolCalls(calls) => {
+                let results = calls
+                    .iter()
+                    .map(|c| match handler(c) {
+                        Ok(v) => ToolResult::ok(&c.id, &v),
+                        Err(m) => ToolResult::error(&c.id, m),
+                    })
+                    .collect();
+                exec.submit(results).expect("submit");
+                run.rounds.push(calls);
+            }
+            Event::Output { stream, data } => {
+                let text = String::from_utf8_lossy(&data);
+                match stream {
+                    ptc_engine::OutputStream::Stdout => run.streamed_stdout.push_str(&text),
+                    ptc_engine::OutputStream::Stderr => run.streamed_stderr.push_str(&text),
+                }
+            }
+            Event::Completed(c) => {
+                run.end = Ok(c);
+                break;
+            }
+            Event::Failed(f) => {
+                run.end = Err(f);
+                break;
+            }
+        }
+    }
+    run
+}
+
+fn dummy() -> Failure {
+    Failure {
+        kind: ptc_engine::FailureKind::Internal,
+        message: "the event stream ended without a final event".into(),
+        traceback: String::new(),
+        exit_code: None,
+        stdout: String::new(),
+        stderr: String::new(),
+        tool_calls: vec![],
+        stats: Default::default(),
+    }
+}
+
+/// Starts `code` with `tools` and default limits.
+pub async fn start(code: &str, tools: Vec<ToolDef>) -> Execution {
+    engine().start(ExecutionRequest::new(code).with_tools(tools)).await.expect("start")
+}
+
+pub async fn start_with(code: &str, tools: Vec<ToolDef>, limits: Limits) -> Execution {
+    engine().start(ExecutionRequest::new(code).with_tools(tools).with_limits(limits)).await.expect("start")
+}
+
+/// Runs code without tools.
+pub async fn run_code(code: &str) -> Run {
+    drive(start(code, vec![]).await, |_| Err("no tools".into())).await
+}
+
+/// Echoes its input back: `{"tool": name, "input": input}`.
+pub fn echo(call: &ToolCall) -> Result<Value, String> {
+    Ok(json!({"tool": call.name, "input": call.input_value()}))
+}
+
+/// `add(a, b)` and `get_weather(city)`, with `city="Nowhere"` failing.
+pub fn standard_tools() -> Vec<ToolDef> {
+    vec![
+        ToolDef::new("add").with_description("Adds two numbers.").with_parameters(json!({
+            "type": "object",
+            "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+            "required": ["a", "b"]
+        })),
+        ToolDef::new("get-weather").with_description("Weather for a city.").with_parameters(json!({
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1}},
+            "required": ["city"]
+        })),
+    ]
+}
+
+pub fn standard_handler(call: &ToolCall) -> Result<Value, String> {
+    let input = call.input_value();
+    match call.name.as_str() {
+        "add" => Ok(json!(input["a"].as_f64().unwrap() + input["b"].as_f64().unwrap())),
+        "get-weather" if input["city"] == "Nowhere" => Err("no such city: Nowhere".into()),
+        "get-weather" => Ok(json!({"city": input["city"], "temp": 21})),
+        other => Err(format!("unexpected tool {other}")),
+    }
+}
+
+/// Limits with a short timeout, for tests that expect one.
+pub fn limits_with_timeout(timeout: Duration) -> Limits {
+    Limits { timeout, ..Limits::default() }
+}
+
+/// Waits (bounded) until `f` holds, for state that settles asynchronously after an event.
+pub async fn eventually(what: &str, f: impl Fn() -> bool) {
+    for _ in 0..200 {
+        if f() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("timed out waiting until {what}");
+}

@@ -1,0 +1,125 @@
+//! Sequential calls, loops, return values and the call log, through the real component.
+
+use ptc_tests::*;
+use serde_json::json;
+
+#[tokio::test]
+async fn sequential_calls_and_return_value() {
+    let code = r#"
+w = await get_weather(city="SF")
+s = await add(a=w["temp"], b=1)
+print(f"{w['city']}: {s}")
+return {"sum": s}
+"#;
+    let run = drive(start(code, standard_tools()).await, standard_handler).await;
+    assert_eq!(run.rounds.len(), 2);
+    assert_eq!(run.rounds[0][0].name, "get-weather");
+    assert_eq!(run.rounds[0][0].input_value(), json!({"city": "SF"}));
+    let done = run.completed();
+    assert_eq!(done.stdout, "SF: 22.0\n");
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&done.return_value).unwrap(), json!({"sum": 22.0}));
+    assert_eq!(done.stats.round_trips, 2);
+    assert_eq!(done.stats.tool_calls, 2);
+    assert_eq!(done.tool_calls.len(), 2);
+    assert_eq!(done.tool_calls[1].round, 2);
+    assert_eq!(done.tool_calls[1].outcome, Some(Ok("22.0".into())));
+}
+
+#[tokio::test]
+async fn loop_of_calls_one_round_each() {
+    let code = "total = 0\nfor i in range(5):\n    total = await add(a=total, b=i)\nprint(total)";
+    let run = drive(start(code, standard_tools()).await, standard_handler).await;
+    assert_eq!(run.rounds.len(), 5);
+    assert!(run.rounds.iter().all(|r| r.len() == 1));
+    assert_eq!(run.completed().stdout, "10.0\n");
+}
+
+#[tokio::test]
+async fn conditional_calls_depend_on_results() {
+    let code = r#"
+for city in ["SF", "Nowhere", "Paris"]:
+    try:
+        w = await get_weather(city=city)
+        if w["temp"] > 20:
+            print(city, "warm")
+    except ToolError as e:
+        print(city, "error:", e)
+"#;
+    let done = drive(start(code, standard_tools()).await, standard_handler).await.completed();
+    assert_eq!(done.stdout, "SF warm\nNowhere error: no such city: Nowhere\nParis warm\n");
+}
+
+#[tokio::test]
+async fn results_arrive_as_python_values() {
+    let code = r#"
+r = await echo_tool(x=1)
+print(type(r).__name__, type(r["input"]).__name__, r["input"]["x"] + 1)
+big = await big_int()
+print(big, type(big).__name__)
+print(await text(), await nothing(), await numbers())
+"#;
+    let tools = ["echo_tool", "big_int", "text", "nothing", "numbers"].map(ptc_engine::ToolDef::new).to_vec();
+    let run = drive(start(code, tools).await, |c| match c.name.as_str() {
+        "echo_tool" => echo(c),
+        "big_int" => Ok(serde_json::from_str("123456789012345678901234567890").unwrap_or(json!(0))),
+        "text" => Ok(json!("plain")),
+        "nothing" => Ok(json!(null)),
+        _ => Ok(json!([1, 2.5])),
+    })
+    .await;
+    let out = run.completed().stdout;
+    assert!(out.starts_with("dict dict 2\n"), "{out}");
+    assert!(out.ends_with("plain None [1, 2.5]\n"), "{out}");
+}
+
+#[tokio::test]
+async fn large_integers_in_results_are_lossless() {
+    let mut exec = start("v = await big()\nprint(v + 1)", vec![ptc_engine::ToolDef::new("big")]).await;
+    let ptc_engine::Event::ToolCalls(calls) = exec.next_event().await.unwrap() else { panic!() };
+    exec.submit(vec![ptc_engine::ToolResult::ok_json(&calls[0].id, "123456789012345678901234567890")]).unwrap();
+    let run = drive(exec, |_| unreachable!()).await;
+    assert_eq!(run.completed().stdout, "123456789012345678901234567891\n");
+}
+
+#[tokio::test]
+async fn output_is_streamed_as_it_is_produced() {
+    let code = "print('before')\nawait add(a=1, b=2)\nprint('after')\nimport sys\nprint('oops', file=sys.stderr)";
+    let mut exec = start(code, standard_tools()).await;
+    let mut seen = String::new();
+    loop {
+        match exec.next_event().await.unwrap() {
+            ptc_engine::Event::Output { data, .. } => seen.push_str(&String::from_utf8_lossy(&data)),
+            ptc_engine::Event::ToolCalls(calls) => {
+                // Output printed before the first tool call is already here.
+                assert_eq!(seen, "before\n");
+                exec.submit(vec![ptc_engine::ToolResult::ok(&calls[0].id, &json!(3))]).unwrap();
+                break;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let run = drive(exec, |_| unreachable!()).await;
+    assert_eq!(run.streamed_stdout, "after\n");
+    assert_eq!(run.streamed_stderr, "oops\n");
+    let done = run.completed();
+    assert_eq!((done.stdout.as_str(), done.stderr.as_str()), ("before\nafter\n", "oops\n"));
+}
+
+#[tokio::test]
+async fn describe_tools_gives_names_signatures_and_stub() {
+    let mut tools = standard_tools();
+    tools.push(ptc_engine::ToolDef::new("for"));
+    let d = engine().describe_tools(&tools).await.unwrap();
+    let sigs: Vec<_> = d.tools.iter().map(|t| (t.python_name.as_str(), t.signature.as_str())).collect();
+    assert_eq!(
+        sigs,
+        [
+            ("add", "add(a: float, b: float) -> Any"),
+            ("get_weather", "get_weather(city: str, days?: int) -> Any"),
+            ("for_tool", "for_tool() -> Any"),
+        ]
+    );
+    assert!(d.stub.contains("async def get_weather(city: str, days: int = ..., **kwargs: Any) -> Any:"), "{}", d.stub);
+    let err = engine().describe_tools(&[ptc_engine::ToolDef::new("a-b"), ptc_engine::ToolDef::new("a b")]).await.unwrap_err();
+    assert!(err.message().contains("both become the Python name 'a_b'"), "{err}");
+}
