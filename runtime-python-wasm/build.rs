@@ -8,6 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const COMPONENTIZE_PY_VERSION: &str = "0.25.1";
+/// IANA time zone data for `zoneinfo` (WASI has no system database); loaded into memory at
+/// pre-initialisation, so nothing is read at run time.
+const TZDATA_VERSION: &str = "2026.6";
 
 fn main() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
@@ -20,10 +23,12 @@ fn main() {
     println!("cargo:rerun-if-changed={}", python.join("app.py").display());
     watch_sources(&python.join("ptc_runtime"));
 
+    let venv = venv_dir(&out);
     let tool = match std::env::var_os("PTC_COMPONENTIZE_PY") {
         Some(path) => PathBuf::from(path),
-        None => install_componentize_py(&out),
+        None => install_componentize_py(&venv),
     };
+    let deps = install_python_deps(&venv);
 
     let component = out.join("ptc-sandbox.wasm");
     let status = Command::new(&tool)
@@ -31,6 +36,8 @@ fn main() {
         .arg(&wit)
         .args(["-w", "sandbox", "componentize", "app", "-p"])
         .arg(&python)
+        .arg("-p")
+        .arg(&deps)
         .arg("-o")
         .arg(&component)
         .env("PYTHONDONTWRITEBYTECODE", "1")
@@ -51,18 +58,44 @@ fn watch_sources(dir: &Path) {
 
 /// The venv lives next to the profile's build directories (`target/<profile>/componentize-py`)
 /// so that it survives `cargo clean -p` and is shared by every build of this crate.
-fn install_componentize_py(out: &Path) -> PathBuf {
-    let venv = out
-        .ancestors()
+fn venv_dir(out: &Path) -> PathBuf {
+    out.ancestors()
         .nth(3)
         .expect("OUT_DIR is target/<profile>/build/<pkg>/out")
-        .join(format!("componentize-py-{COMPONENTIZE_PY_VERSION}"));
+        .join(format!("componentize-py-{COMPONENTIZE_PY_VERSION}"))
+}
+
+/// Pure-Python packages bundled into the component, installed into their own directory so
+/// that nothing else from the venv ends up in the sandbox.
+fn install_python_deps(venv: &Path) -> PathBuf {
+    let dir = venv.join(format!("guest-deps-tzdata-{TZDATA_VERSION}"));
+    if dir.join("tzdata").is_dir() {
+        return dir;
+    }
+    ensure_venv(venv);
+    run(
+        Command::new(venv.join("bin").join("pip"))
+            .args(["install", "--quiet", "--disable-pip-version-check", "--no-deps", "--target"])
+            .arg(&dir)
+            .arg(format!("tzdata=={TZDATA_VERSION}")),
+        "install tzdata from PyPI",
+    );
+    dir
+}
+
+fn ensure_venv(venv: &Path) {
+    if !venv.join("bin").join("pip").exists() {
+        let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+        run(Command::new(&python).args(["-m", "venv"]).arg(venv), "create the componentize-py venv");
+    }
+}
+
+fn install_componentize_py(venv: &Path) -> PathBuf {
     let tool = venv.join("bin").join("componentize-py");
     if version_of(&tool).as_deref() == Some(COMPONENTIZE_PY_VERSION) {
         return tool;
     }
-    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
-    run(Command::new(&python).args(["-m", "venv"]).arg(&venv), "create the componentize-py venv");
+    ensure_venv(venv);
     run(
         Command::new(venv.join("bin").join("pip"))
             .args(["install", "--quiet", "--disable-pip-version-check"])

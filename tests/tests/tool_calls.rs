@@ -123,3 +123,39 @@ async fn describe_tools_gives_names_signatures_and_stub() {
     let err = engine().describe_tools(&[ptc_engine::ToolDef::new("a-b"), ptc_engine::ToolDef::new("a b")]).await.unwrap_err();
     assert!(err.message().contains("both become the Python name 'a_b'"), "{err}");
 }
+
+#[tokio::test]
+async fn output_streams_while_the_program_is_still_computing() {
+    let code = "import time\nprint('tick')\nt = time.time()\nwhile time.time() - t < 2:\n    pass\nprint('done')";
+    let mut exec = start(code, vec![]).await;
+    let t0 = std::time::Instant::now();
+    match exec.next_event().await.unwrap() {
+        ptc_engine::Event::Output { data, .. } => assert_eq!(data, b"tick\n"),
+        other => panic!("expected output first, got {other:?}"),
+    }
+    assert!(t0.elapsed() < std::time::Duration::from_millis(1500), "output came only after {:?}", t0.elapsed());
+    assert_eq!(drive(exec, echo).await.completed().stdout, "tick\ndone\n");
+}
+
+#[tokio::test]
+async fn a_component_can_be_loaded_from_a_file() {
+    let dir = std::env::temp_dir().join(format!("ptc-component-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("sandbox.wasm");
+    std::fs::write(&path, ptc_runtime_python_wasm::COMPONENT).unwrap();
+    let engine = ptc_engine::Engine::new(ptc_engine::EngineConfig {
+        component: ptc_engine::ComponentSource::File(path.clone()),
+        max_concurrent: 4,
+        ..Default::default()
+    })
+    .unwrap();
+    let exec = engine.start(ptc_engine::ExecutionRequest::new("print(6 * 7)")).await.unwrap();
+    assert_eq!(drive(exec, echo).await.completed().stdout, "42\n");
+    let missing = ptc_engine::EngineConfig {
+        component: ptc_engine::ComponentSource::File(dir.join("missing.wasm")),
+        ..Default::default()
+    };
+    let err = ptc_engine::Engine::new(missing).err().unwrap();
+    assert!(err.message().contains("missing.wasm"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

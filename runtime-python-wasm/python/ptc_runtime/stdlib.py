@@ -26,7 +26,27 @@ PRELOADED = (
     "ipaddress",
     # the language itself
     "asyncio", "inspect", "traceback", "warnings", "keyword", "ast", "textwrap", "linecache",
+    "importlib.resources",
 )
+
+# Strong references to every time zone, so `ZoneInfo(key)` is served from zoneinfo's cache at
+# run time, when the tzdata files are no longer readable.
+ZONES = {}
+
+
+def _load_zones():
+    import zoneinfo
+    try:
+        keys = zoneinfo.available_timezones()
+    except Exception:
+        return
+    for key in sorted(keys):
+        try:
+            ZONES[key] = zoneinfo.ZoneInfo(key)
+        except Exception:
+            pass
+    names = frozenset(ZONES)
+    zoneinfo.available_timezones = lambda: set(names)
 
 
 def preload():
@@ -37,4 +57,5 @@ def preload():
             importlib.import_module(name)
         except ImportError:
             missing.append(name)
+    _load_zones()
     return missing
