@@ -36,6 +36,7 @@ struct Inner {
     live: Arc<AtomicUsize>,
     paused: Arc<AtomicUsize>,
     shutdown: CancellationToken,
+    accepting: std::sync::atomic::AtomicBool,
     pooling: bool,
     _ticker: EpochTicker,
 }
@@ -84,6 +85,7 @@ impl Engine {
                 live: Arc::new(AtomicUsize::new(0)),
                 paused: Arc::new(AtomicUsize::new(0)),
                 shutdown: CancellationToken::new(),
+                accepting: std::sync::atomic::AtomicBool::new(true),
                 pooling,
                 _ticker: ticker,
             }),
@@ -109,8 +111,14 @@ impl Engine {
         self.inner.paused.load(Ordering::Relaxed)
     }
 
+    /// Refuses new executions (kind `Unavailable`) and lets running ones finish.
+    pub fn stop_accepting(&self) {
+        self.inner.accepting.store(false, Ordering::SeqCst);
+    }
+
     /// Fails every execution with kind `shutdown` and refuses new ones.
     pub fn shutdown(&self) {
+        self.stop_accepting();
         self.inner.shutdown.cancel();
     }
 
@@ -118,8 +126,8 @@ impl Engine {
     /// a task of its own and reports through [`Execution::next_event`].
     pub async fn start(&self, request: ExecutionRequest) -> Result<Execution> {
         let inner = &self.inner;
-        if inner.shutdown.is_cancelled() {
-            return Err(Error::new(ErrorKind::Busy, "the engine is shutting down"));
+        if !inner.accepting.load(Ordering::SeqCst) {
+            return Err(Error::new(ErrorKind::Unavailable, "the engine is shutting down"));
         }
         let limits = request.limits.clone().unwrap_or_else(|| inner.config.default_limits.clone());
         inner.config.ceilings.check(&limits, inner.config.fuel)?;
@@ -141,6 +149,7 @@ impl Engine {
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let (results_tx, results_rx) = mpsc::unbounded_channel();
         let book = Arc::new(Mutex::new(CallBook::default()));
+        let paused_flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let cancel = CancellationToken::new();
         let id: Arc<str> = new_id().into();
 
@@ -158,7 +167,8 @@ impl Engine {
             limits.clone(),
             inner.paused.clone(),
             output.clone(),
-        );
+        )
+        .with_paused_flag(paused_flag.clone());
         let mut store = Store::new(&inner.wasmtime, HostState::new(wasi, limiter, broker, inner.live.clone()));
         store.limiter(|s| &mut s.limiter);
         // At every epoch tick: stream what was printed, and yield so other executions (and
@@ -190,7 +200,7 @@ impl Engine {
         };
         let span = tracing::info_span!("execution", id = %id, session = request.session_id.as_deref().unwrap_or(""));
         tokio::spawn(tracing::Instrument::instrument(drive(job, store), span));
-        let control = Control { id, book, results: results_tx, cancel };
+        let control = Control { id, book, results: results_tx, cancel, paused: paused_flag };
         Ok(Execution::new(control, events_rx))
     }
 

@@ -18,6 +18,8 @@ pub enum ErrorKind {
     Finished,
     /// The engine could not be built or the sandbox could not be instantiated.
     Engine,
+    /// The engine is shutting down and takes no new executions.
+    Unavailable,
 }
 
 impl ErrorKind {
@@ -28,6 +30,7 @@ impl ErrorKind {
             ErrorKind::InvalidToolResult => "invalid_tool_result",
             ErrorKind::Finished => "finished",
             ErrorKind::Engine => "engine",
+            ErrorKind::Unavailable => "unavailable",
         }
     }
 }

@@ -62,9 +62,15 @@ pub struct Control {
     pub(crate) book: Arc<Mutex<CallBook>>,
     pub(crate) results: UnboundedSender<ToolResult>,
     pub(crate) cancel: CancellationToken,
+    pub(crate) paused: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Control {
+    /// Whether the program is parked waiting for tool results right now.
+    pub fn is_paused(&self) -> bool {
+        self.paused.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     pub fn id(&self) -> &str {
         &self.id
     }
@@ -223,10 +229,26 @@ pub(crate) async fn drive(job: Job, mut store: Store<HostState>) {
             Event::Failed(failure(kind, message))
         }
     };
-    if let Event::Failed(f) = &event {
-        tracing::debug!(kind = f.kind.as_str(), message = %f.message, "execution failed");
-    }
+    record_metrics(&event);
     let _ = job.events.send(event);
+}
+
+fn record_metrics(event: &Event) {
+    let (outcome, stats) = match event {
+        Event::Completed(c) => ("completed", &c.stats),
+        Event::Failed(f) => {
+            tracing::debug!(kind = f.kind.as_str(), message = %f.message, "execution failed");
+            (f.kind.as_str(), &f.stats)
+        }
+        _ => return,
+    };
+    metrics::counter!("ptc_executions_total", "outcome" => outcome).increment(1);
+    metrics::counter!("ptc_round_trips_total").increment(stats.round_trips.into());
+    metrics::counter!("ptc_tool_calls_total").increment(stats.tool_calls.into());
+    metrics::histogram!("ptc_execution_seconds").record(stats.wall_time.as_secs_f64());
+    if !stats.instantiate_time.is_zero() {
+        metrics::histogram!("ptc_instantiate_seconds").record(stats.instantiate_time.as_secs_f64());
+    }
 }
 
 fn classify(trap: wasmtime::Error, data: &mut HostState) -> (FailureKind, String) {

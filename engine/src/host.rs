@@ -52,6 +52,7 @@ pub(crate) struct Broker {
     /// Set just before the broker traps the guest, to say why.
     pub(crate) failure: Option<(FailureKind, String)>,
     paused: Arc<AtomicUsize>,
+    paused_flag: Option<Arc<std::sync::atomic::AtomicBool>>,
     output: Output,
 }
 
@@ -78,8 +79,14 @@ impl Broker {
             calls: 0,
             failure: None,
             paused,
+            paused_flag: None,
             output,
         }
+    }
+
+    pub(crate) fn with_paused_flag(mut self, flag: Arc<std::sync::atomic::AtomicBool>) -> Self {
+        self.paused_flag = Some(flag);
+        self
     }
 
     fn fail(&mut self, kind: FailureKind, message: String) -> wasmtime::Error {
@@ -167,7 +174,7 @@ impl Broker {
             ));
         }
 
-        let paused = PausedGuard::new(self.paused.clone());
+        let paused = PausedGuard::new(self.paused.clone(), self.paused_flag.clone());
         let first = match timeout_ms {
             None => self.results.recv().await,
             Some(ms) => match tokio::time::timeout(Duration::from_millis(ms), self.results.recv()).await {
@@ -203,18 +210,26 @@ fn to_wit(id: String, outcome: Result<String, String>) -> wit::ToolResult {
 
 /// Counts executions currently parked waiting for tool results (also when the wait is
 /// abandoned because the execution is cancelled or times out).
-struct PausedGuard(Arc<AtomicUsize>);
+struct PausedGuard(Arc<AtomicUsize>, Option<Arc<std::sync::atomic::AtomicBool>>);
 
 impl PausedGuard {
-    fn new(counter: Arc<AtomicUsize>) -> Self {
+    fn new(counter: Arc<AtomicUsize>, flag: Option<Arc<std::sync::atomic::AtomicBool>>) -> Self {
         counter.fetch_add(1, Ordering::Relaxed);
-        PausedGuard(counter)
+        if let Some(f) = &flag {
+            f.store(true, Ordering::Relaxed);
+        }
+        metrics::gauge!("ptc_paused_executions").increment(1.0);
+        PausedGuard(counter, flag)
     }
 }
 
 impl Drop for PausedGuard {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
+        if let Some(f) = &self.1 {
+            f.store(false, Ordering::Relaxed);
+        }
+        metrics::gauge!("ptc_paused_executions").decrement(1.0);
     }
 }
 
@@ -259,6 +274,7 @@ impl HostState {
 
     pub(crate) fn new(wasi: WasiCtx, limiter: Limiter, broker: Broker, live: Arc<AtomicUsize>) -> Self {
         live.fetch_add(1, Ordering::Relaxed);
+        metrics::gauge!("ptc_live_instances").increment(1.0);
         HostState { wasi, table: ResourceTable::new(), limiter, broker, live }
     }
 }
@@ -267,6 +283,7 @@ impl Drop for HostState {
     /// The store (and with it the instance) is gone: this is what "freed" means in tests.
     fn drop(&mut self) {
         self.live.fetch_sub(1, Ordering::Relaxed);
+        metrics::gauge!("ptc_live_instances").decrement(1.0);
     }
 }
 

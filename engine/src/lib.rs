@@ -18,6 +18,8 @@
 //! # Ok(()) }
 //! ```
 
+pub mod cli;
+pub mod client;
 mod config;
 mod engine;
 mod error;
@@ -25,8 +27,10 @@ mod events;
 mod execution;
 mod host;
 mod output;
+pub mod proto;
 mod request;
 mod schema;
+pub mod server;
 mod wasm;
 
 pub use config::{Ceilings, ComponentSource, EngineConfig, Limits, MIB, WhenBusy};

@@ -1,6 +1,8 @@
 //! Helpers for the end-to-end tests: one shared engine per test binary and a scripted tool
 //! client that answers calls the way a real agent platform would.
 
+pub mod grpc;
+
 use std::sync::OnceLock;
 use std::time::Duration;
 

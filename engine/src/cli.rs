@@ -1,0 +1,153 @@
+//! Command-line interface: every `serve` option is also a `PTC_*` environment variable.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::server::ServerConfig;
+use crate::server::auth::ApiKeys;
+use crate::server::tenants::TenantLimits;
+use crate::{ComponentSource, EngineConfig, Limits, MIB, WhenBusy};
+
+#[derive(Parser, Debug)]
+#[command(name = "ptc-engine", version, about = "Runs untrusted Python whose tool calls are answered by the client")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Serve the gRPC API (with health and reflection) and Prometheus metrics.
+    Serve(ServeArgs),
+    /// Run a Python file, answering its tool calls with a command.
+    Run(RunArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// gRPC listen address.
+    #[arg(long, env = "PTC_GRPC_ADDR", default_value = "127.0.0.1:50051")]
+    pub grpc_addr: SocketAddr,
+    /// HTTP Code API listen address (LibreChat-compatible; served once that API lands).
+    #[arg(long, env = "PTC_HTTP_ADDR", default_value = "127.0.0.1:8080")]
+    pub http_addr: SocketAddr,
+    /// Prometheus metrics listen address (`GET /metrics`).
+    #[arg(long, env = "PTC_METRICS_ADDR", default_value = "127.0.0.1:9090")]
+    pub metrics_addr: SocketAddr,
+    /// API keys as `tenant:key` pairs, comma-separated, or `@FILE` with one pair per line.
+    /// None: local development mode (no authentication).
+    #[arg(long, env = "PTC_API_KEYS", value_delimiter = ',', hide_env_values = true)]
+    pub api_keys: Vec<String>,
+    /// Executions alive at once on this server (running or paused); more are refused.
+    #[arg(long, env = "PTC_MAX_CONCURRENT", default_value_t = 1000)]
+    pub max_concurrent: usize,
+    /// Executions alive at once per tenant.
+    #[arg(long, env = "PTC_TENANT_MAX_CONCURRENT", default_value_t = 100)]
+    pub tenant_max_concurrent: usize,
+    /// Paused executions per tenant before new ones are refused.
+    #[arg(long, env = "PTC_TENANT_MAX_PAUSED", default_value_t = 100)]
+    pub tenant_max_paused: usize,
+    /// Default execution deadline in ms (requests may ask for 1000-300000).
+    #[arg(long, env = "PTC_TIMEOUT_MS", default_value_t = 60_000)]
+    pub timeout_ms: u64,
+    /// Default maximum round trips per execution.
+    #[arg(long, env = "PTC_MAX_ROUND_TRIPS", default_value_t = 20)]
+    pub max_round_trips: u32,
+    /// Default maximum tool calls per execution.
+    #[arg(long, env = "PTC_MAX_TOOL_CALLS", default_value_t = 1000)]
+    pub max_tool_calls: u32,
+    /// Default memory limit per execution, MiB.
+    #[arg(long, env = "PTC_MAX_MEMORY_MIB", default_value_t = 256)]
+    pub max_memory_mib: u64,
+    /// Default stdout+stderr limit per execution, bytes.
+    #[arg(long, env = "PTC_MAX_OUTPUT_BYTES", default_value_t = 1024 * 1024)]
+    pub max_output_bytes: u64,
+    /// Maximum code size, bytes.
+    #[arg(long, env = "PTC_MAX_CODE_BYTES", default_value_t = 1024 * 1024)]
+    pub max_code_bytes: usize,
+    /// Maximum tools per execution.
+    #[arg(long, env = "PTC_MAX_TOOLS", default_value_t = 256)]
+    pub max_tools: usize,
+    /// Enable fuel metering (requests may then set a fuel budget).
+    #[arg(long, env = "PTC_FUEL", default_value_t = false)]
+    pub fuel: bool,
+    /// Do not use wasmtime's pooling allocator.
+    #[arg(long, env = "PTC_NO_POOLING", default_value_t = false)]
+    pub no_pooling: bool,
+    /// Address space reserved per linear memory, MiB (default: wasmtime's 4 GiB).
+    #[arg(long, env = "PTC_MEMORY_RESERVATION_MIB")]
+    pub memory_reservation_mib: Option<u64>,
+    /// Directory for the compiled component cache.
+    #[arg(long, env = "PTC_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Load the sandbox component from this file instead of the embedded one.
+    #[arg(long, env = "PTC_COMPONENT")]
+    pub component: Option<PathBuf>,
+    /// Seconds running executions get to finish after SIGINT/SIGTERM.
+    #[arg(long, env = "PTC_SHUTDOWN_GRACE_SECS", default_value_t = 10)]
+    pub shutdown_grace_secs: u64,
+}
+
+impl ServeArgs {
+    pub fn server_config(&self) -> Result<ServerConfig, String> {
+        let defaults = Limits {
+            timeout: Duration::from_millis(self.timeout_ms),
+            max_round_trips: self.max_round_trips,
+            max_tool_calls: self.max_tool_calls,
+            max_memory_bytes: self.max_memory_mib * MIB,
+            max_output_bytes: self.max_output_bytes,
+            fuel: None,
+        };
+        let mut engine = EngineConfig {
+            component: self.component.clone().map_or(ComponentSource::Embedded, ComponentSource::File),
+            cache_dir: self.cache_dir.clone(),
+            max_concurrent: self.max_concurrent,
+            when_busy: WhenBusy::Refuse,
+            default_limits: defaults,
+            fuel: self.fuel,
+            pooling: !self.no_pooling,
+            memory_reservation: self.memory_reservation_mib.map(|m| m * MIB),
+            ..EngineConfig::default()
+        };
+        engine.ceilings.max_code_bytes = self.max_code_bytes;
+        engine.ceilings.max_tools = self.max_tools;
+        engine.ceilings.check(&engine.default_limits, engine.fuel).map_err(|e| format!("default limits: {e}"))?;
+        Ok(ServerConfig {
+            grpc_addr: self.grpc_addr,
+            metrics_addr: self.metrics_addr,
+            api_keys: ApiKeys::parse(&self.api_keys)?,
+            tenant_limits: TenantLimits { max_concurrent: self.tenant_max_concurrent, max_paused: self.tenant_max_paused },
+            engine,
+            shutdown_grace: Duration::from_secs(self.shutdown_grace_secs),
+        })
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    /// The Python file to run (`-` for stdin).
+    pub file: PathBuf,
+    /// JSON file with an array of tools: `[{"name", "description", "parameters"}]`.
+    #[arg(long)]
+    pub tools: Option<PathBuf>,
+    /// Shell command that answers one tool call: it gets `{"id","name","input"}` as JSON on
+    /// stdin and prints the result as JSON (other text becomes a string); a non-zero exit
+    /// status makes the call fail with its stderr as the message.
+    #[arg(long)]
+    pub tool_handler: Option<String>,
+    /// Server to connect to.
+    #[arg(long, env = "PTC_SERVER", default_value = "http://127.0.0.1:50051")]
+    pub server: String,
+    /// Start an embedded engine instead of connecting to a server.
+    #[arg(long)]
+    pub local: bool,
+    /// API key for the server.
+    #[arg(long, env = "PTC_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// Execution deadline in ms.
+    #[arg(long)]
+    pub timeout_ms: Option<u32>,
+}

@@ -1,0 +1,168 @@
+//! `ptc-engine run`: a small gRPC client that runs a file and answers tool calls by running a
+//! command per call (all calls of a batch in parallel).
+
+use std::process::Stdio;
+
+use anyhow::{Context, bail};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::cli::RunArgs;
+use crate::proto::{self, client_message, sandbox_client::SandboxClient, server_message};
+
+/// Runs the program; returns the process exit code.
+pub async fn run(args: RunArgs) -> anyhow::Result<i32> {
+    let code = if args.file.as_os_str() == "-" {
+        let mut s = String::new();
+        tokio::io::stdin().read_to_string(&mut s).await?;
+        s
+    } else {
+        std::fs::read_to_string(&args.file).with_context(|| format!("reading {}", args.file.display()))?
+    };
+    let tools = match &args.tools {
+        None => vec![],
+        Some(path) => parse_tools(&std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?)?,
+    };
+
+    let mut local = None;
+    let server = if args.local {
+        let config = crate::server::ServerConfig {
+            grpc_addr: ([127, 0, 0, 1], 0).into(),
+            metrics_addr: ([127, 0, 0, 1], 0).into(),
+            ..Default::default()
+        };
+        let running = crate::server::start(config).await?;
+        let url = format!("http://{}", running.grpc_addr);
+        local = Some(running);
+        url
+    } else {
+        args.server.clone()
+    };
+
+    let mut client = SandboxClient::connect(server.clone()).await.with_context(|| format!("connecting to {server}"))?;
+    let (tx, rx) = mpsc::channel(16);
+    let start = proto::Start {
+        code,
+        tools,
+        limits: Some(proto::Limits { timeout_ms: args.timeout_ms, ..Default::default() }),
+        ..Default::default()
+    };
+    tx.send(proto::ClientMessage { message: Some(client_message::Message::Start(start)) }).await?;
+    let mut request = tonic::Request::new(ReceiverStream::new(rx));
+    if let Some(key) = &args.api_key {
+        request.metadata_mut().insert("x-api-key", key.parse().context("API key is not valid metadata")?);
+    }
+    let mut events = client.execute(request).await?.into_inner();
+
+    let mut exit = 1;
+    while let Some(message) = events.message().await? {
+        match message.message {
+            Some(server_message::Message::Output(o)) => {
+                if o.stream == proto::OutputStream::Stderr as i32 {
+                    tokio::io::stderr().write_all(&o.data).await?;
+                } else {
+                    tokio::io::stdout().write_all(&o.data).await?;
+                    tokio::io::stdout().flush().await?;
+                }
+            }
+            Some(server_message::Message::ToolCalls(batch)) => {
+                let handler = args.tool_handler.clone();
+                let results = futures_join(batch.calls.into_iter().map(|c| answer(handler.clone(), c))).await;
+                let msg = client_message::Message::ToolResults(proto::ToolResults { results });
+                tx.send(proto::ClientMessage { message: Some(msg) }).await?;
+            }
+            Some(server_message::Message::Completed(c)) => {
+                if c.return_value_json != "null" {
+                    println!("{}", c.return_value_json);
+                }
+                exit = 0;
+            }
+            Some(server_message::Message::Failed(f)) => {
+                let kind = proto::FailureKind::try_from(f.kind).unwrap_or(proto::FailureKind::Internal);
+                if kind != proto::FailureKind::PythonError {
+                    eprintln!("ptc-engine: {} ({})", f.message, kind.as_str_name());
+                }
+                exit = f.exit_code.unwrap_or(1);
+            }
+            Some(server_message::Message::Error(e)) => eprintln!("ptc-engine: {}: {}", e.code, e.message),
+            Some(server_message::Message::Started(_)) | None => {}
+        }
+    }
+    drop(tx);
+    if let Some(server) = local {
+        server.shutdown();
+        server.wait().await;
+    }
+    Ok(exit)
+}
+
+async fn futures_join<F: std::future::Future<Output = proto::ToolResult> + Send + 'static>(
+    futures: impl Iterator<Item = F>,
+) -> Vec<proto::ToolResult> {
+    let handles: Vec<_> = futures.map(tokio::spawn).collect();
+    let mut out = Vec::with_capacity(handles.len());
+    for h in handles {
+        out.push(h.await.expect("tool handler task"));
+    }
+    out
+}
+
+fn parse_tools(text: &str) -> anyhow::Result<Vec<proto::Tool>> {
+    let value: serde_json::Value = serde_json::from_str(text).context("tools file is not JSON")?;
+    let Some(items) = value.as_array() else { bail!("tools file must hold a JSON array") };
+    items
+        .iter()
+        .map(|t| {
+            let name = t["name"].as_str().context("every tool needs a \"name\"")?.to_string();
+            Ok(proto::Tool {
+                name,
+                description: t["description"].as_str().unwrap_or_default().to_string(),
+                parameters_json: if t["parameters"].is_null() { String::new() } else { t["parameters"].to_string() },
+            })
+        })
+        .collect()
+}
+
+async fn answer(handler: Option<String>, call: proto::ToolCall) -> proto::ToolResult {
+    use proto::tool_result::Outcome;
+    let outcome = match handler {
+        None => Outcome::Error(format!("no --tool-handler given to answer {:?}", call.name)),
+        Some(cmd) => match run_handler(&cmd, &call).await {
+            Ok(text) => {
+                let trimmed = text.trim();
+                if serde_json::from_str::<serde::de::IgnoredAny>(trimmed).is_ok() && !trimmed.is_empty() {
+                    Outcome::ResultJson(trimmed.to_string())
+                } else {
+                    Outcome::ResultJson(serde_json::Value::String(text).to_string())
+                }
+            }
+            Err(message) => Outcome::Error(message),
+        },
+    };
+    proto::ToolResult { call_id: call.id, outcome: Some(outcome) }
+}
+
+async fn run_handler(cmd: &str, call: &proto::ToolCall) -> Result<String, String> {
+    let input: serde_json::Value = serde_json::from_str(&call.input_json).unwrap_or(serde_json::Value::Null);
+    let request = serde_json::json!({"id": call.id, "name": call.name, "input": input}).to_string();
+    let mut child = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("cannot run the tool handler: {e}"))?;
+    let mut stdin = child.stdin.take().expect("piped");
+    let _ = stdin.write_all(request.as_bytes()).await;
+    drop(stdin);
+    let out = child.wait_with_output().await.map_err(|e| format!("tool handler failed: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        Err(if stderr.is_empty() { format!("tool handler exited with {}", out.status) } else { stderr })
+    }
+}

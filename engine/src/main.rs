@@ -1,0 +1,44 @@
+//! The `ptc-engine` binary: `serve` and `run`.
+
+use clap::Parser;
+use ptc_engine::cli::{Cli, Command};
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("PTC_LOG").unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async {
+        match cli.command {
+            Command::Serve(args) => serve(args).await,
+            Command::Run(args) => {
+                let code = ptc_engine::client::run(args).await?;
+                std::process::exit(code);
+            }
+        }
+    })
+}
+
+async fn serve(args: ptc_engine::cli::ServeArgs) -> anyhow::Result<()> {
+    let config = args.server_config().map_err(anyhow::Error::msg)?;
+    let server = ptc_engine::server::start(config).await?;
+    let stop = server_shutdown_signal();
+    tokio::pin!(stop);
+    stop.await;
+    server.shutdown();
+    server.wait().await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn server_shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+    }
+}

@@ -1,0 +1,188 @@
+//! The `ptc.v1.Sandbox` gRPC service: a thin layer over [`crate::Engine`].
+//!
+//! Each `Execute` stream gets a task that pumps engine events out and client messages in.
+//! The task owns the execution, so a vanished client (stream error, or the response stream
+//! dropped by tonic) drops it, which cancels the program and frees its instance at once.
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+use tracing::Instrument;
+
+use super::auth::{ApiKeys, presented_key};
+use super::tenants::{Admission, Refusal, Tenants};
+use crate::proto::{self, client_message, sandbox_server, server_message};
+use crate::{Engine, ErrorKind, Event, ExecutionRequest, ToolResult};
+
+#[derive(Clone)]
+pub struct SandboxService {
+    pub engine: Engine,
+    pub keys: Arc<ApiKeys>,
+    pub tenants: Arc<Tenants>,
+}
+
+pub fn status_from(err: crate::Error) -> Status {
+    let message = err.message().to_string();
+    match err.kind() {
+        ErrorKind::InvalidRequest => Status::invalid_argument(message),
+        ErrorKind::Busy => Status::resource_exhausted(message),
+        ErrorKind::Unavailable => Status::unavailable(message),
+        ErrorKind::InvalidToolResult | ErrorKind::Finished => Status::failed_precondition(message),
+        _ => Status::internal(message),
+    }
+}
+
+fn refusal_status(r: Refusal) -> Status {
+    match r {
+        Refusal::DuplicateRequest(m) => Status::already_exists(m),
+        other => Status::resource_exhausted(other.message().to_string()),
+    }
+}
+
+impl SandboxService {
+    fn tenant<T>(&self, request: &Request<T>) -> Result<String, Status> {
+        let md = request.metadata();
+        let key = presented_key(
+            md.get("x-api-key").and_then(|v| v.to_str().ok()),
+            md.get("authorization").and_then(|v| v.to_str().ok()),
+        );
+        self.keys.tenant(key).map_err(|e| Status::unauthenticated(e.message()))
+    }
+}
+
+fn error_message(code: &str, message: impl Into<String>) -> proto::ServerMessage {
+    proto::ServerMessage {
+        message: Some(server_message::Message::Error(proto::Error { code: code.into(), message: message.into() })),
+    }
+}
+
+#[tonic::async_trait]
+impl sandbox_server::Sandbox for SandboxService {
+    type ExecuteStream = ReceiverStream<Result<proto::ServerMessage, Status>>;
+
+    async fn execute(
+        &self,
+        request: Request<Streaming<proto::ClientMessage>>,
+    ) -> Result<Response<Self::ExecuteStream>, Status> {
+        let tenant = self.tenant(&request)?;
+        let mut inbound = request.into_inner();
+        let start = match inbound.message().await? {
+            Some(proto::ClientMessage { message: Some(client_message::Message::Start(start)) }) => start,
+            Some(_) => return Err(Status::invalid_argument("the first message must be Start")),
+            None => return Err(Status::invalid_argument("the stream closed before Start")),
+        };
+        let tools = proto::tool_defs(start.tools).map_err(Status::invalid_argument)?;
+        let limits = start.limits.unwrap_or_default().apply(&self.engine.config().default_limits);
+        let admission = self.tenants.admit(&tenant, Some(&start.request_id)).map_err(refusal_status)?;
+        let session_id = (!start.session_id.is_empty()).then_some(start.session_id);
+        let request = ExecutionRequest { code: start.code, tools, limits: Some(limits), session_id: session_id.clone() };
+        let execution = self.engine.start(request).await.map_err(status_from)?;
+        admission.attach(execution.control());
+
+        let span = tracing::info_span!("grpc_execute", execution = %execution.id(), tenant = %tenant,
+            session = session_id.as_deref().unwrap_or(""));
+        let (tx, rx) = mpsc::channel(64);
+        let started = proto::ServerMessage {
+            message: Some(server_message::Message::Started(proto::Started { execution_id: execution.id().to_string() })),
+        };
+        tx.send(Ok(started)).await.map_err(|_| Status::cancelled("client went away"))?;
+        tokio::spawn(pump(execution, inbound, tx, admission).instrument(span));
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn describe_tools(
+        &self,
+        request: Request<proto::DescribeToolsRequest>,
+    ) -> Result<Response<proto::DescribeToolsResponse>, Status> {
+        self.tenant(&request)?;
+        let tools = proto::tool_defs(request.into_inner().tools).map_err(Status::invalid_argument)?;
+        let d = self.engine.describe_tools(&tools).await.map_err(status_from)?;
+        Ok(Response::new(proto::DescribeToolsResponse {
+            tools: d
+                .tools
+                .into_iter()
+                .map(|t| proto::DescribedTool { name: t.name, python_name: t.python_name, signature: t.signature })
+                .collect(),
+            stub: d.stub,
+        }))
+    }
+}
+
+async fn pump(
+    mut execution: crate::Execution,
+    mut inbound: Streaming<proto::ClientMessage>,
+    tx: mpsc::Sender<Result<proto::ServerMessage, Status>>,
+    _admission: Admission,
+) {
+    let mut inbound_open = true;
+    let mut round = 0;
+    loop {
+        tokio::select! {
+            event = execution.next_event() => {
+                let Some(event) = event else { break };
+                let last = matches!(event, Event::Completed(_) | Event::Failed(_));
+                if tx.send(Ok(proto::server_message(event, &mut round))).await.is_err() {
+                    tracing::info!("client went away; cancelling");
+                    break;
+                }
+                if last {
+                    break;
+                }
+            }
+            message = inbound.message(), if inbound_open => match message {
+                Ok(Some(message)) => {
+                    if let Some(reply) = handle_client_message(&execution, message)
+                        && tx.send(Ok(reply)).await.is_err()
+                    {
+                        break;
+                    }
+                }
+                // Half-closed: the client has nothing more to say but still listens.
+                Ok(None) => inbound_open = false,
+                Err(status) => {
+                    tracing::info!(%status, "client stream failed; cancelling");
+                    break;
+                }
+            },
+            _ = tx.closed() => {
+                tracing::info!("client went away; cancelling");
+                break;
+            }
+        }
+    }
+    // Dropping `execution` cancels it if it is still running.
+}
+
+fn handle_client_message(execution: &crate::Execution, message: proto::ClientMessage) -> Option<proto::ServerMessage> {
+    match message.message {
+        Some(client_message::Message::ToolResults(results)) => {
+            let results = results
+                .results
+                .into_iter()
+                .map(|r| ToolResult {
+                    outcome: match r.outcome {
+                        Some(proto::tool_result::Outcome::ResultJson(json)) => Ok(json),
+                        Some(proto::tool_result::Outcome::Error(message)) => Err(message),
+                        None => Err("the client sent a result with neither result_json nor error".into()),
+                    },
+                    id: r.call_id,
+                })
+                .collect();
+            match execution.submit(results) {
+                Ok(()) => None,
+                Err(e) => Some(error_message(e.kind().as_str(), e.message())),
+            }
+        }
+        Some(client_message::Message::Cancel(cancel)) => {
+            tracing::info!(reason = %cancel.reason, "cancelled by the client");
+            execution.cancel();
+            None
+        }
+        Some(client_message::Message::Start(_)) => {
+            Some(error_message("unexpected_message", "Start may only be the first message of a stream"))
+        }
+        None => Some(error_message("unexpected_message", "empty client message")),
+    }
+}

@@ -1,0 +1,150 @@
+//! `ptc-engine serve`: the gRPC service, health and reflection, and Prometheus metrics, with
+//! graceful shutdown. Every front end is a thin layer over the [`crate::Engine`].
+
+pub mod auth;
+pub mod grpc;
+pub mod metrics;
+pub mod tenants;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+
+use crate::proto::sandbox_server::SandboxServer;
+use crate::{Engine, EngineConfig};
+use auth::ApiKeys;
+use tenants::{TenantLimits, Tenants};
+
+/// Everything `serve` needs; `ServerConfig::default()` is the embedded default.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub grpc_addr: SocketAddr,
+    pub metrics_addr: SocketAddr,
+    pub api_keys: ApiKeys,
+    pub tenant_limits: TenantLimits,
+    pub engine: EngineConfig,
+    /// How long running executions may finish after a shutdown signal before they fail with
+    /// kind `shutdown`.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            grpc_addr: ([127, 0, 0, 1], 50051).into(),
+            metrics_addr: ([127, 0, 0, 1], 9090).into(),
+            api_keys: ApiKeys::default(),
+            tenant_limits: TenantLimits::default(),
+            engine: EngineConfig { when_busy: crate::WhenBusy::Refuse, ..EngineConfig::default() },
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A started server. `shutdown()` begins a graceful stop; `wait()` returns when it is done.
+pub struct RunningServer {
+    pub grpc_addr: SocketAddr,
+    pub metrics_addr: SocketAddr,
+    pub engine: Engine,
+    pub tenants: Arc<Tenants>,
+    shutdown: CancellationToken,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl RunningServer {
+    pub fn shutdown(&self) {
+        self.shutdown.cancel();
+    }
+
+    pub async fn wait(self) {
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+}
+
+/// Binds the listeners (port 0 picks a free port) and starts serving.
+pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
+    if config.api_keys.is_empty() {
+        tracing::warn!(
+            "NO API KEYS CONFIGURED: local development mode, every caller is tenant \"local\". \
+             Set --api-keys / PTC_API_KEYS before exposing this server."
+        );
+    } else {
+        tracing::info!(tenants = config.api_keys.tenants(), "API keys loaded");
+    }
+    let engine_config = config.engine.clone();
+    let engine = tokio::task::spawn_blocking(move || Engine::new(engine_config)).await??;
+    let tenants = Tenants::new(config.tenant_limits);
+    let grpc_listener = TcpListener::bind(config.grpc_addr).await?;
+    let metrics_listener = TcpListener::bind(config.metrics_addr).await?;
+    let grpc_addr = grpc_listener.local_addr()?;
+    let metrics_addr = metrics_listener.local_addr()?;
+
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    health_reporter.set_serving::<SandboxServer<grpc::SandboxService>>().await;
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    // grpcurl 1.8 only speaks the older v1alpha reflection protocol.
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()?;
+    let service = grpc::SandboxService { engine: engine.clone(), keys: Arc::new(config.api_keys), tenants: tenants.clone() };
+
+    let shutdown = CancellationToken::new();
+    let stop_serving = CancellationToken::new();
+    let mut tasks = Vec::new();
+
+    let stop = stop_serving.clone();
+    tasks.push(tokio::spawn(async move {
+        let result = tonic::transport::Server::builder()
+            .add_service(health_service)
+            .add_service(reflection_v1)
+            .add_service(reflection_v1alpha)
+            .add_service(SandboxServer::new(service))
+            .serve_with_incoming_shutdown(TcpListenerStream::new(grpc_listener), stop.cancelled_owned())
+            .await;
+        if let Err(e) = result {
+            tracing::error!("gRPC server failed: {e}");
+        }
+    }));
+
+    let stop = stop_serving.clone();
+    tasks.push(tokio::spawn(async move {
+        let app = metrics::router();
+        if let Err(e) = axum::serve(metrics_listener, app).with_graceful_shutdown(stop.cancelled_owned()).await {
+            tracing::error!("metrics server failed: {e}");
+        }
+    }));
+
+    let (signal, eng, grace) = (shutdown.clone(), engine.clone(), config.shutdown_grace);
+    tasks.push(tokio::spawn(async move {
+        signal.cancelled().await;
+        tracing::info!(grace = ?grace, live = eng.live_instances(), "shutting down");
+        health_reporter.set_not_serving::<SandboxServer<grpc::SandboxService>>().await;
+        eng.stop_accepting();
+        let deadline = Instant::now() + grace;
+        while eng.live_instances() > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        eng.shutdown();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while eng.live_instances() > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Let the pumps deliver their final `Failed { kind: shutdown }` before closing.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        stop_serving.cancel();
+    }));
+
+    tracing::info!(grpc = %grpc_addr, metrics = %metrics_addr, "serving");
+    Ok(RunningServer { grpc_addr, metrics_addr, engine, tenants, shutdown, tasks })
+}

@@ -1,0 +1,147 @@
+//! Per-tenant admission: concurrent and paused executions, and idempotency keys.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::Control;
+
+#[derive(Debug, Clone, Copy)]
+pub struct TenantLimits {
+    /// Executions alive at once (running or paused) per tenant.
+    pub max_concurrent: usize,
+    /// Executions paused waiting for tool results per tenant; a new one is refused while a
+    /// tenant has this many.
+    pub max_paused: usize,
+}
+
+impl Default for TenantLimits {
+    fn default() -> Self {
+        TenantLimits { max_concurrent: 100, max_paused: 100 }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    TooManyExecutions(String),
+    TooManyPaused(String),
+    DuplicateRequest(String),
+}
+
+impl Refusal {
+    pub fn message(&self) -> &str {
+        match self {
+            Refusal::TooManyExecutions(m) | Refusal::TooManyPaused(m) | Refusal::DuplicateRequest(m) => m,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Tenant {
+    executions: HashMap<u64, Option<Control>>,
+    request_ids: HashMap<String, u64>,
+}
+
+pub struct Tenants {
+    limits: TenantLimits,
+    state: Mutex<HashMap<String, Tenant>>,
+    next: AtomicU64,
+}
+
+/// A tenant's slot for one execution; dropping it frees the slot and the request id.
+pub struct Admission {
+    tenants: Arc<Tenants>,
+    pub tenant: String,
+    slot: u64,
+    request_id: Option<String>,
+}
+
+impl Tenants {
+    pub fn new(limits: TenantLimits) -> Arc<Self> {
+        Arc::new(Tenants { limits, state: Mutex::new(HashMap::new()), next: AtomicU64::new(1) })
+    }
+
+    pub fn admit(self: &Arc<Self>, tenant: &str, request_id: Option<&str>) -> Result<Admission, Refusal> {
+        let mut state = self.state.lock().unwrap();
+        let t = state.entry(tenant.to_string()).or_default();
+        if t.executions.len() >= self.limits.max_concurrent {
+            return Err(Refusal::TooManyExecutions(format!(
+                "tenant {tenant:?} already has {} executions (limit {})",
+                t.executions.len(),
+                self.limits.max_concurrent
+            )));
+        }
+        let paused = t.executions.values().flatten().filter(|c| c.is_paused()).count();
+        if paused >= self.limits.max_paused {
+            return Err(Refusal::TooManyPaused(format!(
+                "tenant {tenant:?} already has {paused} paused executions (limit {}); answer or cancel some first",
+                self.limits.max_paused
+            )));
+        }
+        let request_id = request_id.filter(|r| !r.is_empty()).map(str::to_owned);
+        if let Some(rid) = &request_id
+            && t.request_ids.contains_key(rid)
+        {
+            return Err(Refusal::DuplicateRequest(format!("request id {rid:?} is already running")));
+        }
+        let slot = self.next.fetch_add(1, Ordering::Relaxed);
+        t.executions.insert(slot, None);
+        if let Some(rid) = &request_id {
+            t.request_ids.insert(rid.clone(), slot);
+        }
+        Ok(Admission { tenants: self.clone(), tenant: tenant.to_string(), slot, request_id })
+    }
+
+    /// The execution a tenant started with `request_id`, if it is still alive.
+    pub fn by_request_id(&self, tenant: &str, request_id: &str) -> Option<Control> {
+        let state = self.state.lock().unwrap();
+        let t = state.get(tenant)?;
+        t.executions.get(t.request_ids.get(request_id)?)?.clone()
+    }
+
+    pub fn active(&self, tenant: &str) -> usize {
+        self.state.lock().unwrap().get(tenant).map_or(0, |t| t.executions.len())
+    }
+}
+
+impl Admission {
+    pub fn attach(&self, control: Control) {
+        let mut state = self.tenants.state.lock().unwrap();
+        if let Some(slot) = state.get_mut(&self.tenant).and_then(|t| t.executions.get_mut(&self.slot)) {
+            *slot = Some(control);
+        }
+    }
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        let mut state = self.tenants.state.lock().unwrap();
+        if let Some(t) = state.get_mut(&self.tenant) {
+            t.executions.remove(&self.slot);
+            if let Some(rid) = &self.request_id {
+                t.request_ids.remove(rid);
+            }
+            if t.executions.is_empty() {
+                state.remove(&self.tenant);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_and_request_ids() {
+        let tenants = Tenants::new(TenantLimits { max_concurrent: 2, max_paused: 10 });
+        let a = tenants.admit("t", Some("r1")).unwrap();
+        assert!(matches!(tenants.admit("t", Some("r1")), Err(Refusal::DuplicateRequest(_))));
+        let _b = tenants.admit("t", None).unwrap();
+        assert!(matches!(tenants.admit("t", None), Err(Refusal::TooManyExecutions(_))));
+        assert!(tenants.admit("other", None).is_ok(), "limits are per tenant");
+        drop(a);
+        assert_eq!(tenants.active("t"), 1);
+        assert!(tenants.admit("t", Some("r1")).is_ok());
+    }
+}

@@ -1,0 +1,148 @@
+//! A real server on 127.0.0.1:0 and a tonic client that drives `Execute` streams.
+
+use std::time::Duration;
+
+use ptc_engine::proto::{self, client_message, sandbox_client::SandboxClient, server_message};
+use ptc_engine::server::{RunningServer, ServerConfig, auth::ApiKeys};
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
+
+pub use server_message::Message as Msg;
+
+/// A server with every port on 127.0.0.1:0, fuel enabled, and the given keys.
+pub fn config(keys: &[&str]) -> ServerConfig {
+    let mut config = ServerConfig {
+        grpc_addr: ([127, 0, 0, 1], 0).into(),
+        metrics_addr: ([127, 0, 0, 1], 0).into(),
+        api_keys: ApiKeys::parse(&keys.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap(),
+        shutdown_grace: Duration::from_millis(300),
+        ..ServerConfig::default()
+    };
+    config.engine.max_concurrent = 200;
+    config
+}
+
+pub async fn serve(config: ServerConfig) -> RunningServer {
+    ptc_engine::server::start(config).await.expect("server starts")
+}
+
+pub async fn client(server: &RunningServer) -> SandboxClient<Channel> {
+    SandboxClient::connect(format!("http://{}", server.grpc_addr)).await.expect("connect")
+}
+
+pub fn tool(name: &str, schema: Option<Value>) -> proto::Tool {
+    proto::Tool {
+        name: name.into(),
+        description: format!("The {name} tool."),
+        parameters_json: schema.map(|s| s.to_string()).unwrap_or_default(),
+    }
+}
+
+pub fn start_message(code: &str, tools: Vec<proto::Tool>) -> proto::Start {
+    proto::Start { code: code.into(), tools, ..Default::default() }
+}
+
+/// One open `Execute` stream.
+pub struct Stream {
+    pub tx: mpsc::Sender<proto::ClientMessage>,
+    pub rx: tonic::Streaming<proto::ServerMessage>,
+}
+
+impl Stream {
+    pub async fn open(client: &mut SandboxClient<Channel>, start: proto::Start, key: Option<&str>) -> Result<Stream, tonic::Status> {
+        let (tx, rx) = mpsc::channel(16);
+        tx.send(proto::ClientMessage { message: Some(client_message::Message::Start(start)) }).await.unwrap();
+        let mut request = tonic::Request::new(ReceiverStream::new(rx));
+        if let Some(key) = key {
+            request.metadata_mut().insert("x-api-key", key.parse().unwrap());
+        }
+        let rx = client.execute(request).await?.into_inner();
+        Ok(Stream { tx, rx })
+    }
+
+    pub async fn next(&mut self) -> Option<Msg> {
+        tokio::time::timeout(Duration::from_secs(30), self.rx.message())
+            .await
+            .expect("a server message within 30 s")
+            .expect("stream ok")
+            .and_then(|m| m.message)
+    }
+
+    /// Skips Started/Output until a message `pick` accepts.
+    pub async fn until<T>(&mut self, mut pick: impl FnMut(Msg) -> Option<T>) -> T {
+        loop {
+            let m = self.next().await.expect("stream ended early");
+            if let Some(t) = pick(m) {
+                return t;
+            }
+        }
+    }
+
+    pub async fn send_results(&self, results: Vec<proto::ToolResult>) {
+        let msg = client_message::Message::ToolResults(proto::ToolResults { results });
+        self.tx.send(proto::ClientMessage { message: Some(msg) }).await.unwrap();
+    }
+
+    pub async fn cancel(&self) {
+        let msg = client_message::Message::Cancel(proto::Cancel { reason: "test".into() });
+        self.tx.send(proto::ClientMessage { message: Some(msg) }).await.unwrap();
+    }
+
+    /// Answers every call with `handler` until the end; returns the final message and the
+    /// batches seen.
+    pub async fn drive(mut self, handler: impl Fn(&proto::ToolCall) -> Result<Value, String>) -> (Msg, Vec<proto::ToolCalls>) {
+        let mut rounds = vec![];
+        loop {
+            match self.next().await.expect("stream ended before the final message") {
+                Msg::ToolCalls(batch) => {
+                    let results = batch.calls.iter().map(|c| result(&c.id, handler(c))).collect();
+                    self.send_results(results).await;
+                    rounds.push(batch);
+                }
+                m @ (Msg::Completed(_) | Msg::Failed(_)) => return (m, rounds),
+                _ => {}
+            }
+        }
+    }
+}
+
+pub fn result(id: &str, r: Result<Value, String>) -> proto::ToolResult {
+    use proto::tool_result::Outcome;
+    proto::ToolResult {
+        call_id: id.into(),
+        outcome: Some(match r {
+            Ok(v) => Outcome::ResultJson(v.to_string()),
+            Err(e) => Outcome::Error(e),
+        }),
+    }
+}
+
+pub fn input(call: &proto::ToolCall) -> Value {
+    serde_json::from_str(&call.input_json).unwrap()
+}
+
+pub fn completed(m: Msg) -> proto::Completed {
+    match m {
+        Msg::Completed(c) => c,
+        other => panic!("expected Completed, got {other:?}"),
+    }
+}
+
+pub fn failed(m: Msg) -> proto::Failed {
+    match m {
+        Msg::Failed(f) => f,
+        other => panic!("expected Failed, got {other:?}"),
+    }
+}
+
+/// GET the metrics page.
+pub async fn metrics_text(server: &RunningServer) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(server.metrics_addr).await.unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).await.unwrap();
+    body
+}

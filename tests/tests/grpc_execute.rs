@@ -1,0 +1,172 @@
+//! The gRPC Execute stream end to end over real TCP: the core behaviours through the stream.
+
+use ptc_engine::proto::{self, FailureKind};
+use ptc_tests::grpc::*;
+use serde_json::json;
+
+fn add_tool() -> proto::Tool {
+    tool("add", Some(json!({"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"]})))
+}
+
+fn add(call: &proto::ToolCall) -> Result<serde_json::Value, String> {
+    let i = input(call);
+    Ok(json!(i["a"].as_i64().unwrap() + i["b"].as_i64().unwrap()))
+}
+
+#[tokio::test]
+async fn execute_streams_started_calls_output_and_completed() {
+    let server = serve(config(&[])).await;
+    let mut client = client(&server).await;
+    let code = "print('hi')\nx = await add(a=1, b=2)\ny = await add(a=x, b=3)\nprint(x, y)\nreturn y";
+    let mut s = Stream::open(&mut client, start_message(code, vec![add_tool()]), None).await.unwrap();
+    let Some(Msg::Started(started)) = s.next().await else { panic!("Started must come first") };
+    assert_eq!(started.execution_id.len(), 32);
+    let out = s.until(|m| match m { Msg::Output(o) => Some(o), _ => None }).await;
+    assert_eq!((out.stream, out.data.as_slice()), (proto::OutputStream::Stdout as i32, b"hi\n".as_slice()));
+    let (end, rounds) = s.drive(add).await;
+    let c = completed(end);
+    assert_eq!(rounds.iter().map(|r| r.round).collect::<Vec<_>>(), [1, 2]);
+    assert_eq!(c.stdout, "hi\n3 6\n");
+    assert_eq!(c.return_value_json, "6");
+    let stats = c.stats.unwrap();
+    assert_eq!((stats.round_trips, stats.tool_calls), (2, 2));
+    assert_eq!(c.tool_calls.len(), 2);
+    assert!(stats.instantiate_time_us > 0 && stats.wall_time_us >= stats.instantiate_time_us);
+}
+
+#[tokio::test]
+async fn gather_is_one_batch_and_partial_answers_work() {
+    let server = serve(config(&[])).await;
+    let mut client = client(&server).await;
+    let code = "r = await asyncio.gather(*[add(a=i, b=0) for i in range(10)])\nprint(r)";
+    let mut s = Stream::open(&mut client, start_message(code, vec![add_tool()]), None).await.unwrap();
+    let batch = s.until(|m| match m { Msg::ToolCalls(b) => Some(b), _ => None }).await;
+    assert_eq!(batch.calls.len(), 10);
+    // Answer in two halves, in reverse order.
+    let answers: Vec<_> = batch.calls.iter().rev().map(|c| result(&c.id, add(c))).collect();
+    s.send_results(answers[..5].to_vec()).await;
+    s.send_results(answers[5..].to_vec()).await;
+    let (end, rounds) = s.drive(add).await;
+    assert!(rounds.is_empty());
+    assert_eq!(completed(end).stdout, "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]\n");
+}
+
+#[tokio::test]
+async fn errors_come_back_as_failed_with_kinds() {
+    let server = serve(config(&[])).await;
+    let mut client = client(&server).await;
+    let s = Stream::open(&mut client, start_message("x = 1\nraise ValueError('bad')", vec![]), None).await.unwrap();
+    let f = failed(s.drive(add).await.0);
+    assert_eq!(f.kind, FailureKind::PythonError as i32);
+    assert_eq!(f.message, "ValueError: bad");
+    assert!(f.traceback.contains("line 2"), "{}", f.traceback);
+
+    let mut start = start_message("while True: pass", vec![]);
+    start.limits = Some(proto::Limits { timeout_ms: Some(1000), ..Default::default() });
+    let s = Stream::open(&mut client, start, None).await.unwrap();
+    assert_eq!(failed(s.drive(add).await.0).kind, FailureKind::Timeout as i32);
+
+    let mut start = start_message("for i in range(5):\n    await add(a=i, b=0)", vec![add_tool()]);
+    start.limits = Some(proto::Limits { max_round_trips: Some(2), ..Default::default() });
+    let s = Stream::open(&mut client, start, None).await.unwrap();
+    let f = failed(s.drive(add).await.0);
+    assert_eq!((f.kind, f.message.as_str()), (FailureKind::RoundTrips as i32, "Exceeded maximum round trips (2)"));
+}
+
+#[tokio::test]
+async fn tool_errors_schema_errors_and_malformed_results_reach_python() {
+    let server = serve(config(&[])).await;
+    let mut client = client(&server).await;
+    let code = r#"
+for args in [dict(a=1, b=2), dict(a="x", b=2), dict(a=5, b=5)]:
+    try:
+        print(await add(**args))
+    except ToolError as e:
+        print("ToolError:", e)
+"#;
+    let mut s = Stream::open(&mut client, start_message(code, vec![add_tool()]), None).await.unwrap();
+    let first = s.until(|m| match m { Msg::ToolCalls(b) => Some(b), _ => None }).await;
+    s.send_results(vec![result(&first.calls[0].id, Err("adder is down".into()))]).await;
+    let second = s.until(|m| match m { Msg::ToolCalls(b) => Some(b), _ => None }).await;
+    use proto::tool_result::Outcome;
+    s.send_results(vec![proto::ToolResult { call_id: second.calls[0].id.clone(), outcome: Some(Outcome::ResultJson("{oops".into())) }]).await;
+    let c = completed(s.drive(add).await.0);
+    let lines: Vec<_> = c.stdout.lines().collect();
+    assert_eq!(lines[0], "ToolError: adder is down");
+    assert!(lines[1].starts_with("ToolError: invalid input for tool \"add\": /a: \"x\" is not of type \"number\""), "{}", c.stdout);
+    assert!(lines[2].starts_with("ToolError: tool \"add\" returned malformed JSON"), "{}", c.stdout);
+}
+
+#[tokio::test]
+async fn unknown_and_repeated_result_ids_get_an_error_message_not_a_crash() {
+    let server = serve(config(&[])).await;
+    let mut client = client(&server).await;
+    let mut s = Stream::open(&mut client, start_message("print(await add(a=1, b=1))", vec![add_tool()]), None).await.unwrap();
+    let batch = s.until(|m| match m { Msg::ToolCalls(b) => Some(b), _ => None }).await;
+    s.send_results(vec![result("call_404", Ok(json!(1)))]).await;
+    let err = s.until(|m| match m { Msg::Error(e) => Some(e), _ => None }).await;
+    assert_eq!(err.code, "invalid_tool_result");
+    assert!(err.message.contains("call_404"), "{}", err.message);
+    s.send_results(vec![result(&batch.calls[0].id, Ok(json!(2)))]).await;
+    assert_eq!(completed(s.drive(add).await.0).stdout, "2\n");
+}
+
+#[tokio::test]
+async fn cancel_message_ends_the_execution() {
+    let server = serve(config(&[])).await;
+    let mut client = client(&server).await;
+    let mut s = Stream::open(&mut client, start_message("await add(a=1, b=1)", vec![add_tool()]), None).await.unwrap();
+    s.until(|m| match m { Msg::ToolCalls(b) => Some(b), _ => None }).await;
+    s.cancel().await;
+    let f = failed(s.until(|m| match m { m @ Msg::Failed(_) => Some(m), _ => None }).await);
+    assert_eq!(f.kind, FailureKind::Cancelled as i32);
+    ptc_tests::eventually("the instance is freed", || server.engine.live_instances() == 0).await;
+}
+
+#[tokio::test]
+async fn bad_requests_are_invalid_argument() {
+    let server = serve(config(&[])).await;
+    let mut client = client(&server).await;
+    let bad_schema = proto::Tool { name: "t".into(), description: String::new(), parameters_json: "{not json".into() };
+    let err = Stream::open(&mut client, start_message("pass", vec![bad_schema]), None).await.err().unwrap();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(err.message().contains("parameters_json of tool \"t\" is not valid JSON"), "{}", err.message());
+    let mut start = start_message("pass", vec![]);
+    start.limits = Some(proto::Limits { timeout_ms: Some(999_999), ..Default::default() });
+    let err = Stream::open(&mut client, start, None).await.err().unwrap();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+
+    // First message is not Start.
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tx.send(proto::ClientMessage { message: Some(proto::client_message::Message::Cancel(proto::Cancel::default())) }).await.unwrap();
+    let err = client.execute(tokio_stream::wrappers::ReceiverStream::new(rx)).await.err().unwrap();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_concurrent_streams() {
+    let server = serve(config(&[])).await;
+    let mut tasks = vec![];
+    for i in 0..20 {
+        let mut client = client(&server).await;
+        tasks.push(tokio::spawn(async move {
+            let code = format!("a = await add(a={i}, b=1)\nb = await add(a=a, b=1)\nprint(b)");
+            let s = Stream::open(&mut client, start_message(&code, vec![add_tool()]), None).await.unwrap();
+            completed(s.drive(add).await.0).stdout
+        }));
+    }
+    for (i, t) in tasks.into_iter().enumerate() {
+        assert_eq!(t.await.unwrap(), format!("{}\n", i + 2));
+    }
+}
+
+#[tokio::test]
+async fn describe_tools_over_grpc() {
+    let server = serve(config(&[])).await;
+    let mut client = client(&server).await;
+    let tools = vec![tool("get-weather", Some(json!({"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city"]})))];
+    let d = client.describe_tools(proto::DescribeToolsRequest { tools }).await.unwrap().into_inner();
+    assert_eq!(d.tools[0].python_name, "get_weather");
+    assert_eq!(d.tools[0].signature, "get_weather(city: str, days?: int) -> Any");
+    assert!(d.stub.contains("async def get_weather("), "{}", d.stub);
+}
