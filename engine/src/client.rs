@@ -59,11 +59,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<i32> {
     while let Some(message) = events.message().await? {
         match message.message {
             Some(server_message::Message::Output(o)) => {
+                // Plain blocking writes: small, and they keep output in stream order.
+                use std::io::Write;
                 if o.stream == proto::OutputStream::Stderr as i32 {
-                    tokio::io::stderr().write_all(&o.data).await?;
+                    std::io::stderr().write_all(&o.data)?;
                 } else {
-                    tokio::io::stdout().write_all(&o.data).await?;
-                    tokio::io::stdout().flush().await?;
+                    let mut out = std::io::stdout().lock();
+                    out.write_all(&o.data)?;
+                    out.flush()?;
                 }
             }
             Some(server_message::Message::ToolCalls(batch)) => {

@@ -68,13 +68,13 @@ def type_hint(schema):
     """A short Python type for a JSON Schema fragment (`Any` when it says nothing useful)."""
     if not isinstance(schema, dict):
         return "Any"
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        return "Literal[" + ", ".join(json.dumps(v) for v in schema["enum"]) + "]"
     t = schema.get("type")
     if isinstance(t, str):
         return _JSON_TO_PY.get(t, "Any")
     if isinstance(t, list) and t:
         return " | ".join(_JSON_TO_PY.get(x, "Any") for x in t if isinstance(x, str)) or "Any"
-    if "enum" in schema and isinstance(schema["enum"], list):
-        return "Literal[" + ", ".join(json.dumps(v) for v in schema["enum"]) + "]"
     return "Any"
 
 

@@ -67,6 +67,11 @@ class StubTest(unittest.TestCase):
         self.assertIn("async def get_weather(city: str, days: int = ..., **kwargs: Any) -> Any:", stub)
         compile(stub, "<stub>", "exec")  # the stub is valid Python
 
+    def test_enums_are_literals(self):
+        unit = {"type": "object", "properties": {"unit": {"type": "string", "enum": ["F", "K"]}}}
+        lines, _ = describe(parse_tools([("convert", "", unit)]))
+        self.assertEqual(lines[0][2], 'convert(unit?: Literal["F", "K"]) -> Any')
+
 
 if __name__ == "__main__":
     unittest.main()
