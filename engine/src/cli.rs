@@ -31,7 +31,7 @@ pub struct ServeArgs {
     /// gRPC listen address.
     #[arg(long, env = "PTC_GRPC_ADDR", default_value = "127.0.0.1:50051")]
     pub grpc_addr: SocketAddr,
-    /// HTTP Code API listen address (LibreChat-compatible; served once that API lands).
+    /// HTTP Code API listen address (LibreChat-compatible `POST /exec/programmatic`).
     #[arg(long, env = "PTC_HTTP_ADDR", default_value = "127.0.0.1:8080")]
     pub http_addr: SocketAddr,
     /// Prometheus metrics listen address (`GET /metrics`).
@@ -41,6 +41,9 @@ pub struct ServeArgs {
     /// None: local development mode (no authentication).
     #[arg(long, env = "PTC_API_KEYS", value_delimiter = ',', hide_env_values = true)]
     pub api_keys: Vec<String>,
+    /// Secret for signing HTTP continuation tokens (default: random per process).
+    #[arg(long, env = "PTC_TOKEN_SECRET", hide_env_values = true)]
+    pub token_secret: Option<String>,
     /// Executions alive at once on this server (running or paused); more are refused.
     #[arg(long, env = "PTC_MAX_CONCURRENT", default_value_t = 1000)]
     pub max_concurrent: usize,
@@ -117,6 +120,8 @@ impl ServeArgs {
         engine.ceilings.check(&engine.default_limits, engine.fuel).map_err(|e| format!("default limits: {e}"))?;
         Ok(ServerConfig {
             grpc_addr: self.grpc_addr,
+            http_addr: self.http_addr,
+            token_secret: self.token_secret.clone(),
             metrics_addr: self.metrics_addr,
             api_keys: ApiKeys::parse(&self.api_keys)?,
             tenant_limits: TenantLimits { max_concurrent: self.tenant_max_concurrent, max_paused: self.tenant_max_paused },

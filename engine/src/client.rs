@@ -29,6 +29,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<i32> {
     let server = if args.local {
         let config = crate::server::ServerConfig {
             grpc_addr: ([127, 0, 0, 1], 0).into(),
+            http_addr: ([127, 0, 0, 1], 0).into(),
             metrics_addr: ([127, 0, 0, 1], 0).into(),
             ..Default::default()
         };

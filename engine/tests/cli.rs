@@ -75,11 +75,12 @@ fn free_port() -> u16 {
 
 #[test]
 fn serve_takes_env_vars_serves_run_and_stops_on_sigterm() {
-    let (grpc, metrics) = (free_port(), free_port());
+    let (grpc, metrics, http) = (free_port(), free_port(), free_port());
     let mut child = KillOnDrop(Command::new(BIN)
         .arg("serve")
         .env("PTC_GRPC_ADDR", format!("127.0.0.1:{grpc}"))
         .env("PTC_METRICS_ADDR", format!("127.0.0.1:{metrics}"))
+        .env("PTC_HTTP_ADDR", format!("127.0.0.1:{http}"))
         .env("PTC_API_KEYS", "acme:s3cret")
         .env("PTC_LOG", "info")
         .stderr(Stdio::piped())

@@ -15,6 +15,7 @@ pub use server_message::Message as Msg;
 pub fn config(keys: &[&str]) -> ServerConfig {
     let mut config = ServerConfig {
         grpc_addr: ([127, 0, 0, 1], 0).into(),
+        http_addr: ([127, 0, 0, 1], 0).into(),
         metrics_addr: ([127, 0, 0, 1], 0).into(),
         api_keys: ApiKeys::parse(&keys.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap(),
         shutdown_grace: Duration::from_millis(300),

@@ -1,10 +1,12 @@
-//! `ptc-engine serve`: the gRPC service, health and reflection, and Prometheus metrics, with
-//! graceful shutdown. Every front end is a thin layer over the [`crate::Engine`].
+//! `ptc-engine serve`: the gRPC service with health and reflection, the LibreChat-compatible
+//! HTTP Code API, and Prometheus metrics, with graceful shutdown. Every front end is a thin layer over the [`crate::Engine`].
 
 pub mod auth;
 pub mod grpc;
+pub mod http;
 pub mod metrics;
 pub mod tenants;
+pub mod token;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -24,8 +26,11 @@ use tenants::{TenantLimits, Tenants};
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     pub grpc_addr: SocketAddr,
+    pub http_addr: SocketAddr,
     pub metrics_addr: SocketAddr,
     pub api_keys: ApiKeys,
+    /// Key for signing HTTP continuation tokens; `None` generates one at start.
+    pub token_secret: Option<String>,
     pub tenant_limits: TenantLimits,
     pub engine: EngineConfig,
     /// How long running executions may finish after a shutdown signal before they fail with
@@ -37,6 +42,8 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             grpc_addr: ([127, 0, 0, 1], 50051).into(),
+            http_addr: ([127, 0, 0, 1], 8080).into(),
+            token_secret: None,
             metrics_addr: ([127, 0, 0, 1], 9090).into(),
             api_keys: ApiKeys::default(),
             tenant_limits: TenantLimits::default(),
@@ -49,6 +56,8 @@ impl Default for ServerConfig {
 /// A started server. `shutdown()` begins a graceful stop; `wait()` returns when it is done.
 pub struct RunningServer {
     pub grpc_addr: SocketAddr,
+    pub http_addr: SocketAddr,
+    pub http: Arc<http::HttpState>,
     pub metrics_addr: SocketAddr,
     pub engine: Engine,
     pub tenants: Arc<Tenants>,
@@ -83,6 +92,8 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     let tenants = Tenants::new(config.tenant_limits);
     let grpc_listener = TcpListener::bind(config.grpc_addr).await?;
     let metrics_listener = TcpListener::bind(config.metrics_addr).await?;
+    let http_listener = TcpListener::bind(config.http_addr).await?;
+    let http_addr = http_listener.local_addr()?;
     let grpc_addr = grpc_listener.local_addr()?;
     let metrics_addr = metrics_listener.local_addr()?;
 
@@ -97,7 +108,14 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
-    let service = grpc::SandboxService { engine: engine.clone(), keys: Arc::new(config.api_keys), tenants: tenants.clone() };
+    let keys = Arc::new(config.api_keys);
+    let service = grpc::SandboxService { engine: engine.clone(), keys: keys.clone(), tenants: tenants.clone() };
+    let http_state = http::HttpState::new(
+        engine.clone(),
+        keys,
+        tenants.clone(),
+        token::Signer::new(config.token_secret.as_deref()),
+    );
 
     let shutdown = CancellationToken::new();
     let stop_serving = CancellationToken::new();
@@ -114,6 +132,14 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
             .await;
         if let Err(e) = result {
             tracing::error!("gRPC server failed: {e}");
+        }
+    }));
+
+    let stop = stop_serving.clone();
+    let app = http::router(http_state.clone());
+    tasks.push(tokio::spawn(async move {
+        if let Err(e) = axum::serve(http_listener, app).with_graceful_shutdown(stop.cancelled_owned()).await {
+            tracing::error!("HTTP server failed: {e}");
         }
     }));
 
@@ -145,6 +171,6 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         stop_serving.cancel();
     }));
 
-    tracing::info!(grpc = %grpc_addr, metrics = %metrics_addr, "serving");
-    Ok(RunningServer { grpc_addr, metrics_addr, engine, tenants, shutdown, tasks })
+    tracing::info!(grpc = %grpc_addr, http = %http_addr, metrics = %metrics_addr, "serving");
+    Ok(RunningServer { grpc_addr, http_addr, http: http_state, metrics_addr, engine, tenants, shutdown, tasks })
 }

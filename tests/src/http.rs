@@ -1,0 +1,55 @@
+//! A minimal HTTP/1.1 client over a TCP socket (one request per connection), enough to drive
+//! the Code API the way LibreChat's client does.
+
+use std::net::SocketAddr;
+
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub body: Value,
+    pub text: String,
+}
+
+/// POSTs raw bytes with `headers`; the reply body is parsed as JSON when it is JSON.
+pub async fn post_raw(addr: SocketAddr, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Reply {
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let mut head = format!("POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nUser-Agent: LibreChat/1.0\r\nContent-Length: {}\r\nConnection: close\r\n", body.len());
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    s.write_all(head.as_bytes()).await.unwrap();
+    // A server may answer (413) before reading a large body; ignore a write that fails then.
+    let _ = s.write_all(body).await;
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw).await;
+    let raw = String::from_utf8_lossy(&raw).into_owned();
+    let status = raw.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let (headers_text, mut text) = raw.split_once("\r\n\r\n").map(|(h, b)| (h.to_string(), b.to_string())).unwrap_or_default();
+    if headers_text.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        text = dechunk(&text);
+    }
+    let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+    Reply { status, body, text }
+}
+
+pub async fn post(addr: SocketAddr, path: &str, key: Option<&str>, body: &Value) -> Reply {
+    let headers: Vec<(&str, &str)> = key.map(|k| vec![("X-API-Key", k)]).unwrap_or_default();
+    post_raw(addr, path, &headers, body.to_string().as_bytes()).await
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = s.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        s = &rest[n + 2..];
+    }
+    out
+}

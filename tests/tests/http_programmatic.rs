@@ -1,0 +1,180 @@
+//! The LibreChat-compatible `POST /exec/programmatic` over real HTTP: the client loop from the
+//! reference design, multi-round execution on the live instance, and its errors.
+
+use ptc_tests::grpc::{config, serve};
+use ptc_tests::http::{Reply, post, post_raw};
+use serde_json::{Value, json};
+
+const PATH: &str = "/exec/programmatic";
+
+fn weather_tools() -> Value {
+    json!([
+        {"name": "get_weather", "description": "Current weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}},
+        {"name": "get_forecast", "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}}}
+    ])
+}
+
+/// LibreChat's client loop: answer every call of each round until the status changes.
+/// `execute` returns the `result` to send (tools usually return JSON *text*) or an error.
+async fn client_loop(addr: std::net::SocketAddr, key: Option<&str>, first: Value, execute: impl Fn(&str, &Value) -> Result<Value, String>) -> (Reply, Vec<Vec<Value>>) {
+    let mut reply = post(addr, PATH, key, &first).await;
+    let mut rounds = vec![];
+    while reply.body["status"] == "tool_call_required" {
+        let calls = reply.body["tool_calls"].as_array().unwrap().clone();
+        let results: Vec<Value> = calls
+            .iter()
+            .map(|c| match execute(c["name"].as_str().unwrap(), &c["input"]) {
+                Ok(result) => json!({"call_id": c["id"], "result": result, "is_error": false}),
+                Err(e) => json!({"call_id": c["id"], "result": null, "is_error": true, "error_message": e}),
+            })
+            .collect();
+        rounds.push(calls);
+        let token = reply.body["continuation_token"].clone();
+        reply = post(addr, PATH, key, &json!({"continuation_token": token, "tool_results": results})).await;
+    }
+    (reply, rounds)
+}
+
+fn weather(name: &str, input: &Value) -> Result<Value, String> {
+    match name {
+        // A JSON object as text, the way LibreChat tools return it.
+        "get_weather" => Ok(json!(json!({"city": input["city"], "temp": 18}).to_string())),
+        "get_forecast" => Ok(json!([{"day": 1, "temp": 19}, {"day": 2, "temp": 21}])),
+        other => Err(format!("Tool not found: {other}")),
+    }
+}
+
+#[tokio::test]
+async fn reference_example_sequential_calls() {
+    let server = serve(config(&[])).await;
+    let code = "weather = await get_weather(city=\"SF\")\nforecast = await get_forecast(city=\"SF\", days=7)\nprint(f\"Current: {weather['temp']}, 7-day: {len(forecast)} days, type {type(weather).__name__}\")";
+    let (reply, rounds) = client_loop(server.http_addr, None, json!({"code": code, "tools": weather_tools(), "timeout": 60000}), weather).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    assert_eq!(reply.body["status"], "completed");
+    assert_eq!(reply.body["stdout"], "Current: 18, 7-day: 2 days, type dict\n");
+    assert_eq!(rounds.len(), 2);
+    assert_eq!(rounds[0][0]["input"], json!({"city": "SF"}), "input is a JSON object");
+    assert_eq!(rounds[1][0]["name"], "get_forecast");
+    assert!(reply.body["session_id"].as_str().is_some_and(|s| !s.is_empty()));
+}
+
+#[tokio::test]
+async fn loops_gather_and_conditionals() {
+    let server = serve(config(&[])).await;
+    let code = r#"
+cities = ["Paris", "Oslo", "Rome"]
+results = await asyncio.gather(*[get_weather(city=c) for c in cities])
+warm = [r["city"] for r in results if r["temp"] > 10]
+for c in warm[:2]:
+    f = await get_forecast(city=c, days=2)
+    if f[1]["temp"] > 20:
+        print(c, "warming")
+"#;
+    let (reply, rounds) = client_loop(server.http_addr, None, json!({"code": code, "tools": weather_tools(), "session_id": "sess-1"}), weather).await;
+    assert_eq!(reply.body["status"], "completed", "{}", reply.text);
+    assert_eq!(reply.body["stdout"], "Paris warming\nOslo warming\n");
+    assert_eq!(reply.body["session_id"], "sess-1");
+    assert_eq!(rounds.iter().map(Vec::len).collect::<Vec<_>>(), [3, 1, 1], "gather costs one round");
+}
+
+#[tokio::test]
+async fn librechat_result_shapes_strings_objects_null_and_errors() {
+    let server = serve(config(&[])).await;
+    let code = r#"
+r = await asyncio.gather(t(kind="json_text"), t(kind="plain"), t(kind="object"), t(kind="null"), t(kind="number_text"), return_exceptions=True)
+for x in r:
+    print(type(x).__name__, x)
+try:
+    await nope()
+except ToolError as e:
+    print("error:", e)
+"#;
+    let tools = json!([{"name": "t", "parameters": {"type": "object", "properties": {"kind": {"type": "string"}}}}, {"name": "nope"}]);
+    let (reply, _) = client_loop(server.http_addr, None, json!({"code": code, "tools": tools}), |name, input| match (name, input["kind"].as_str()) {
+        ("t", Some("json_text")) => Ok(json!("{\"a\": [1, 2]}")),
+        ("t", Some("plain")) => Ok(json!("just text")),
+        ("t", Some("object")) => Ok(json!({"b": true})),
+        ("t", Some("null")) => Ok(Value::Null),
+        ("t", Some("number_text")) => Ok(json!("42")),
+        (other, _) => Err(format!("Tool not found: {other}")),
+    })
+    .await;
+    assert_eq!(
+        reply.body["stdout"],
+        "dict {'a': [1, 2]}\nstr just text\ndict {'b': True}\nNoneType None\nstr 42\nerror: Tool not found: nope\n",
+        "{}",
+        reply.text
+    );
+}
+
+#[tokio::test]
+async fn twenty_rounds_then_the_twenty_first_is_refused() {
+    let server = serve(config(&[])).await;
+    let code = "for i in range(25):\n    await t(i=i)\n    print(i)";
+    let (reply, rounds) = client_loop(server.http_addr, None, json!({"code": code, "tools": [{"name": "t"}]}), |_, _| Ok(json!("ok"))).await;
+    assert_eq!(rounds.len(), 20);
+    assert_eq!(reply.status, 400, "{}", reply.text);
+    assert_eq!(reply.body["error"], "Exceeded maximum round trips (20)");
+    assert!(reply.body["stdout"].as_str().unwrap().ends_with("19\n"));
+}
+
+#[tokio::test]
+async fn python_errors_are_200_with_the_traceback_in_stderr() {
+    let server = serve(config(&[])).await;
+    let reply = post(server.http_addr, PATH, None, &json!({"code": "print('before')\nx = 1 / 0", "tools": []})).await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.body["status"], "error");
+    assert_eq!(reply.body["error"], "ZeroDivisionError: division by zero");
+    assert_eq!(reply.body["stdout"], "before\n");
+    assert!(reply.body["stderr"].as_str().unwrap().contains("File \"<code>\", line 2"), "{}", reply.text);
+}
+
+#[tokio::test]
+async fn timeout_is_408_with_partial_output() {
+    let server = serve(config(&[])).await;
+    let reply = post(server.http_addr, PATH, None, &json!({"code": "print('partial')\nwhile True: pass", "timeout": 1000})).await;
+    assert_eq!(reply.status, 408, "{}", reply.text);
+    assert_eq!(reply.body["error"], "Execution timeout");
+    assert_eq!(reply.body["stdout"], "partial\n");
+}
+
+#[tokio::test]
+async fn malformed_requests() {
+    let server = serve(config(&[])).await;
+    let r = post_raw(server.http_addr, PATH, &[], b"{not json").await;
+    assert_eq!(r.status, 400);
+    assert!(r.body["error"].as_str().unwrap().starts_with("Invalid JSON: key must be a string"), "{}", r.text);
+    let r = post(server.http_addr, PATH, None, &json!({"tools": []})).await;
+    assert_eq!((r.status, r.body["error"].as_str()), (400, Some("code (a string) is required")));
+    let r = post(server.http_addr, PATH, None, &json!({"code": "pass", "timeout": 999})).await;
+    assert_eq!(r.status, 400);
+    assert!(r.body["error"].as_str().unwrap().contains("between 1000 and 300000"));
+    let r = post(server.http_addr, PATH, None, &json!({"code": "pass", "tools": [{"name": "a-b"}, {"name": "a b"}]})).await;
+    assert_eq!(r.status, 400, "{}", r.text);
+    assert!(r.body["error"].as_str().unwrap().contains("both become the Python name"), "{}", r.text);
+    let big = vec![b' '; ptc_engine::server::http::MAX_BODY_BYTES + 1];
+    let r = post_raw(server.http_addr, PATH, &[], &big).await;
+    assert_eq!(r.status, 413, "{}", r.text);
+}
+
+#[tokio::test]
+async fn exec_runs_tool_free_code_with_top_level_await() {
+    let server = serve(config(&[])).await;
+    let reply = post(server.http_addr, "/exec", None, &json!({"lang": "py", "code": "import asyncio\nawait asyncio.sleep(0.01)\nprint('ok')"})).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    assert_eq!((reply.body["status"].as_str(), reply.body["stdout"].as_str()), (Some("completed"), Some("ok\n")));
+    let reply = post(server.http_addr, "/exec", None, &json!({"lang": "js", "code": "1"})).await;
+    assert_eq!(reply.status, 400);
+}
+
+#[tokio::test]
+async fn api_keys_in_every_librechat_form() {
+    let server = serve(config(&["acme:k1"])).await;
+    let body = json!({"code": "print(1)"}).to_string();
+    for header in [("X-API-Key", "k1"), ("Authorization", "Bearer k1"), ("Authorization", "ApiKey k1")] {
+        let r = post_raw(server.http_addr, PATH, &[header], body.as_bytes()).await;
+        assert_eq!((r.status, r.body["stdout"].as_str()), (200, Some("1\n")), "{header:?}: {}", r.text);
+    }
+    assert_eq!(post_raw(server.http_addr, PATH, &[], body.as_bytes()).await.status, 401);
+    assert_eq!(post_raw(server.http_addr, PATH, &[("X-API-Key", "nope")], body.as_bytes()).await.status, 401);
+}
