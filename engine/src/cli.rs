@@ -44,6 +44,18 @@ pub struct ServeArgs {
     /// Secret for signing HTTP continuation tokens (default: random per process).
     #[arg(long, env = "PTC_TOKEN_SECRET", hide_env_values = true)]
     pub token_secret: Option<String>,
+    /// Where HTTP session files (`/mnt/data`) live (default: <temp dir>/ptc-engine-files).
+    #[arg(long, env = "PTC_FILES_DIR")]
+    pub files_dir: Option<PathBuf>,
+    /// Seconds a session's files are kept after its last change.
+    #[arg(long, env = "PTC_FILES_TTL_SECS", default_value_t = 24 * 3600)]
+    pub files_ttl_secs: u64,
+    /// Bytes of session files a tenant may keep.
+    #[arg(long, env = "PTC_FILES_QUOTA_BYTES", default_value_t = 100 * 1024 * 1024)]
+    pub files_quota_bytes: u64,
+    /// Session files a tenant may keep.
+    #[arg(long, env = "PTC_FILES_QUOTA_FILES", default_value_t = 1000)]
+    pub files_quota_files: u64,
     /// Executions alive at once on this server (running or paused); more are refused.
     #[arg(long, env = "PTC_MAX_CONCURRENT", default_value_t = 1000)]
     pub max_concurrent: usize,
@@ -122,6 +134,12 @@ impl ServeArgs {
             grpc_addr: self.grpc_addr,
             http_addr: self.http_addr,
             token_secret: self.token_secret.clone(),
+            files: crate::server::files::FilesConfig {
+                dir: self.files_dir.clone().unwrap_or_else(|| crate::server::files::FilesConfig::default().dir),
+                ttl: Duration::from_secs(self.files_ttl_secs),
+                quota_bytes: self.files_quota_bytes,
+                quota_files: self.files_quota_files,
+            },
             metrics_addr: self.metrics_addr,
             api_keys: ApiKeys::parse(&self.api_keys)?,
             tenant_limits: TenantLimits { max_concurrent: self.tenant_max_concurrent, max_paused: self.tenant_max_paused },

@@ -9,7 +9,10 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use wasmtime::Store;
 use wasmtime::component::{HasSelf, Linker};
-use wasmtime_wasi::WasiCtxBuilder;
+use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
+
+/// Where `ExecutionRequest::data_dir` appears inside the sandbox.
+pub const DATA_DIR: &str = "/mnt/data";
 
 use crate::config::{ComponentSource, EngineConfig, Limits, WhenBusy};
 use crate::error::{Error, ErrorKind, Result};
@@ -154,10 +157,13 @@ impl Engine {
         let id: Arc<str> = new_id().into();
 
         let output = Output::new(limits.max_output_bytes, events_tx.clone());
-        let wasi = WasiCtxBuilder::new()
-            .stdout(output.sink(OutputStream::Stdout))
-            .stderr(output.sink(OutputStream::Stderr))
-            .build();
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.stdout(output.sink(OutputStream::Stdout)).stderr(output.sink(OutputStream::Stderr));
+        if let Some(dir) = &request.data_dir {
+            wasi.preopened_dir(dir, DATA_DIR, FsPerms::ReadWrite)
+                .map_err(|e| Error::engine(&format!("opening {}", dir.display()), e))?;
+        }
+        let wasi = wasi.build();
         let limiter = Limiter { max_memory: limits.max_memory_bytes, peak: 0, exceeded: false };
         let broker = Broker::new(
             book.clone(),

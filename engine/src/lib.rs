@@ -34,7 +34,7 @@ pub mod server;
 mod wasm;
 
 pub use config::{Ceilings, ComponentSource, EngineConfig, Limits, MIB, WhenBusy};
-pub use engine::{DescribedTool, Engine, ToolDescription};
+pub use engine::{DATA_DIR, DescribedTool, Engine, ToolDescription};
 pub use error::{Error, ErrorKind, Result};
 pub use events::{
     Completion, Event, Failure, FailureKind, OutputStream, Stats, ToolCall, ToolCallRecord, ToolResult,

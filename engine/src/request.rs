@@ -39,6 +39,9 @@ pub struct ExecutionRequest {
     pub limits: Option<Limits>,
     /// Opaque to the engine; carried for the front ends (file sessions, logs).
     pub session_id: Option<String>,
+    /// A host directory the program sees, read-write, as `/mnt/data` (and nothing else of the
+    /// host). Access goes through cap-std: no path can leave it.
+    pub data_dir: Option<std::path::PathBuf>,
 }
 
 impl ExecutionRequest {

@@ -22,6 +22,9 @@ pub fn config(keys: &[&str]) -> ServerConfig {
         ..ServerConfig::default()
     };
     config.engine.max_concurrent = 200;
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    config.files.dir = std::env::temp_dir().join(format!("ptc-test-files-{}-{n}", std::process::id()));
     config
 }
 

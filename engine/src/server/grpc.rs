@@ -77,7 +77,8 @@ impl sandbox_server::Sandbox for SandboxService {
         let limits = start.limits.unwrap_or_default().apply(&self.engine.config().default_limits);
         let admission = self.tenants.admit(&tenant, Some(&start.request_id)).map_err(refusal_status)?;
         let session_id = (!start.session_id.is_empty()).then_some(start.session_id);
-        let request = ExecutionRequest { code: start.code, tools, limits: Some(limits), session_id: session_id.clone() };
+        let request =
+            ExecutionRequest { code: start.code, tools, limits: Some(limits), session_id: session_id.clone(), data_dir: None };
         let execution = self.engine.start(request).await.map_err(status_from)?;
         admission.attach(execution.control());
 

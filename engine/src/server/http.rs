@@ -17,6 +17,7 @@ use axum::routing::post;
 use serde_json::{Value, json};
 
 use super::auth::{ApiKeys, presented_key};
+use super::files::{FileStore, Snapshot};
 use super::tenants::{Admission, Refusal, Tenants};
 use super::token::{Claims, Signer, TokenError, now_ms};
 use crate::{Engine, ErrorKind, Event, Execution, ExecutionRequest, FailureKind, ToolCall, ToolDef, ToolResult};
@@ -30,6 +31,7 @@ pub struct HttpState {
     pub keys: Arc<ApiKeys>,
     pub tenants: Arc<Tenants>,
     pub signer: Signer,
+    pub files: FileStore,
     /// By execution id. The slot is emptied while a continuation request runs it.
     paused: Mutex<HashMap<String, Slot>>,
 }
@@ -39,6 +41,7 @@ type Slot = Arc<tokio::sync::Mutex<Option<Paused>>>;
 /// An execution waiting for the client's tool results between two requests.
 struct Paused {
     execution: Execution,
+    run: RunFiles,
     tenant: String,
     session_id: String,
     /// The round whose token may resume it; any other token is a replay or a forgery.
@@ -49,8 +52,8 @@ struct Paused {
 }
 
 impl HttpState {
-    pub fn new(engine: Engine, keys: Arc<ApiKeys>, tenants: Arc<Tenants>, signer: Signer) -> Arc<Self> {
-        Arc::new(HttpState { engine, keys, tenants, signer, paused: Mutex::new(HashMap::new()) })
+    pub fn new(engine: Engine, keys: Arc<ApiKeys>, tenants: Arc<Tenants>, signer: Signer, files: FileStore) -> Arc<Self> {
+        Arc::new(HttpState { engine, keys, tenants, signer, files, paused: Mutex::new(HashMap::new()) })
     }
 
     pub fn paused_count(&self) -> usize {
@@ -72,11 +75,12 @@ pub fn router(state: Arc<HttpState>) -> axum::Router {
     let sweeper = Arc::downgrade(&state);
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
-        loop {
+        for n in 0u64.. {
             tick.tick().await;
-            match sweeper.upgrade() {
-                Some(state) => state.sweep(),
-                None => break,
+            let Some(state) = sweeper.upgrade() else { break };
+            state.sweep();
+            if n % 60 == 0 {
+                let _ = tokio::task::spawn_blocking(move || state.files.sweep()).await;
             }
         }
     });
@@ -194,12 +198,28 @@ async fn advance(execution: &mut Execution) -> Stop {
     }
 }
 
-fn ended_response(stop: Stop, session_id: &str) -> Response {
+/// The session directory of one run and what it held before the program started.
+struct RunFiles {
+    tenant: String,
+    session_id: String,
+    dir: std::path::PathBuf,
+    before: Snapshot,
+}
+
+fn ended_response(state: &HttpState, run: &RunFiles, stop: Stop) -> Response {
+    let session_id = run.session_id.as_str();
     match stop {
-        Stop::Completed(c) => Json(json!({
-            "status": "completed", "session_id": session_id, "stdout": c.stdout, "stderr": c.stderr, "files": [],
-        }))
-        .into_response(),
+        Stop::Completed(c) => {
+            let files = FileStore::changed(&run.dir, session_id, &run.before);
+            if let Err(error) = state.files.enforce_quota(&run.tenant, &run.dir, &files) {
+                let body = json!({"status": "error", "session_id": session_id, "error": error, "stdout": c.stdout, "stderr": c.stderr});
+                return (StatusCode::INSUFFICIENT_STORAGE, Json(body)).into_response();
+            }
+            Json(json!({
+                "status": "completed", "session_id": session_id, "stdout": c.stdout, "stderr": c.stderr, "files": files,
+            }))
+            .into_response()
+        }
         Stop::Failed(f) => {
             let (status, error) = match f.kind {
                 FailureKind::Timeout => (StatusCode::REQUEST_TIMEOUT, "Execution timeout".to_string()),
@@ -274,20 +294,49 @@ async fn initial(state: &HttpState, tenant: String, headers: &HeaderMap, body: V
     let tools = if with_tools { parse_tools(&body)? } else { vec![] };
     let limits = parse_timeout(&body, &state.engine)?;
     let session_id = body.get("session_id").and_then(Value::as_str).filter(|s| !s.is_empty()).map_or_else(new_session_id, str::to_owned);
+    let run = prepare_files(state, &tenant, &session_id, &body)?;
     let request_id = headers.get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok());
     let admission = state.tenants.admit(&tenant, request_id).map_err(refusal)?;
     let expires_at_ms = now_ms() + limits.timeout.as_millis() as u64;
-    let request = ExecutionRequest { code: code.to_string(), tools, limits: Some(limits), session_id: Some(session_id.clone()) };
+    let request = ExecutionRequest {
+        code: code.to_string(),
+        tools,
+        limits: Some(limits),
+        session_id: Some(session_id.clone()),
+        data_dir: Some(run.dir.clone()),
+    };
     let mut execution = state.engine.start(request).await?;
     admission.attach(execution.control());
     tracing::info!(execution = %execution.id(), %tenant, session = %session_id, "http execution started");
     match advance(&mut execution).await {
         Stop::Calls(calls) => {
-            let paused = Paused { execution, tenant, session_id, round: 1, pending: vec![], expires_at_ms, _admission: admission };
+            let paused = Paused { execution, run, tenant, session_id, round: 1, pending: vec![], expires_at_ms, _admission: admission };
             Ok(state.pause(paused, calls))
         }
-        ended => Ok(ended_response(ended, &session_id)),
+        ended => Ok(ended_response(state, &run, ended)),
     }
+}
+
+/// The session directory, with the request's `files` from earlier sessions copied in.
+fn prepare_files(state: &HttpState, tenant: &str, session_id: &str, body: &Value) -> Result<RunFiles, ApiError> {
+    let dir = state.files.session_dir(tenant, session_id).map_err(ApiError::bad_request)?;
+    if let Some(files) = body.get("files").filter(|f| !f.is_null()) {
+        let files = files.as_array().ok_or_else(|| ApiError::bad_request("files must be an array"))?;
+        let refs = files
+            .iter()
+            .map(|f| {
+                let name = f.get("name").and_then(Value::as_str);
+                let session = f.get("session_id").and_then(Value::as_str);
+                match (name, session) {
+                    (Some(n), Some(s)) => Ok((n.to_string(), s.to_string())),
+                    _ => Err(ApiError::bad_request("every file needs a name and a session_id")),
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        state.files.import(tenant, &dir, &refs).map_err(ApiError::bad_request)?;
+    }
+    let before = FileStore::snapshot(&dir);
+    Ok(RunFiles { tenant: tenant.to_string(), session_id: session_id.to_string(), dir, before })
 }
 
 /// A tool result as the program should see it: LibreChat's tools mostly return JSON *text*,
@@ -360,7 +409,7 @@ async fn continuation(state: &HttpState, tenant: String, body: Value) -> Result<
     drop(guard);
     match stop {
         Stop::Calls(calls) => Ok(state.pause(paused, calls)),
-        ended => Ok(ended_response(ended, &paused.session_id)),
+        ended => Ok(ended_response(state, &paused.run, ended)),
     }
 }
 

@@ -2,6 +2,7 @@
 //! HTTP Code API, and Prometheus metrics, with graceful shutdown. Every front end is a thin layer over the [`crate::Engine`].
 
 pub mod auth;
+pub mod files;
 pub mod grpc;
 pub mod http;
 pub mod metrics;
@@ -31,6 +32,8 @@ pub struct ServerConfig {
     pub api_keys: ApiKeys,
     /// Key for signing HTTP continuation tokens; `None` generates one at start.
     pub token_secret: Option<String>,
+    /// Session files of the HTTP API (`/mnt/data`).
+    pub files: files::FilesConfig,
     pub tenant_limits: TenantLimits,
     pub engine: EngineConfig,
     /// How long running executions may finish after a shutdown signal before they fail with
@@ -44,6 +47,7 @@ impl Default for ServerConfig {
             grpc_addr: ([127, 0, 0, 1], 50051).into(),
             http_addr: ([127, 0, 0, 1], 8080).into(),
             token_secret: None,
+            files: files::FilesConfig::default(),
             metrics_addr: ([127, 0, 0, 1], 9090).into(),
             api_keys: ApiKeys::default(),
             tenant_limits: TenantLimits::default(),
@@ -115,6 +119,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         keys,
         tenants.clone(),
         token::Signer::new(config.token_secret.as_deref()),
+        files::FileStore::new(config.files.clone()),
     );
 
     let shutdown = CancellationToken::new();
