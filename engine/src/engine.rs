@@ -1,11 +1,12 @@
 //! The engine: one compiled, pre-linked sandbox component and the executions started from it.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use wasmtime::Store;
 use wasmtime::component::{HasSelf, Linker};
@@ -39,7 +40,7 @@ struct Inner {
     live: Arc<AtomicUsize>,
     paused: Arc<AtomicUsize>,
     shutdown: CancellationToken,
-    accepting: std::sync::atomic::AtomicBool,
+    accepting: AtomicBool,
     pooling: bool,
     _ticker: EpochTicker,
 }
@@ -88,7 +89,7 @@ impl Engine {
                 live: Arc::new(AtomicUsize::new(0)),
                 paused: Arc::new(AtomicUsize::new(0)),
                 shutdown: CancellationToken::new(),
-                accepting: std::sync::atomic::AtomicBool::new(true),
+                accepting: AtomicBool::new(true),
                 pooling,
                 _ticker: ticker,
             }),
@@ -135,70 +136,27 @@ impl Engine {
         let limits = request.limits.clone().unwrap_or_else(|| inner.config.default_limits.clone());
         inner.config.ceilings.check(&limits, inner.config.fuel)?;
         request.check_size(&inner.config.ceilings)?;
-        let schemas = Schemas::compile(&request.tools)?;
-        let tools = wit_tools(&request.tools);
-
-        let permit = match inner.config.when_busy {
-            WhenBusy::Queue => Ok(inner.slots.clone().acquire_owned().await.expect("never closed")),
-            WhenBusy::Refuse => inner.slots.clone().try_acquire_owned().map_err(|_| {
-                Error::new(
-                    ErrorKind::Busy,
-                    format!("all {} execution slots are in use", inner.config.max_concurrent),
-                )
-            }),
-        }?;
-
+        let permit = self.acquire().await?;
         let started = Instant::now();
-        let (events_tx, events_rx) = mpsc::unbounded_channel();
-        let (results_tx, results_rx) = mpsc::unbounded_channel();
-        let book = Arc::new(Mutex::new(CallBook::default()));
-        let paused_flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let cancel = CancellationToken::new();
-        let id: Arc<str> = new_id().into();
-
-        let output = Output::new(limits.max_output_bytes, events_tx.clone());
-        let mut wasi = WasiCtxBuilder::new();
-        wasi.stdout(output.sink(OutputStream::Stdout)).stderr(output.sink(OutputStream::Stderr));
-        if let Some(dir) = &request.data_dir {
-            wasi.preopened_dir(dir, DATA_DIR, FsPerms::ReadWrite)
-                .map_err(|e| Error::engine(&format!("opening {}", dir.display()), e))?;
-        }
-        let wasi = wasi.build();
-        let limiter = Limiter { max_memory: limits.max_memory_bytes, peak: 0, exceeded: false };
-        let broker = Broker::new(
-            book.clone(),
-            results_rx,
-            events_tx.clone(),
-            schemas,
-            limits.clone(),
-            inner.paused.clone(),
-            output.clone(),
-        )
-        .with_paused_flag(paused_flag.clone());
-        let mut store = Store::new(&inner.wasmtime, HostState::new(wasi, limiter, broker, inner.live.clone()));
-        store.limiter(|s| &mut s.limiter);
+        let (mut store, wiring) = self.new_store(&limits, &request.tools, request.data_dir.as_deref())?;
         // At every epoch tick: stream what was printed, and yield so other executions (and
         // this one's deadline and cancellation) get the thread.
         store.epoch_deadline_callback(|ctx| {
             ctx.data().output().flush();
             Ok(wasmtime::UpdateDeadline::Yield(1))
         });
-        store.set_epoch_deadline(1);
-        let fuel = if inner.config.fuel { Some(limits.fuel.unwrap_or(u64::MAX)) } else { None };
-        if let Some(fuel) = fuel {
-            store.set_fuel(fuel).map_err(|e| Error::engine("setting fuel", e))?;
-            store.fuel_async_yield_interval(Some(1_000_000)).map_err(|e| Error::engine("setting fuel", e))?;
-        }
 
+        let id: Arc<str> = new_id().into();
+        let cancel = CancellationToken::new();
         let job = Job {
             pre: inner.pre.clone(),
             code: request.code,
-            tools,
+            tools: wit_tools(&request.tools),
             deadline: tokio::time::Instant::from_std(started + limits.timeout),
             timeout: limits.timeout,
-            fuel,
-            output,
-            events: events_tx,
+            fuel: wiring.fuel,
+            output: wiring.output,
+            events: wiring.events_tx,
             cancel: cancel.clone(),
             shutdown: inner.shutdown.clone(),
             started,
@@ -206,46 +164,25 @@ impl Engine {
         };
         let span = tracing::info_span!("execution", id = %id, session = request.session_id.as_deref().unwrap_or(""));
         tokio::spawn(tracing::Instrument::instrument(drive(job, store), span));
-        let control = Control { id, book, results: results_tx, cancel, paused: paused_flag };
-        Ok(Execution::new(control, events_rx))
+        let control = Control { id, book: wiring.book, results: wiring.results_tx, cancel, paused: wiring.paused };
+        Ok(Execution::new(control, wiring.events_rx))
     }
 
     /// Normalised Python names, one-line signatures and a `.pyi` stub for `tools`, as the
-    /// sandbox itself computes them.
+    /// sandbox itself computes them. Takes an execution slot like any run.
     pub async fn describe_tools(&self, tools: &[ToolDef]) -> Result<ToolDescription> {
-        let inner = &self.inner;
-        let (events_tx, _events_rx) = mpsc::unbounded_channel();
-        let (_results_tx, results_rx) = mpsc::unbounded_channel();
-        let output = Output::new(0, events_tx.clone());
+        let request = ExecutionRequest { tools: tools.to_vec(), ..Default::default() };
+        request.check_size(&self.inner.config.ceilings)?;
+        let _permit = self.acquire().await?;
         let limits = Limits::default();
-        let schemas = Schemas::compile(tools)?;
-        let broker = Broker::new(
-            Default::default(),
-            results_rx,
-            events_tx,
-            schemas,
-            limits.clone(),
-            inner.paused.clone(),
-            output.clone(),
-        );
-        let wasi = WasiCtxBuilder::new().stdout(output.sink(OutputStream::Stdout)).build();
-        let limiter = Limiter { max_memory: limits.max_memory_bytes, peak: 0, exceeded: false };
-        let mut store = Store::new(&inner.wasmtime, HostState::new(wasi, limiter, broker, inner.live.clone()));
-        store.limiter(|s| &mut s.limiter);
+        let (mut store, _wiring) = self.new_store(&limits, tools, None)?;
         store.epoch_deadline_async_yield_and_update(1);
-        store.set_epoch_deadline(1);
-        if inner.config.fuel {
-            store.set_fuel(u64::MAX).map_err(|e| Error::engine("setting fuel", e))?;
-        }
-        let sandbox = inner.pre.instantiate_async(&mut store).await.map_err(|e| Error::engine("instantiating", e))?;
-        let described = tokio::time::timeout(
-            limits.timeout,
-            sandbox.call_describe_tools(&mut store, &wit_tools(tools)),
-        )
-        .await
-        .map_err(|_| Error::engine("describing tools", "timed out"))?
-        .map_err(|e| Error::engine("describing tools", e))?
-        .map_err(|message| Error::invalid(message))?;
+        let sandbox = self.inner.pre.instantiate_async(&mut store).await.map_err(|e| Error::engine("instantiating", e))?;
+        let described = tokio::time::timeout(limits.timeout, sandbox.call_describe_tools(&mut store, &wit_tools(tools)))
+            .await
+            .map_err(|_| Error::engine("describing tools", "timed out"))?
+            .map_err(|e| Error::engine("describing tools", e))?
+            .map_err(Error::invalid)?;
         Ok(ToolDescription {
             tools: described
                 .tools
@@ -255,6 +192,67 @@ impl Engine {
             stub: described.stub,
         })
     }
+
+    /// An execution slot, waiting or refusing as configured.
+    async fn acquire(&self) -> Result<OwnedSemaphorePermit> {
+        let inner = &self.inner;
+        match inner.config.when_busy {
+            WhenBusy::Queue => Ok(inner.slots.clone().acquire_owned().await.expect("never closed")),
+            WhenBusy::Refuse => inner.slots.clone().try_acquire_owned().map_err(|_| {
+                Error::new(ErrorKind::Busy, format!("all {} execution slots are in use", inner.config.max_concurrent))
+            }),
+        }
+    }
+
+    /// A store for one instance: WASI with captured output (and `/mnt/data` if given), the
+    /// memory limiter, fuel, and the tool broker with its channels.
+    fn new_store(&self, limits: &Limits, tools: &[ToolDef], data_dir: Option<&Path>) -> Result<(Store<HostState>, Wiring)> {
+        let inner = &self.inner;
+        let schemas = Schemas::compile(tools)?;
+        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        let (results_tx, results_rx) = mpsc::unbounded_channel();
+        let book = Arc::new(Mutex::new(CallBook::default()));
+        let paused = Arc::new(AtomicBool::new(false));
+        let output = Output::new(limits.max_output_bytes, events_tx.clone());
+
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.stdout(output.sink(OutputStream::Stdout)).stderr(output.sink(OutputStream::Stderr));
+        if let Some(dir) = data_dir {
+            wasi.preopened_dir(dir, DATA_DIR, FsPerms::ReadWrite)
+                .map_err(|e| Error::engine(&format!("opening {}", dir.display()), e))?;
+        }
+        let limiter = Limiter { max_memory: limits.max_memory_bytes, peak: 0, exceeded: false };
+        let broker = Broker::new(
+            book.clone(),
+            results_rx,
+            events_tx.clone(),
+            schemas,
+            limits.clone(),
+            inner.paused.clone(),
+            paused.clone(),
+            output.clone(),
+        );
+        let mut store = Store::new(&inner.wasmtime, HostState::new(wasi.build(), limiter, broker, inner.live.clone()));
+        store.limiter(|s| &mut s.limiter);
+        store.set_epoch_deadline(1);
+        let fuel = if inner.config.fuel { Some(limits.fuel.unwrap_or(u64::MAX)) } else { None };
+        if let Some(fuel) = fuel {
+            store.set_fuel(fuel).map_err(|e| Error::engine("setting fuel", e))?;
+            store.fuel_async_yield_interval(Some(1_000_000)).map_err(|e| Error::engine("setting fuel", e))?;
+        }
+        Ok((store, Wiring { events_tx, events_rx, results_tx, book, paused, output, fuel }))
+    }
+}
+
+/// The host side of one instance's channels and shared state.
+struct Wiring {
+    events_tx: mpsc::UnboundedSender<crate::Event>,
+    events_rx: mpsc::UnboundedReceiver<crate::Event>,
+    results_tx: mpsc::UnboundedSender<crate::ToolResult>,
+    book: Arc<Mutex<CallBook>>,
+    paused: Arc<AtomicBool>,
+    output: Output,
+    fuel: Option<u64>,
 }
 
 fn wit_tools(tools: &[ToolDef]) -> Vec<bindings::ToolDef> {

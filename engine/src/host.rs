@@ -52,7 +52,8 @@ pub(crate) struct Broker {
     /// Set just before the broker traps the guest, to say why.
     pub(crate) failure: Option<(FailureKind, String)>,
     paused: Arc<AtomicUsize>,
-    paused_flag: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// This execution's own "parked right now" flag (`Control::is_paused`).
+    paused_flag: Arc<std::sync::atomic::AtomicBool>,
     output: Output,
 }
 
@@ -64,6 +65,7 @@ impl Broker {
         schemas: Schemas,
         limits: Limits,
         paused: Arc<AtomicUsize>,
+        paused_flag: Arc<std::sync::atomic::AtomicBool>,
         output: Output,
     ) -> Self {
         Broker {
@@ -79,14 +81,9 @@ impl Broker {
             calls: 0,
             failure: None,
             paused,
-            paused_flag: None,
+            paused_flag,
             output,
         }
-    }
-
-    pub(crate) fn with_paused_flag(mut self, flag: Arc<std::sync::atomic::AtomicBool>) -> Self {
-        self.paused_flag = Some(flag);
-        self
     }
 
     fn fail(&mut self, kind: FailureKind, message: String) -> wasmtime::Error {
@@ -210,14 +207,12 @@ fn to_wit(id: String, outcome: Result<String, String>) -> wit::ToolResult {
 
 /// Counts executions currently parked waiting for tool results (also when the wait is
 /// abandoned because the execution is cancelled or times out).
-struct PausedGuard(Arc<AtomicUsize>, Option<Arc<std::sync::atomic::AtomicBool>>);
+struct PausedGuard(Arc<AtomicUsize>, Arc<std::sync::atomic::AtomicBool>);
 
 impl PausedGuard {
-    fn new(counter: Arc<AtomicUsize>, flag: Option<Arc<std::sync::atomic::AtomicBool>>) -> Self {
+    fn new(counter: Arc<AtomicUsize>, flag: Arc<std::sync::atomic::AtomicBool>) -> Self {
         counter.fetch_add(1, Ordering::Relaxed);
-        if let Some(f) = &flag {
-            f.store(true, Ordering::Relaxed);
-        }
+        flag.store(true, Ordering::Relaxed);
         metrics::gauge!("ptc_paused_executions").increment(1.0);
         PausedGuard(counter, flag)
     }
@@ -226,9 +221,7 @@ impl PausedGuard {
 impl Drop for PausedGuard {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
-        if let Some(f) = &self.1 {
-            f.store(false, Ordering::Relaxed);
-        }
+        self.1.store(false, Ordering::Relaxed);
         metrics::gauge!("ptc_paused_executions").decrement(1.0);
     }
 }

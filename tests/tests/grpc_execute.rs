@@ -21,9 +21,22 @@ async fn execute_streams_started_calls_output_and_completed() {
     let mut s = Stream::open(&mut client, start_message(code, vec![add_tool()]), None).await.unwrap();
     let Some(Msg::Started(started)) = s.next().await else { panic!("Started must come first") };
     assert_eq!(started.execution_id.len(), 32);
-    let out = s.until(|m| match m { Msg::Output(o) => Some(o), _ => None }).await;
-    assert_eq!((out.stream, out.data.as_slice()), (proto::OutputStream::Stdout as i32, b"hi\n".as_slice()));
-    let (end, rounds) = s.drive(add).await;
+    // Output is coalesced by time, so "hi\n" may come in pieces; all of it precedes the call.
+    let mut printed = Vec::new();
+    let first_batch = loop {
+        match s.next().await.unwrap() {
+            Msg::Output(o) => {
+                assert_eq!(o.stream, proto::OutputStream::Stdout as i32);
+                printed.extend(o.data);
+            }
+            Msg::ToolCalls(batch) => break batch,
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert_eq!(printed, b"hi\n");
+    s.send_results(first_batch.calls.iter().map(|c| result(&c.id, add(c))).collect()).await;
+    let (end, mut rounds) = s.drive(add).await;
+    rounds.insert(0, first_batch);
     let c = completed(end);
     assert_eq!(rounds.iter().map(|r| r.round).collect::<Vec<_>>(), [1, 2]);
     assert_eq!(c.stdout, "hi\n3 6\n");
