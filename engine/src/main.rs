@@ -4,13 +4,16 @@ use clap::Parser;
 use ptc_engine::cli::{Cli, Command};
 
 fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    // `run` is a client: its own output matters, so only errors are logged unless asked.
+    let default_level = if matches!(cli.command, Command::Run(_)) { "error" } else { "info" };
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("PTC_LOG").unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_env("PTC_LOG").unwrap_or_else(|_| default_level.into()),
         )
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
         match cli.command {
