@@ -164,29 +164,37 @@ impl Broker {
         if !immediate.is_empty() {
             return Ok(immediate);
         }
-        if self.book.lock().unwrap().pending.is_empty() {
-            return Err(self.fail(
-                FailureKind::Internal,
-                "guest waits for tool results but no call is outstanding".into(),
-            ));
-        }
 
-        let paused = PausedGuard::new(self.paused.clone(), self.paused_flag.clone());
-        let first = match timeout_ms {
-            None => self.results.recv().await,
-            Some(ms) => match tokio::time::timeout(Duration::from_millis(ms), self.results.recv()).await {
-                Ok(r) => r,
-                Err(_) => return Ok(Vec::new()),
-            },
-        };
-        drop(paused);
-        let Some(first) = first else {
-            // The execution handle is gone; the driver is about to cancel us anyway.
-            return Err(self.fail(FailureKind::Cancelled, "the client went away".into()));
-        };
-        let mut ready = vec![first];
-        while let Ok(more) = self.results.try_recv() {
-            ready.push(more);
+        // Results may have arrived while the guest was running (after an earlier wait timed
+        // out): those are taken first, and only then is "nothing outstanding" an error.
+        let mut ready = Vec::new();
+        while let Ok(r) = self.results.try_recv() {
+            ready.push(r);
+        }
+        if ready.is_empty() {
+            if self.book.lock().unwrap().pending.is_empty() {
+                return Err(self.fail(
+                    FailureKind::Internal,
+                    "guest waits for tool results but no call is outstanding".into(),
+                ));
+            }
+            let paused = PausedGuard::new(self.paused.clone(), self.paused_flag.clone());
+            let first = match timeout_ms {
+                None => self.results.recv().await,
+                Some(ms) => match tokio::time::timeout(Duration::from_millis(ms), self.results.recv()).await {
+                    Ok(r) => r,
+                    Err(_) => return Ok(Vec::new()),
+                },
+            };
+            drop(paused);
+            let Some(first) = first else {
+                // The execution handle is gone; the driver is about to cancel us anyway.
+                return Err(self.fail(FailureKind::Cancelled, "the client went away".into()));
+            };
+            ready.push(first);
+            while let Ok(more) = self.results.try_recv() {
+                ready.push(more);
+            }
         }
         let mut out = Vec::with_capacity(ready.len());
         for r in ready {

@@ -107,3 +107,24 @@ async fn asyncio_run_in_user_code_batches_too() {
     assert_eq!(run.rounds.len(), 1);
     assert_eq!(run.completed().stdout, "[2.0, 4.0]\n");
 }
+
+#[tokio::test]
+async fn a_result_that_arrives_while_the_program_computes_is_not_lost() {
+    // The host's wait times out (a timer is due) before the client answers; the answer then
+    // arrives while the program is busy, and must be waiting for it at the next block.
+    let code = r#"
+import time
+t = asyncio.create_task(add(a=20, b=22))
+await asyncio.sleep(0.1)
+end = time.time() + 0.6
+while time.time() < end:
+    pass
+print(await t)
+"#;
+    let mut exec = start(code, standard_tools()).await;
+    let Some(Event::ToolCalls(calls)) = exec.next_event().await else { panic!("expected the call") };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    exec.submit(vec![ToolResult::ok(&calls[0].id, &json!(42))]).unwrap();
+    let run = drive(exec, |_| panic!("no more calls")).await;
+    assert_eq!(run.completed().stdout, "42\n");
+}
