@@ -11,3 +11,7 @@ test-python:
 # Build everything in release mode.
 build:
     cargo build --workspace --release
+
+# Benchmarks: library, gRPC, `python3 -c` and warm CPython side by side.
+bench:
+    cargo bench -p ptc-benches

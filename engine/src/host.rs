@@ -166,18 +166,25 @@ impl Broker {
         }
 
         // Results may have arrived while the guest was running (after an earlier wait timed
-        // out): those are taken first, and only then is "nothing outstanding" an error.
+        // out): those are taken first. `submit` moves a call from `pending` into the channel
+        // under the book's lock, so draining under that lock too makes "nothing outstanding"
+        // a consistent observation rather than a race with a client answering right now.
         let mut ready = Vec::new();
-        while let Ok(r) = self.results.try_recv() {
-            ready.push(r);
+        let nothing_outstanding = {
+            let book = self.book.clone();
+            let book = book.lock().unwrap();
+            while let Ok(r) = self.results.try_recv() {
+                ready.push(r);
+            }
+            ready.is_empty() && book.pending.is_empty()
+        };
+        if nothing_outstanding {
+            return Err(self.fail(
+                FailureKind::Internal,
+                format!("guest waits for tool results but no call is outstanding (round {})", self.rounds),
+            ));
         }
         if ready.is_empty() {
-            if self.book.lock().unwrap().pending.is_empty() {
-                return Err(self.fail(
-                    FailureKind::Internal,
-                    "guest waits for tool results but no call is outstanding".into(),
-                ));
-            }
             let paused = PausedGuard::new(self.paused.clone(), self.paused_flag.clone());
             let first = match timeout_ms {
                 None => self.results.recv().await,

@@ -128,3 +128,22 @@ print(await t)
     let run = drive(exec, |_| panic!("no more calls")).await;
     assert_eq!(run.completed().stdout, "42\n");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instant_answers_racing_the_guest_never_lose_a_call() {
+    // Clients that answer while the host is between draining results and checking what is
+    // outstanding once made the execution fail; many fast rounds on two threads exercise it.
+    let limits = ptc_engine::Limits { max_round_trips: 1000, ..Default::default() };
+    let mut runs = Vec::new();
+    for _ in 0..8 {
+        let limits = limits.clone();
+        runs.push(tokio::spawn(async move {
+            let code = "t = 0\nfor i in range(400):\n    t = await add(a=t, b=1)\nprint(int(t))";
+            let exec = start_with(code, standard_tools(), limits).await;
+            drive(exec, standard_handler).await.completed().stdout
+        }));
+    }
+    for r in runs {
+        assert_eq!(r.await.unwrap(), "400\n");
+    }
+}

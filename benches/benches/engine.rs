@@ -1,0 +1,43 @@
+//! Start-up, tool round trips and CPU work: the library, gRPC on loopback, `python3 -c`, and
+//! `exec` in a warm CPython, side by side in one run (`cargo bench -p ptc-benches`).
+
+use std::time::Duration;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use ptc_benches::*;
+use ptc_engine::server::{ServerConfig, start};
+use ptc_engine::{Engine, EngineConfig};
+
+fn benches(c: &mut Criterion) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let engine = Engine::new(EngineConfig::default()).unwrap();
+    let server = rt.block_on(start(ServerConfig {
+        grpc_addr: ([127, 0, 0, 1], 0).into(),
+        http_addr: ([127, 0, 0, 1], 0).into(),
+        metrics_addr: ([127, 0, 0, 1], 0).into(),
+        ..ServerConfig::default()
+    }))
+    .unwrap();
+    let url = format!("http://{}", server.grpc_addr);
+    let client = rt.block_on(ptc_engine::proto::sandbox_client::SandboxClient::connect(url)).unwrap();
+    let mut warm = WarmPython::start();
+
+    for w in workloads() {
+        let mut group = c.benchmark_group(w.name);
+        group.measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_millis(500)).sample_size(20);
+        group.bench_function("library", |b| b.to_async(&rt).iter(|| run_library(&engine, &w.code)));
+        group.bench_function("grpc", |b| {
+            b.to_async(&rt).iter(|| {
+                let mut client = client.clone();
+                let code = w.code.clone();
+                async move { run_grpc(&mut client, &code).await }
+            })
+        });
+        group.bench_function("python3_subprocess", |b| b.iter(|| run_subprocess(&w.native)));
+        group.bench_function("warm_cpython_exec", |b| b.iter(|| warm.exec(&w.native)));
+        group.finish();
+    }
+}
+
+criterion_group!(all, benches);
+criterion_main!(all);

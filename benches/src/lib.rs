@@ -1,0 +1,151 @@
+//! Workloads shared by the benchmarks: the same programs through the library, through gRPC on
+//! loopback, and through native CPython (a `python3 -c` subprocess, and `exec` in a warm
+//! interpreter, the floor).
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+use ptc_engine::proto::{self, client_message, sandbox_client::SandboxClient, server_message};
+use ptc_engine::{Engine, Event, ExecutionRequest, ToolDef, ToolResult};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
+
+/// A named program and the native-Python equivalent (tool calls become plain function calls).
+pub struct Workload {
+    pub name: &'static str,
+    pub code: String,
+    pub native: String,
+}
+
+pub fn workloads() -> Vec<Workload> {
+    let seq = |n: usize| Workload {
+        name: Box::leak(format!("sequential_{n}").into_boxed_str()),
+        code: format!("t = 0\nfor i in range({n}):\n    t = await add(a=t, b=i)\nprint(t)"),
+        native: format!("def add(a, b): return a + b\nt = 0\nfor i in range({n}):\n    t = add(a=t, b=i)\nprint(t)"),
+    };
+    vec![
+        Workload { name: "pass", code: "pass".into(), native: "pass".into() },
+        Workload { name: "print_hi", code: "print('hi')".into(), native: "print('hi')".into() },
+        seq(1),
+        seq(10),
+        seq(100),
+        Workload {
+            name: "gather_100",
+            code: "r = await asyncio.gather(*[add(a=i, b=1) for i in range(100)])\nprint(sum(r))".into(),
+            native: "def add(a, b): return a + b\nprint(sum(add(a=i, b=1) for i in range(100)))".into(),
+        },
+        Workload {
+            name: "sum_squares_1e6",
+            code: "print(sum(i * i for i in range(10**6)))".into(),
+            native: "print(sum(i * i for i in range(10**6)))".into(),
+        },
+    ]
+}
+
+/// Default limits but room for the 100-round workload.
+pub fn limits() -> ptc_engine::Limits {
+    ptc_engine::Limits { max_round_trips: 1000, ..Default::default() }
+}
+
+pub fn tools() -> Vec<ToolDef> {
+    vec![ToolDef::new("add").with_parameters(serde_json::json!({
+        "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]
+    }))]
+}
+
+fn add(input: &str) -> String {
+    let v: serde_json::Value = serde_json::from_str(input).unwrap();
+    (v["a"].as_i64().unwrap() + v["b"].as_i64().unwrap()).to_string()
+}
+
+/// Runs `code` to completion through the library, answering `add` instantly.
+pub async fn run_library(engine: &Engine, code: &str) {
+    let request = ExecutionRequest::new(code).with_tools(tools()).with_limits(limits());
+    let mut exec = engine.start(request).await.unwrap();
+    while let Some(event) = exec.next_event().await {
+        match event {
+            Event::ToolCalls(calls) => {
+                exec.submit(calls.iter().map(|c| ToolResult::ok_json(&c.id, add(&c.input))).collect()).unwrap()
+            }
+            Event::Completed(_) => return,
+            Event::Failed(f) => panic!("{}: {}", f.message, f.stderr),
+            Event::Output { .. } => {}
+        }
+    }
+}
+
+/// Runs `code` to completion through a gRPC stream, answering `add` instantly.
+pub async fn run_grpc(client: &mut SandboxClient<Channel>, code: &str) {
+    let (tx, rx) = mpsc::channel(8);
+    let wire_tools = vec![proto::Tool { name: "add".into(), description: String::new(), parameters_json: String::new() }];
+    let limits = proto::Limits { max_round_trips: Some(1000), ..Default::default() };
+    let start = proto::Start { code: code.into(), tools: wire_tools, limits: Some(limits), ..Default::default() };
+    tx.send(proto::ClientMessage { message: Some(client_message::Message::Start(start)) }).await.unwrap();
+    let mut stream = client.execute(ReceiverStream::new(rx)).await.unwrap().into_inner();
+    while let Some(msg) = stream.message().await.unwrap() {
+        match msg.message {
+            Some(server_message::Message::ToolCalls(batch)) => {
+                let results = batch
+                    .calls
+                    .iter()
+                    .map(|c| proto::ToolResult {
+                        call_id: c.id.clone(),
+                        outcome: Some(proto::tool_result::Outcome::ResultJson(add(&c.input_json))),
+                    })
+                    .collect();
+                let m = client_message::Message::ToolResults(proto::ToolResults { results });
+                tx.send(proto::ClientMessage { message: Some(m) }).await.unwrap();
+            }
+            Some(server_message::Message::Completed(_)) => return,
+            Some(server_message::Message::Failed(f)) => panic!("{}", f.message),
+            _ => {}
+        }
+    }
+}
+
+/// `python3 -c CODE`, what people do without a sandbox.
+pub fn run_subprocess(native: &str) {
+    let out = Command::new("python3").arg("-c").arg(native).output().unwrap();
+    assert!(out.status.success());
+}
+
+/// A warm host CPython that `exec`s each program in a fresh namespace: the floor.
+pub struct WarmPython {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+const LOOP: &str = r#"
+import io, json, sys, contextlib
+for line in sys.stdin:
+    code = json.loads(line)
+    with contextlib.redirect_stdout(io.StringIO()):
+        exec(code, {"__name__": "__main__"})
+    sys.stdout.write("done\n")
+    sys.stdout.flush()
+"#;
+
+impl WarmPython {
+    pub fn start() -> Self {
+        let mut child = Command::new("python3").args(["-u", "-c", LOOP]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        WarmPython { child, stdin, stdout }
+    }
+
+    pub fn exec(&mut self, native: &str) {
+        writeln!(self.stdin, "{}", serde_json::Value::String(native.into())).unwrap();
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        assert_eq!(line, "done\n");
+    }
+}
+
+impl Drop for WarmPython {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
