@@ -89,10 +89,7 @@ pub async fn run_grpc(client: &mut SandboxClient<Channel>, code: &str) {
                 let results = batch
                     .calls
                     .iter()
-                    .map(|c| proto::ToolResult {
-                        call_id: c.id.clone(),
-                        outcome: Some(proto::tool_result::Outcome::ResultJson(add(&c.input_json))),
-                    })
+                    .map(|c| ToolResult::ok_json(&c.id, add(&c.input_json)).into())
                     .collect();
                 let m = client_message::Message::ToolResults(proto::ToolResults { results });
                 tx.send(proto::ClientMessage { message: Some(m) }).await.unwrap();

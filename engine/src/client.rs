@@ -129,22 +129,18 @@ fn parse_tools(text: &str) -> anyhow::Result<Vec<proto::Tool>> {
 }
 
 async fn answer(handler: Option<String>, call: proto::ToolCall) -> proto::ToolResult {
-    use proto::tool_result::Outcome;
     let outcome = match handler {
-        None => Outcome::Error(format!("no --tool-handler given to answer {:?}", call.name)),
-        Some(cmd) => match run_handler(&cmd, &call).await {
-            Ok(text) => {
-                let trimmed = text.trim();
-                if serde_json::from_str::<serde::de::IgnoredAny>(trimmed).is_ok() && !trimmed.is_empty() {
-                    Outcome::ResultJson(trimmed.to_string())
-                } else {
-                    Outcome::ResultJson(serde_json::Value::String(text).to_string())
-                }
+        None => Err(format!("no --tool-handler given to answer {:?}", call.name)),
+        Some(cmd) => run_handler(&cmd, &call).await.map(|text| {
+            let trimmed = text.trim();
+            if serde_json::from_str::<serde::de::IgnoredAny>(trimmed).is_ok() && !trimmed.is_empty() {
+                trimmed.to_string()
+            } else {
+                serde_json::Value::String(text).to_string()
             }
-            Err(message) => Outcome::Error(message),
-        },
+        }),
     };
-    proto::ToolResult { call_id: call.id, outcome: Some(outcome) }
+    crate::ToolResult { id: call.id, outcome }.into()
 }
 
 async fn run_handler(cmd: &str, call: &proto::ToolCall) -> Result<String, String> {

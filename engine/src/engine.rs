@@ -22,7 +22,7 @@ use crate::execution::{Control, Execution, Job, drive};
 use crate::host::bindings::{self, Sandbox, SandboxPre};
 use crate::host::{Broker, CallBook, HostState, Limiter};
 use crate::output::Output;
-use crate::request::{ExecutionRequest, ToolDef};
+use crate::request::{ExecutionRequest, ToolDef, check_tools_size};
 use crate::schema::Schemas;
 use crate::wasm::{EpochTicker, build_engine, load_component};
 
@@ -171,8 +171,7 @@ impl Engine {
     /// Normalised Python names, one-line signatures and a `.pyi` stub for `tools`, as the
     /// sandbox itself computes them. Takes an execution slot like any run.
     pub async fn describe_tools(&self, tools: &[ToolDef]) -> Result<ToolDescription> {
-        let request = ExecutionRequest { tools: tools.to_vec(), ..Default::default() };
-        request.check_size(&self.inner.config.ceilings)?;
+        check_tools_size(tools, &self.inner.config.ceilings)?;
         let _permit = self.acquire().await?;
         let limits = Limits::default();
         let (mut store, _wiring) = self.new_store(&limits, tools, None)?;

@@ -64,6 +64,27 @@ impl From<crate::ToolCallRecord> for ToolCallRecord {
     }
 }
 
+impl From<crate::ToolResult> for ToolResult {
+    fn from(r: crate::ToolResult) -> Self {
+        let outcome = match r.outcome {
+            Ok(json) => tool_result::Outcome::ResultJson(json),
+            Err(message) => tool_result::Outcome::Error(message),
+        };
+        ToolResult { call_id: r.id, outcome: Some(outcome) }
+    }
+}
+
+impl From<ToolResult> for crate::ToolResult {
+    fn from(r: ToolResult) -> Self {
+        let outcome = match r.outcome {
+            Some(tool_result::Outcome::ResultJson(json)) => Ok(json),
+            Some(tool_result::Outcome::Error(message)) => Err(message),
+            None => Err("the client sent a result with neither result_json nor error".into()),
+        };
+        crate::ToolResult { id: r.call_id, outcome }
+    }
+}
+
 impl From<crate::ToolCall> for ToolCall {
     fn from(c: crate::ToolCall) -> Self {
         ToolCall { id: c.id, name: c.name, input_json: c.input }

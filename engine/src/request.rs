@@ -67,24 +67,24 @@ impl ExecutionRequest {
                 ceilings.max_code_bytes
             )));
         }
-        if self.tools.len() > ceilings.max_tools {
+        check_tools_size(&self.tools, ceilings)
+    }
+}
+
+/// The tool count and each definition's size against the ceilings.
+pub(crate) fn check_tools_size(tools: &[ToolDef], ceilings: &Ceilings) -> Result<()> {
+    if tools.len() > ceilings.max_tools {
+        return Err(Error::invalid(format!("{} tools given; the limit is {}", tools.len(), ceilings.max_tools)));
+    }
+    for tool in tools {
+        let size =
+            tool.name.len() + tool.description.len() + tool.parameters.as_ref().map_or(0, |p| p.to_string().len());
+        if size > ceilings.max_tool_def_bytes {
             return Err(Error::invalid(format!(
-                "{} tools given; the limit is {}",
-                self.tools.len(),
-                ceilings.max_tools
+                "tool {:?} is {size} bytes; the limit is {}",
+                tool.name, ceilings.max_tool_def_bytes
             )));
         }
-        for tool in &self.tools {
-            let size = tool.name.len()
-                + tool.description.len()
-                + tool.parameters.as_ref().map_or(0, |p| p.to_string().len());
-            if size > ceilings.max_tool_def_bytes {
-                return Err(Error::invalid(format!(
-                    "tool {:?} is {size} bytes; the limit is {}",
-                    tool.name, ceilings.max_tool_def_bytes
-                )));
-            }
-        }
-        Ok(())
     }
+    Ok(())
 }

@@ -113,14 +113,7 @@ impl Stream {
 }
 
 pub fn result(id: &str, r: Result<Value, String>) -> proto::ToolResult {
-    use proto::tool_result::Outcome;
-    proto::ToolResult {
-        call_id: id.into(),
-        outcome: Some(match r {
-            Ok(v) => Outcome::ResultJson(v.to_string()),
-            Err(e) => Outcome::Error(e),
-        }),
-    }
+    ptc_engine::ToolResult { id: id.into(), outcome: r.map(|v| v.to_string()) }.into()
 }
 
 pub fn input(call: &proto::ToolCall) -> Value {

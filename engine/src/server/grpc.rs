@@ -14,7 +14,7 @@ use tracing::Instrument;
 use super::auth::{ApiKeys, presented_key};
 use super::tenants::{Admission, Refusal, Tenants};
 use crate::proto::{self, client_message, sandbox_server, server_message};
-use crate::{Engine, ErrorKind, Event, ExecutionRequest, ToolResult};
+use crate::{Engine, ErrorKind, Event, ExecutionRequest};
 
 #[derive(Clone)]
 pub struct SandboxService {
@@ -159,19 +159,7 @@ async fn pump(
 fn handle_client_message(execution: &crate::Execution, message: proto::ClientMessage) -> Option<proto::ServerMessage> {
     match message.message {
         Some(client_message::Message::ToolResults(results)) => {
-            let results = results
-                .results
-                .into_iter()
-                .map(|r| ToolResult {
-                    outcome: match r.outcome {
-                        Some(proto::tool_result::Outcome::ResultJson(json)) => Ok(json),
-                        Some(proto::tool_result::Outcome::Error(message)) => Err(message),
-                        None => Err("the client sent a result with neither result_json nor error".into()),
-                    },
-                    id: r.call_id,
-                })
-                .collect();
-            match execution.submit(results) {
+            match execution.submit(results.results.into_iter().map(Into::into).collect()) {
                 Ok(()) => None,
                 Err(e) => Some(error_message(e.kind().as_str(), e.message())),
             }
