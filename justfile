@@ -15,3 +15,9 @@ build:
 # Benchmarks: library, gRPC, `python3 -c` and warm CPython side by side.
 bench:
     cargo bench -p ptc-benches
+
+# Density harness: N paused executions (100, 500, 1000, 2000, 5000), memory per execution by
+# PSS, first-call and round-trip latency, throughput; table on stdout, JSON in target/density.json.
+# Extra harness flags go first, server flags after `--`, e.g. `just density --counts 100,1000`.
+density *ARGS:
+    cargo run --release -p ptc-benches --bin density -- {{ARGS}}

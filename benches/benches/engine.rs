@@ -1,4 +1,4 @@
-//! Start-up, tool round trips and CPU work: the library, gRPC on loopback, `python3 -c`, and
+//! Instantiation, start-up, tool round trips and CPU work: the library, gRPC on loopback, `python3 -c`, and
 //! `exec` in a warm CPython, side by side in one run (`cargo bench -p ptc-benches`).
 
 use std::time::Duration;
@@ -21,6 +21,22 @@ fn benches(c: &mut Criterion) {
     let url = format!("http://{}", server.grpc_addr);
     let client = rt.block_on(ptc_engine::proto::sandbox_client::SandboxClient::connect(url)).unwrap();
     let mut warm = WarmPython::start();
+
+    let mut group = c.benchmark_group("instantiate");
+    group.measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_millis(500)).sample_size(20);
+    group.bench_function("library", |b| {
+        b.to_async(&rt).iter_custom(|iters| {
+            let engine = engine.clone();
+            async move {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    total += instantiate_once(&engine).await;
+                }
+                total
+            }
+        })
+    });
+    group.finish();
 
     for w in workloads() {
         let mut group = c.benchmark_group(w.name);

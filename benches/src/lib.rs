@@ -75,6 +75,20 @@ pub async fn run_library(engine: &Engine, code: &str) {
     }
 }
 
+/// Instantiation alone, as the engine times it for one `pass` execution (a fresh instance from
+/// the pre-linked component in the pool, before the guest runs).
+pub async fn instantiate_once(engine: &Engine) -> std::time::Duration {
+    let mut exec = engine.start(ExecutionRequest::new("pass")).await.unwrap();
+    while let Some(event) = exec.next_event().await {
+        match event {
+            Event::Completed(done) => return done.stats.instantiate_time,
+            Event::Failed(f) => panic!("{}: {}", f.message, f.stderr),
+            _ => {}
+        }
+    }
+    panic!("no completion");
+}
+
 /// Runs `code` to completion through a gRPC stream, answering `add` instantly.
 pub async fn run_grpc(client: &mut SandboxClient<Channel>, code: &str) {
     let (tx, rx) = mpsc::channel(8);

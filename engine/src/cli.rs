@@ -92,7 +92,9 @@ pub struct ServeArgs {
     /// Do not use wasmtime's pooling allocator.
     #[arg(long, env = "PTC_NO_POOLING", default_value_t = false)]
     pub no_pooling: bool,
-    /// Address space reserved per linear memory, MiB (default: wasmtime's 4 GiB).
+    /// Address space reserved per linear memory, MiB (default: wasmtime's 4 GiB). Smaller
+    /// values fit more live executions in the address space, add bounds checks, and cap each
+    /// execution's memory at this size.
     #[arg(long, env = "PTC_MEMORY_RESERVATION_MIB")]
     pub memory_reservation_mib: Option<u64>,
     /// Directory for the compiled component cache.

@@ -140,8 +140,10 @@ pub struct EngineConfig {
     pub fuel: bool,
     /// Use wasmtime's pooling allocator when the machine allows it. Default on.
     pub pooling: bool,
-    /// Virtual address space reserved per linear memory. `None`: wasmtime's default (4 GiB,
-    /// no bounds checks). Smaller values allow more live instances at some speed cost.
+    /// Virtual address space reserved per linear memory. `None`: wasmtime's default (4 GiB
+    /// plus a 32 MiB guard, no bounds checks in compiled code). Smaller values fit more live
+    /// instances in the address space at some speed cost, and also cap the memory limit of an
+    /// execution (ceiling and default) at the reservation.
     pub memory_reservation: Option<u64>,
     /// How often the epoch advances; a running guest yields to the host at every tick.
     pub epoch_tick: Duration,

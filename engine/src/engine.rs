@@ -24,7 +24,7 @@ use crate::host::{Broker, CallBook, HostState, Limiter};
 use crate::output::Output;
 use crate::request::{ExecutionRequest, ToolDef, check_tools_size};
 use crate::schema::Schemas;
-use crate::wasm::{EpochTicker, build_engine, load_component};
+use crate::wasm::{EpochTicker, build_engine};
 
 /// Cheap to clone; all clones share the compiled component and the execution slots.
 #[derive(Clone)]
@@ -64,15 +64,25 @@ pub struct DescribedTool {
 impl Engine {
     /// Builds the engine: compiles the component (or loads it from the disk cache) and links
     /// it. This blocks for seconds on a cache miss; call it before serving.
-    pub fn new(config: EngineConfig) -> Result<Self> {
-        let (wasmtime, pooling) = build_engine(&config)?;
+    pub fn new(mut config: EngineConfig) -> Result<Self> {
+        // A memory cannot outgrow its reservation once it cannot move (pooled slots never
+        // move), so a reservation below the ceiling lowers the ceiling.
+        if let Some(reservation) = config.memory_reservation {
+            if reservation < 32 * crate::MIB {
+                return Err(Error::invalid("memory_reservation must be at least 32 MiB (CPython needs it)"));
+            }
+            let ceiling = &mut config.ceilings.max_memory_bytes;
+            *ceiling = (*ceiling).min(reservation);
+            let default = &mut config.default_limits.max_memory_bytes;
+            *default = (*default).min(reservation);
+        }
         let bytes: std::borrow::Cow<'static, [u8]> = match &config.component {
             ComponentSource::Embedded => ptc_runtime_python_wasm::COMPONENT.into(),
             ComponentSource::File(path) => std::fs::read(path)
                 .map_err(|e| Error::engine(&format!("reading component {}", path.display()), e))?
                 .into(),
         };
-        let component = load_component(&wasmtime, &bytes, &config.resolved_cache_dir())?;
+        let (wasmtime, component, pooling) = build_engine(&config, &bytes)?;
         let mut linker = Linker::<HostState>::new(&wasmtime);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| Error::engine("linking WASI", e))?;
         Sandbox::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s).map_err(|e| Error::engine("linking host", e))?;

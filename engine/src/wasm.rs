@@ -13,15 +13,36 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllo
 use crate::config::EngineConfig;
 use crate::error::{Error, Result};
 
-/// Core instances, memories and tables one sandbox needs, with headroom. componentize-py
-/// links CPython, libc and the WASI adapter as separate core modules in one component.
+/// Core instances one sandbox may create. componentize-py links CPython, libc and the WASI
+/// adapter as separate core modules of one component (14 in the embedded one).
 const CORE_INSTANCES_PER_SANDBOX: u32 = 32;
-const MEMORIES_PER_SANDBOX: u32 = 4;
-const TABLES_PER_SANDBOX: u32 = 8;
 const TABLE_ELEMENTS: usize = 64 * 1024;
 
-/// Builds the wasmtime configuration every sandbox runs under.
-pub(crate) fn wasmtime_config(cfg: &EngineConfig, pooling: bool) -> Config {
+/// What one sandbox needs from the pooling allocator. The pool reserves address space for
+/// `memories` linear memories per slot up front, so counting them exactly (rather than
+/// guessing high) is what lets thousands of paused executions fit in the 128 TiB user address
+/// space: the embedded component has one memory and two tables.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PoolShape {
+    pub(crate) memories: u32,
+    pub(crate) tables: u32,
+}
+
+impl PoolShape {
+    /// Used when the component cannot say (it imports memories or modules).
+    const FALLBACK: PoolShape = PoolShape { memories: 4, tables: 8 };
+
+    fn of(component: &Component) -> PoolShape {
+        component.resources_required().map_or(Self::FALLBACK, |r| PoolShape {
+            memories: r.num_memories.max(1),
+            tables: r.num_tables.max(1),
+        })
+    }
+}
+
+/// Builds the wasmtime configuration every sandbox runs under; `pool` selects the pooling
+/// allocator (sized for `max_concurrent` sandboxes of that shape) over on-demand allocation.
+pub(crate) fn wasmtime_config(cfg: &EngineConfig, pool: Option<PoolShape>) -> Config {
     let mut c = Config::new();
     // Host imports are async so a tool call suspends the wasm fiber instead of a thread.
     // CPU-bound guests must yield to the scheduler and notice deadlines: the ticker bumps the
@@ -36,22 +57,25 @@ pub(crate) fn wasmtime_config(cfg: &EngineConfig, pooling: bool) -> Config {
     // The fiber stack must leave room for host frames below the wasm stack limit.
     c.max_wasm_stack(1024 * 1024);
     c.async_stack_size(2 * 1024 * 1024);
+    // By default each memory reserves 4 GiB (+32 MiB guard), which lets compiled code skip
+    // bounds checks. A smaller reservation packs more instances into the address space at the
+    // cost of explicit checks; it also caps an execution's memory (see `Engine::new`).
     if let Some(reservation) = cfg.memory_reservation {
         c.memory_reservation(reservation);
         c.memory_guard_size(64 * 1024);
         c.memory_reservation_for_growth(0);
     }
-    if pooling {
+    if let Some(shape) = pool {
         let n = u32::try_from(cfg.max_concurrent.max(1)).unwrap_or(u32::MAX).saturating_add(8);
         let mut p = PoolingAllocationConfig::default();
         p.total_component_instances(n)
             .total_core_instances(n.saturating_mul(CORE_INSTANCES_PER_SANDBOX))
-            .total_memories(n.saturating_mul(MEMORIES_PER_SANDBOX))
-            .total_tables(n.saturating_mul(TABLES_PER_SANDBOX))
+            .total_memories(n.saturating_mul(shape.memories))
+            .total_tables(n.saturating_mul(shape.tables))
             .total_stacks(n)
             .max_core_instances_per_component(CORE_INSTANCES_PER_SANDBOX)
-            .max_memories_per_component(MEMORIES_PER_SANDBOX)
-            .max_tables_per_component(TABLES_PER_SANDBOX)
+            .max_memories_per_component(shape.memories)
+            .max_tables_per_component(shape.tables)
             .table_elements(TABLE_ELEMENTS)
             .max_memory_size(cfg.ceilings.max_memory_bytes as usize);
         c.allocation_strategy(InstanceAllocationStrategy::Pooling(p));
@@ -59,17 +83,31 @@ pub(crate) fn wasmtime_config(cfg: &EngineConfig, pooling: bool) -> Config {
     c
 }
 
-/// The engine, pooled when the machine allows it (a pool reserves a lot of address space up
-/// front, which some sandboxes and `ulimit -v` settings refuse).
-pub(crate) fn build_engine(cfg: &EngineConfig) -> Result<(Engine, bool)> {
-    if cfg.pooling {
-        match Engine::new(&wasmtime_config(cfg, true)) {
-            Ok(engine) => return Ok((engine, true)),
-            Err(e) => tracing::warn!("pooling allocator unavailable, using on-demand: {e:#}"),
+/// The engine and the compiled component, pooled when the machine allows it (a pool reserves
+/// its address space up front, which some sandboxes and `ulimit -v` settings refuse).
+///
+/// The pool's shape comes from the component itself, so the component is loaded first by an
+/// on-demand engine. Allocation strategy is not part of the compatibility hash, so both
+/// engines share the cached artifact and the second load is only a file mapping.
+pub(crate) fn build_engine(cfg: &EngineConfig, bytes: &[u8]) -> Result<(Engine, Component, bool)> {
+    let cache_dir = cfg.resolved_cache_dir();
+    let on_demand = Engine::new(&wasmtime_config(cfg, None)).map_err(|e| Error::engine("wasmtime engine", e))?;
+    let component = load_component(&on_demand, bytes, &cache_dir)?;
+    if !cfg.pooling {
+        return Ok((on_demand, component, false));
+    }
+    let shape = PoolShape::of(&component);
+    match Engine::new(&wasmtime_config(cfg, Some(shape))) {
+        Ok(pooled) => {
+            let component = load_component(&pooled, bytes, &cache_dir)?;
+            tracing::debug!(?shape, slots = cfg.max_concurrent, "pooling allocator");
+            Ok((pooled, component, true))
+        }
+        Err(e) => {
+            tracing::warn!("pooling allocator unavailable, using on-demand: {e:#}");
+            Ok((on_demand, component, false))
         }
     }
-    let engine = Engine::new(&wasmtime_config(cfg, false)).map_err(|e| Error::engine("wasmtime engine", e))?;
-    Ok((engine, false))
 }
 
 /// Loads the component from the on-disk cache, compiling and storing it on a miss.

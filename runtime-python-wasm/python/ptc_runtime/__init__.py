@@ -9,9 +9,9 @@ from .errors import ToolError, InvalidTools
 from .names import normalize_name, assign_python_names
 from .stubs import ToolSpec, make_stub, describe
 from .loop import Broker, BatchingEventLoop
-from .runner import Outcome, run_program
+from .runner import Outcome, run_program, prepare
 
 __all__ = [
     "ToolError", "InvalidTools", "normalize_name", "assign_python_names", "ToolSpec",
-    "make_stub", "describe", "Broker", "BatchingEventLoop", "Outcome", "run_program",
+    "make_stub", "describe", "Broker", "BatchingEventLoop", "Outcome", "run_program", "prepare",
 ]

@@ -163,5 +163,23 @@ class RunnerTest(unittest.TestCase):
         self.assertEqual(o.value_json, "6")
 
 
+class PreparedSessionTest(unittest.TestCase):
+    """`prepare()` runs a warm-up program and builds the next run's loop ahead of time (in the
+    component: during pre-initialisation). The run that uses it must start clean."""
+
+    def test_prepared_run_starts_clean(self):
+        from ptc_runtime import prepare
+        prepare()
+        code = "print('r' in globals())\nreturn await add(a=1, b=2)"
+        o, out, _, host = run(code)
+        self.assertTrue(o.ok, o)
+        self.assertEqual(out, "False\n")
+        self.assertEqual(json.loads(o.value_json), 3)
+        self.assertEqual(host.rounds, [[("add", {"a": 1, "b": 2})]])
+        # The next run builds its own session.
+        o, out, _, _ = run("print(await add(a=2, b=2))")
+        self.assertEqual(out, "4\n")
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -1,0 +1,207 @@
+//! What one run measured: a table for people and JSON for tools.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::procfs::Memory;
+
+/// One step: N executions paused at once, then all resumed.
+pub struct Step {
+    pub n: usize,
+    pub launch: Duration,
+    pub resume: Duration,
+    pub first_call_p50: Duration,
+    pub first_call_p99: Duration,
+    pub round_trip_p50: Duration,
+    pub round_trip_p99: Duration,
+    /// The server before the step, with all N paused, and after all finished.
+    pub idle: Memory,
+    pub at_n: Memory,
+    pub after: Memory,
+    /// The server's own count of paused executions while all N waited.
+    pub paused_gauge: Option<f64>,
+    /// Live instances once every stream finished (0 unless something leaked).
+    pub live_after: Option<f64>,
+    /// Executions that paused, resumed and printed exactly what they were sent.
+    pub correct: usize,
+    pub errors: Vec<String>,
+}
+
+impl Step {
+    fn per_exec(&self, f: impl Fn(&Memory) -> u64) -> u64 {
+        f(&self.at_n).saturating_sub(f(&self.idle)) / self.n.max(1) as u64
+    }
+
+    pub fn pss_per_exec(&self) -> u64 {
+        self.per_exec(|m| m.pss)
+    }
+
+    fn to_json(&self) -> Value {
+        json!({
+            "paused": self.n,
+            "correct": self.correct,
+            "launch_seconds": self.launch.as_secs_f64(),
+            "resume_seconds": self.resume.as_secs_f64(),
+            "first_tool_call_us": {"p50": us(self.first_call_p50), "p99": us(self.first_call_p99)},
+            "round_trip_us": {"p50": us(self.round_trip_p50), "p99": us(self.round_trip_p99)},
+            "per_execution_bytes": {
+                "pss": self.pss_per_exec(),
+                "pss_anon": self.per_exec(|m| m.pss_anon),
+                "rss_anon": self.per_exec(|m| m.rss_anon),
+                "vm_rss": self.per_exec(|m| m.rss),
+                "vm_size": self.per_exec(|m| m.vm_size),
+                "mappings": self.at_n.maps.saturating_sub(self.idle.maps) as f64 / self.n.max(1) as f64,
+            },
+            "server_idle": self.idle.to_json(),
+            "server_at_n": self.at_n.to_json(),
+            "server_after": self.after.to_json(),
+            "paused_gauge": self.paused_gauge,
+            "live_instances_after": self.live_after,
+            "errors": self.errors,
+        })
+    }
+}
+
+pub struct Throughput {
+    pub clients: usize,
+    pub elapsed: Duration,
+    pub completed: usize,
+    pub failed_errors: usize,
+    pub latency_p50: Duration,
+    pub latency_p99: Duration,
+    pub errors: Vec<String>,
+}
+
+impl Throughput {
+    fn per_second(&self) -> f64 {
+        self.completed as f64 / self.elapsed.as_secs_f64()
+    }
+}
+
+pub struct Report {
+    pub machine: Value,
+    pub steps: Vec<Step>,
+    pub throughput: Option<Throughput>,
+    pub stopped: Option<String>,
+    pub serve_flags: Vec<String>,
+}
+
+impl Report {
+    pub fn table(&self) -> String {
+        let m = &self.machine;
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "\nmachine: {}, {} cores, {:.1} GiB, Linux {}",
+            m["cpu"].as_str().unwrap_or("?"),
+            m["cores"],
+            m["mem_total_bytes"].as_u64().unwrap_or(0) as f64 / (1u64 << 30) as f64,
+            m["kernel"].as_str().unwrap_or("?")
+        );
+        let _ = writeln!(
+            out,
+            "\n| paused | correct | first call p50 / p99 | round trip p50 / p99 | PSS / exec | Pss_Anon / exec | RssAnon / exec | VmRSS / exec | server PSS at N | mappings at N |"
+        );
+        let _ = writeln!(out, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for s in &self.steps {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} / {} | {} / {} | {} | {} | {} | {} | {} | {} |",
+                s.n,
+                s.correct,
+                ms(s.first_call_p50),
+                ms(s.first_call_p99),
+                ms(s.round_trip_p50),
+                ms(s.round_trip_p99),
+                mib(s.pss_per_exec()),
+                mib(s.per_exec(|m| m.pss_anon)),
+                mib(s.per_exec(|m| m.rss_anon)),
+                mib(s.per_exec(|m| m.rss)),
+                mib(s.at_n.pss),
+                s.at_n.maps,
+            );
+        }
+        if let Some(s) = self.steps.last() {
+            let _ = writeln!(
+                out,
+                "\naddress space reserved by the server (VmSize, idle, N = {}): {:.1} TiB of 128 TiB",
+                s.n,
+                s.idle.vm_size as f64 / (1u64 << 40) as f64
+            );
+        }
+        if let Some(t) = &self.throughput {
+            let _ = writeln!(
+                out,
+                "\nthroughput: {:.0} trivial executions/s ({} clients, {} completed in {:.1} s, {} failed; latency p50 {} p99 {})",
+                t.per_second(),
+                t.clients,
+                t.completed,
+                t.elapsed.as_secs_f64(),
+                t.failed_errors,
+                ms(t.latency_p50),
+                ms(t.latency_p99)
+            );
+        }
+        if let Some(why) = &self.stopped {
+            let _ = writeln!(out, "stopped early: {why}");
+        }
+        for s in self.steps.iter().filter(|s| !s.errors.is_empty()) {
+            let _ = writeln!(out, "errors at N = {}: {:?}", s.n, s.errors);
+        }
+        out
+    }
+
+    pub fn to_json(&self) -> Value {
+        json!({
+            "machine": self.machine,
+            "serve_flags": self.serve_flags,
+            "steps": self.steps.iter().map(Step::to_json).collect::<Vec<_>>(),
+            "throughput": self.throughput.as_ref().map(|t| json!({
+                "clients": t.clients,
+                "seconds": t.elapsed.as_secs_f64(),
+                "completed": t.completed,
+                "failed": t.failed_errors,
+                "executions_per_second": t.per_second(),
+                "latency_us": {"p50": us(t.latency_p50), "p99": us(t.latency_p99)},
+                "errors": t.errors,
+            })),
+            "stopped_early": self.stopped,
+        })
+    }
+}
+
+/// One line of progress on stderr while the run goes on.
+pub fn step_line(s: &Step) -> String {
+    format!(
+        "density: N = {}: {} correct, PSS {} / exec, first call p50 {}, round trip p50 {}, launch {:.1} s",
+        s.n,
+        s.correct,
+        mib(s.pss_per_exec()),
+        ms(s.first_call_p50),
+        ms(s.round_trip_p50),
+        s.launch.as_secs_f64()
+    )
+}
+
+/// Nearest-rank percentile of sorted samples (zero when there are none).
+pub fn percentile(sorted: &[Duration], q: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn us(d: Duration) -> u64 {
+    d.as_micros() as u64
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.2} MiB", bytes as f64 / (1u64 << 20) as f64)
+}
