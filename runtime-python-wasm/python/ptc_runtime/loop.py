@@ -24,11 +24,12 @@ class Broker:
     """Tool calls made by the program, and the exchange with the host.
 
     `wait_for_tools(calls, timeout_ms)` takes a list of (id, name, input_json) and returns a list
-    of (id, ok, payload): payload is JSON text when ok, the error message otherwise.
+    of (id, ok, payload): payload is JSON text when ok, the error message otherwise. It may be
+    set after construction, as long as it is set before the first exchange.
     """
 
-    def __init__(self, wait_for_tools):
-        self._wait = wait_for_tools
+    def __init__(self, wait_for_tools=None):
+        self.wait_for_tools = wait_for_tools
         self._new = []
         self._outstanding = {}
         self._seq = 0
@@ -57,7 +58,7 @@ class Broker:
     def exchange(self, timeout):
         calls, self._new = self._new, []
         timeout_ms = None if timeout is None else max(0, math.ceil(timeout * 1000))
-        results = self._wait(calls, timeout_ms)
+        results = self.wait_for_tools(calls, timeout_ms)
         self.rounds += 1
         for call_id, ok, payload in results:
             entry = self._outstanding.pop(call_id, None)

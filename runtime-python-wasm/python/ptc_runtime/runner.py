@@ -90,7 +90,7 @@ class _Session:
     """What one run needs before the program starts: broker, event loop and asyncio policy."""
 
     def __init__(self):
-        self.broker = Broker(None)
+        self.broker = Broker()
         self.loop = BatchingEventLoop(self.broker)
         self.policy = _Policy(self.broker)
 
@@ -130,7 +130,7 @@ def _take_session(wait_for_tools):
     session, _prepared = _prepared, None
     if session is None or session.loop.is_closed():
         session = _Session()
-    session.broker._wait = wait_for_tools
+    session.broker.wait_for_tools = wait_for_tools
     return session
 
 
