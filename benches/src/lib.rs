@@ -2,14 +2,16 @@
 //! loopback, and through native CPython (a `python3 -c` subprocess, and `exec` in a warm
 //! interpreter, the floor).
 
+pub mod grpc;
+
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
-use ptc_engine::proto::{self, client_message, sandbox_client::SandboxClient, server_message};
+use ptc_engine::proto::sandbox_client::SandboxClient;
 use ptc_engine::{Engine, Event, ExecutionRequest, ToolDef, ToolResult};
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
+
+use grpc::Exec;
 
 /// A named program and the native-Python equivalent (tool calls become plain function calls).
 pub struct Workload {
@@ -91,27 +93,10 @@ pub async fn instantiate_once(engine: &Engine) -> std::time::Duration {
 
 /// Runs `code` to completion through a gRPC stream, answering `add` instantly.
 pub async fn run_grpc(client: &mut SandboxClient<Channel>, code: &str) {
-    let (tx, rx) = mpsc::channel(8);
-    let wire_tools = vec![proto::Tool { name: "add".into(), description: String::new(), parameters_json: String::new() }];
-    let limits = proto::Limits { max_round_trips: Some(1000), ..Default::default() };
-    let start = proto::Start { code: code.into(), tools: wire_tools, limits: Some(limits), ..Default::default() };
-    tx.send(proto::ClientMessage { message: Some(client_message::Message::Start(start)) }).await.unwrap();
-    let mut stream = client.execute(ReceiverStream::new(rx)).await.unwrap().into_inner();
-    while let Some(msg) = stream.message().await.unwrap() {
-        match msg.message {
-            Some(server_message::Message::ToolCalls(batch)) => {
-                let results = batch
-                    .calls
-                    .iter()
-                    .map(|c| ToolResult::ok_json(&c.id, add(&c.input_json)).into())
-                    .collect();
-                let m = client_message::Message::ToolResults(proto::ToolResults { results });
-                tx.send(proto::ClientMessage { message: Some(m) }).await.unwrap();
-            }
-            Some(server_message::Message::Completed(_)) => return,
-            Some(server_message::Message::Failed(f)) => panic!("{}", f.message),
-            _ => {}
-        }
+    let mut exec = Exec::open(client, grpc::start(code, &["add"]), None).await.unwrap();
+    while let Some(calls) = exec.next_batch().await.unwrap() {
+        let results = calls.iter().map(|c| ToolResult::ok_json(&c.id, add(&c.input_json)).into()).collect();
+        exec.send_results(results).await.unwrap();
     }
 }
 

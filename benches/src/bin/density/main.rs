@@ -6,7 +6,6 @@
 //! is resumed, answered at once, and its output checked. A throughput phase follows. Results go
 //! to stdout as a table and to a JSON file. `just density` runs it; `--help` lists the knobs.
 
-mod grpc;
 mod procfs;
 mod report;
 
@@ -20,7 +19,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::Semaphore;
 use tonic::transport::Channel;
 
-use grpc::Exec;
+use ptc_benches::grpc::{self, Exec};
 use procfs::Memory;
 use report::{Step, Throughput, percentile};
 

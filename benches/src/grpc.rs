@@ -1,5 +1,6 @@
-//! One `Execute` stream as the harness drives it: start, read tool calls, answer, finish.
-//! Every wait has a deadline, so a stuck server makes the harness report an error, not hang.
+//! One `Execute` stream as the benchmarks and the density harness drive it: start, read tool
+//! calls, answer, finish. Every wait has a deadline, so a stuck server is reported as an
+//! error instead of hanging the run.
 
 use std::time::Duration;
 
@@ -15,14 +16,14 @@ pub struct Exec {
     rx: tonic::Streaming<proto::ServerMessage>,
 }
 
-/// A `Start` with the named tools (no schema) and the longest deadline, since an execution
-/// may wait while thousands of others are started.
+/// A `Start` with the named tools (no schema), the longest deadline (an execution may wait
+/// while thousands of others are started) and room for the 100-round workload.
 pub fn start(code: &str, tools: &[&str]) -> proto::Start {
     let tools = tools
         .iter()
         .map(|name| proto::Tool { name: (*name).into(), description: String::new(), parameters_json: String::new() })
         .collect();
-    let limits = proto::Limits { timeout_ms: Some(300_000), ..Default::default() };
+    let limits = proto::Limits { timeout_ms: Some(300_000), max_round_trips: Some(1000), ..Default::default() };
     proto::Start { code: code.into(), tools, limits: Some(limits), ..Default::default() }
 }
 
@@ -61,6 +62,15 @@ impl Exec {
     pub async fn next_calls(&mut self) -> Result<Vec<proto::ToolCall>, String> {
         match self.next().await? {
             Message::ToolCalls(batch) => Ok(batch.calls),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The next batch of tool calls, or `None` once the program completed.
+    pub async fn next_batch(&mut self) -> Result<Option<Vec<proto::ToolCall>>, String> {
+        match self.next().await? {
+            Message::ToolCalls(batch) => Ok(Some(batch.calls)),
+            Message::Completed(_) => Ok(None),
             other => Err(unexpected(other)),
         }
     }
