@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::server::ServerConfig;
 use crate::server::auth::ApiKeys;
+use crate::server::conn::HttpLimits;
 use crate::server::tenants::TenantLimits;
 use crate::{ComponentSource, EngineConfig, Limits, MIB, WhenBusy};
 
@@ -57,14 +58,50 @@ pub struct ServeArgs {
     #[arg(long, env = "PTC_FILES_QUOTA_FILES", default_value_t = 1000)]
     pub files_quota_files: u64,
     /// Executions alive at once on this server (running or paused); more are refused.
-    #[arg(long, env = "PTC_MAX_CONCURRENT", default_value_t = 1000)]
-    pub max_concurrent: usize,
-    /// Executions alive at once per tenant.
-    #[arg(long, env = "PTC_TENANT_MAX_CONCURRENT", default_value_t = 100)]
-    pub tenant_max_concurrent: usize,
-    /// Paused executions per tenant before new ones are refused.
-    #[arg(long, env = "PTC_TENANT_MAX_PAUSED", default_value_t = 100)]
-    pub tenant_max_paused: usize,
+    /// Default: what the memory budget holds at 3 MiB each, 64 to 12,000.
+    #[arg(long, env = "PTC_MAX_CONCURRENT")]
+    pub max_concurrent: Option<usize>,
+    /// Bytes, MiB, that all executions together may grow their memory by (default: 3/4 of
+    /// the machine's memory).
+    #[arg(long, env = "PTC_MEMORY_BUDGET_MIB")]
+    pub memory_budget_mib: Option<u64>,
+    /// The same for all executions of one tenant (default: no per-tenant share).
+    #[arg(long, env = "PTC_TENANT_MEMORY_BUDGET_MIB")]
+    pub tenant_memory_budget_mib: Option<u64>,
+    /// Executions of one tenant running (not paused) at once; the rest queue in order
+    /// (default: the number of cores; 0 = unbounded).
+    #[arg(long, env = "PTC_TENANT_MAX_RUNNING")]
+    pub tenant_max_running: Option<usize>,
+    /// Executions alive at once per tenant (default: no per-tenant cap).
+    #[arg(long, env = "PTC_TENANT_MAX_CONCURRENT")]
+    pub tenant_max_concurrent: Option<usize>,
+    /// Paused executions per tenant before new ones are refused (default: no per-tenant cap).
+    #[arg(long, env = "PTC_TENANT_MAX_PAUSED")]
+    pub tenant_max_paused: Option<usize>,
+    /// Largest gRPC message, bytes, either way.
+    #[arg(long, env = "PTC_GRPC_MAX_MESSAGE_BYTES", default_value_t = ServerConfig::default().grpc_max_message_bytes)]
+    pub grpc_max_message_bytes: usize,
+    /// Largest HTTP request body, bytes.
+    #[arg(long, env = "PTC_HTTP_MAX_BODY_BYTES", default_value_t = HttpLimits::default().max_body_bytes)]
+    pub http_max_body_bytes: usize,
+    /// Open HTTP connections; more are answered 503.
+    #[arg(long, env = "PTC_HTTP_MAX_CONNECTIONS", default_value_t = HttpLimits::default().max_connections)]
+    pub http_max_connections: usize,
+    /// Seconds to send request headers, and the longest an HTTP keep-alive connection idles.
+    #[arg(long, env = "PTC_HTTP_HEADER_TIMEOUT_SECS", default_value_t = HttpLimits::default().header_timeout.as_secs())]
+    pub http_header_timeout_secs: u64,
+    /// Seconds to send a whole HTTP request body.
+    #[arg(long, env = "PTC_HTTP_BODY_TIMEOUT_SECS", default_value_t = HttpLimits::default().body_timeout.as_secs())]
+    pub http_body_timeout_secs: u64,
+    /// Largest tool call input, bytes (larger calls raise ToolError in the program).
+    #[arg(long, env = "PTC_MAX_TOOL_INPUT_BYTES", default_value_t = crate::Ceilings::default().max_tool_input_bytes)]
+    pub max_tool_input_bytes: usize,
+    /// Largest tool result, bytes (larger results reach the program as ToolError).
+    #[arg(long, env = "PTC_MAX_TOOL_RESULT_BYTES", default_value_t = crate::Ceilings::default().max_tool_result_bytes)]
+    pub max_tool_result_bytes: usize,
+    /// Bytes of tool inputs and results kept in an execution's call log.
+    #[arg(long, env = "PTC_MAX_CALL_LOG_BYTES", default_value_t = crate::Ceilings::default().max_call_log_bytes)]
+    pub max_call_log_bytes: usize,
     /// Default execution deadline in ms (requests may ask for 1000-300000).
     #[arg(long, env = "PTC_TIMEOUT_MS", default_value_t = 60_000)]
     pub timeout_ms: u64,
@@ -118,10 +155,18 @@ impl ServeArgs {
             max_output_bytes: self.max_output_bytes,
             fuel: None,
         };
+        let memory_budget = self.memory_budget_mib.map_or_else(crate::default_memory_budget, |m| m * MIB);
         let mut engine = EngineConfig {
             component: self.component.clone().map_or(ComponentSource::Embedded, ComponentSource::File),
             cache_dir: self.cache_dir.clone(),
-            max_concurrent: self.max_concurrent,
+            max_concurrent: self.max_concurrent.unwrap_or_else(|| crate::default_max_concurrent(memory_budget)),
+            memory_budget,
+            tenant_memory_budget: self.tenant_memory_budget_mib.map(|m| m * MIB),
+            tenant_max_running: match self.tenant_max_running {
+                Some(0) => None,
+                Some(n) => Some(n),
+                None => Some(crate::cores()),
+            },
             when_busy: WhenBusy::Refuse,
             default_limits: defaults,
             fuel: self.fuel,
@@ -131,6 +176,14 @@ impl ServeArgs {
         };
         engine.ceilings.max_code_bytes = self.max_code_bytes;
         engine.ceilings.max_tools = self.max_tools;
+        engine.ceilings.max_tool_input_bytes = self.max_tool_input_bytes;
+        engine.ceilings.max_tool_result_bytes = self.max_tool_result_bytes;
+        engine.ceilings.max_call_log_bytes = self.max_call_log_bytes;
+        let mut http_limits = HttpLimits::default();
+        http_limits.max_body_bytes = self.http_max_body_bytes;
+        http_limits.max_connections = self.http_max_connections.max(1);
+        http_limits.header_timeout = Duration::from_secs(self.http_header_timeout_secs.max(1));
+        http_limits.body_timeout = Duration::from_secs(self.http_body_timeout_secs.max(1));
         engine.ceilings.check(&engine.default_limits, engine.fuel).map_err(|e| format!("default limits: {e}"))?;
         Ok(ServerConfig {
             grpc_addr: self.grpc_addr,
@@ -145,6 +198,8 @@ impl ServeArgs {
             metrics_addr: self.metrics_addr,
             api_keys: ApiKeys::parse(&self.api_keys)?,
             tenant_limits: TenantLimits { max_concurrent: self.tenant_max_concurrent, max_paused: self.tenant_max_paused },
+            http_limits,
+            grpc_max_message_bytes: self.grpc_max_message_bytes,
             engine,
             shutdown_grace: Duration::from_secs(self.shutdown_grace_secs),
         })

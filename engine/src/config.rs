@@ -53,6 +53,16 @@ pub struct Ceilings {
     pub max_tools: usize,
     /// Size of one tool definition (name + description + schema). Default 256 KiB.
     pub max_tool_def_bytes: usize,
+    /// Size of one tool call's input (JSON). A larger call raises `ToolError` in the program
+    /// without leaving the sandbox. Default 1 MiB.
+    pub max_tool_input_bytes: usize,
+    /// Size of one tool result (JSON, or an error message). A larger result reaches the
+    /// program as a `ToolError` saying so. Default 8 MiB.
+    pub max_tool_result_bytes: usize,
+    /// Bytes of tool inputs and results an execution keeps in its call log (returned with the
+    /// final event). Past it, inputs and results are logged as a truncation marker (a JSON
+    /// string). Default 1 MiB.
+    pub max_call_log_bytes: usize,
 }
 
 impl Default for Ceilings {
@@ -67,6 +77,9 @@ impl Default for Ceilings {
             max_code_bytes: MIB as usize,
             max_tools: 256,
             max_tool_def_bytes: 256 * 1024,
+            max_tool_input_bytes: MIB as usize,
+            max_tool_result_bytes: 8 * MIB as usize,
+            max_call_log_bytes: MIB as usize,
         }
     }
 }
@@ -130,7 +143,9 @@ pub struct EngineConfig {
     /// Directory for the compiled component (`.cwasm`). Default: `$PTC_CACHE_DIR`, else
     /// `$XDG_CACHE_HOME/ptc-engine`, else `~/.cache/ptc-engine`, else the temp dir.
     pub cache_dir: Option<PathBuf>,
-    /// Executions alive at once (running or paused). Default 1000.
+    /// Executions alive at once (running or paused). Default: what the memory budget holds
+    /// at 3 MiB per paused execution, at most 12,000 (about where `vm.max_map_count`'s default
+    /// of 65,530 mappings runs out), at least 64; 6,144 on a 24 GiB machine.
     pub max_concurrent: usize,
     pub when_busy: WhenBusy,
     /// Defaults for requests that do not set a limit.
@@ -147,14 +162,40 @@ pub struct EngineConfig {
     pub memory_reservation: Option<u64>,
     /// How often the epoch advances; a running guest yields to the host at every tick.
     pub epoch_tick: Duration,
+    /// Bytes all executions together may grow their linear memories by, beyond the initial
+    /// image they share (see `shares.rs`). Default: 3/4 of the machine's memory (16 GiB where
+    /// it cannot be read).
+    pub memory_budget: u64,
+    /// The same for all executions of one tenant ([`crate::ExecutionRequest::tenant`]) together.
+    /// Default: none (only the engine's budget).
+    pub tenant_memory_budget: Option<u64>,
+    /// Executions of one tenant that *run* (not paused) at once; the rest queue, in order.
+    /// Default: the number of cores. `None`: unbounded.
+    pub tenant_max_running: Option<usize>,
+}
+
+/// The default memory budget: 3/4 of the machine's memory.
+pub fn default_memory_budget() -> u64 {
+    crate::shares::machine_memory().map_or(16 * 1024 * MIB, |m| m / 4 * 3)
+}
+
+/// The default `max_concurrent` for a memory budget (see [`EngineConfig::max_concurrent`]).
+pub fn default_max_concurrent(memory_budget: u64) -> usize {
+    ((memory_budget / (3 * MIB)) as usize).clamp(64, 12_000)
+}
+
+/// Cores available to this process.
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
+        let memory_budget = default_memory_budget();
         EngineConfig {
             component: ComponentSource::Embedded,
             cache_dir: None,
-            max_concurrent: 1000,
+            max_concurrent: default_max_concurrent(memory_budget),
             when_busy: WhenBusy::Queue,
             default_limits: Limits::default(),
             ceilings: Ceilings::default(),
@@ -162,6 +203,9 @@ impl Default for EngineConfig {
             pooling: true,
             memory_reservation: None,
             epoch_tick: Duration::from_millis(10),
+            memory_budget,
+            tenant_memory_budget: None,
+            tenant_max_running: Some(cores()),
         }
     }
 }

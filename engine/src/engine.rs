@@ -24,6 +24,7 @@ use crate::host::{Broker, CallBook, HostState, Limiter};
 use crate::output::Output;
 use crate::request::{ExecutionRequest, ToolDef, check_tools_size};
 use crate::schema::Schemas;
+use crate::shares::Shares;
 use crate::wasm::{EpochTicker, build_engine};
 
 /// Cheap to clone; all clones share the compiled component and the execution slots.
@@ -42,6 +43,7 @@ struct Inner {
     shutdown: CancellationToken,
     accepting: AtomicBool,
     pooling: bool,
+    shares: Arc<Shares>,
     _ticker: EpochTicker,
 }
 
@@ -95,13 +97,14 @@ impl Engine {
                 wasmtime,
                 pre,
                 slots: Arc::new(Semaphore::new(config.max_concurrent)),
-                config,
                 live: Arc::new(AtomicUsize::new(0)),
                 paused: Arc::new(AtomicUsize::new(0)),
                 shutdown: CancellationToken::new(),
                 accepting: AtomicBool::new(true),
                 pooling,
+                shares: Shares::new(config.memory_budget, config.tenant_memory_budget, config.tenant_max_running),
                 _ticker: ticker,
+                config,
             }),
         })
     }
@@ -118,6 +121,11 @@ impl Engine {
     /// Instances alive right now (running or paused).
     pub fn live_instances(&self) -> usize {
         self.inner.live.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of the memory budget in use ([`EngineConfig::memory_budget`]).
+    pub fn memory_budget_used(&self) -> u64 {
+        self.inner.shares.used()
     }
 
     /// Executions parked waiting for tool results.
@@ -148,12 +156,18 @@ impl Engine {
         request.check_size(&inner.config.ceilings)?;
         let permit = self.acquire().await?;
         let started = Instant::now();
-        let (mut store, wiring) = self.new_store(&limits, &request.tools, request.data_dir.as_deref())?;
+        let (mut store, wiring) =
+            self.new_store(&limits, &request.tools, request.data_dir.as_deref(), request.tenant.as_deref())?;
         // At every epoch tick: stream what was printed, and yield so other executions (and
-        // this one's deadline and cancellation) get the thread.
+        // this one's deadline and cancellation) get the thread; if other executions of the
+        // tenant wait for a run slot, hand this one's to the next and queue again.
         store.epoch_deadline_callback(|ctx| {
-            ctx.data().output().flush();
-            Ok(wasmtime::UpdateDeadline::Yield(1))
+            let data = ctx.data();
+            data.output().flush();
+            Ok(match data.broker.run_slot.requeue() {
+                Some(requeue) => wasmtime::UpdateDeadline::YieldCustom(1, requeue),
+                None => wasmtime::UpdateDeadline::Yield(1),
+            })
         });
 
         let id: Arc<str> = new_id().into();
@@ -170,11 +184,19 @@ impl Engine {
             cancel: cancel.clone(),
             shutdown: inner.shutdown.clone(),
             started,
+            run_slot: store.data().broker.run_slot.clone(),
             _permit: permit,
         };
         let span = tracing::info_span!("execution", id = %id, session = request.session_id.as_deref().unwrap_or(""));
         tokio::spawn(tracing::Instrument::instrument(drive(job, store), span));
-        let control = Control { id, book: wiring.book, results: wiring.results_tx, cancel, paused: wiring.paused };
+        let control = Control {
+            id,
+            book: wiring.book,
+            results: wiring.results_tx,
+            cancel,
+            paused: wiring.paused,
+            max_result_bytes: inner.config.ceilings.max_tool_result_bytes,
+        };
         Ok(Execution::new(control, wiring.events_rx))
     }
 
@@ -184,7 +206,7 @@ impl Engine {
         check_tools_size(tools, &self.inner.config.ceilings)?;
         let _permit = self.acquire().await?;
         let limits = Limits::default();
-        let (mut store, _wiring) = self.new_store(&limits, tools, None)?;
+        let (mut store, _wiring) = self.new_store(&limits, tools, None, None)?;
         store.epoch_deadline_async_yield_and_update(1);
         let sandbox = self.inner.pre.instantiate_async(&mut store).await.map_err(|e| Error::engine("instantiating", e))?;
         let described = tokio::time::timeout(limits.timeout, sandbox.call_describe_tools(&mut store, &wit_tools(tools)))
@@ -215,7 +237,13 @@ impl Engine {
 
     /// A store for one instance: WASI with captured output (and `/mnt/data` if given), the
     /// memory limiter, fuel, and the tool broker with its channels.
-    fn new_store(&self, limits: &Limits, tools: &[ToolDef], data_dir: Option<&Path>) -> Result<(Store<HostState>, Wiring)> {
+    fn new_store(
+        &self,
+        limits: &Limits,
+        tools: &[ToolDef],
+        data_dir: Option<&Path>,
+        tenant: Option<&str>,
+    ) -> Result<(Store<HostState>, Wiring)> {
         let inner = &self.inner;
         let schemas = Schemas::compile(tools)?;
         let (events_tx, events_rx) = mpsc::unbounded_channel();
@@ -230,7 +258,8 @@ impl Engine {
             wasi.preopened_dir(dir, DATA_DIR, FsPerms::ReadWrite)
                 .map_err(|e| Error::engine(&format!("opening {}", dir.display()), e))?;
         }
-        let limiter = Limiter { max_memory: limits.max_memory_bytes, peak: 0, exceeded: false };
+        let (claim, run_slot) = inner.shares.claim(tenant);
+        let limiter = Limiter { max_memory: limits.max_memory_bytes, peak: 0, exceeded: false, claim, budget_refused: None };
         let broker = Broker::new(
             book.clone(),
             results_rx,
@@ -240,6 +269,8 @@ impl Engine {
             inner.paused.clone(),
             paused.clone(),
             output.clone(),
+            run_slot,
+            &inner.config.ceilings,
         );
         let mut store = Store::new(&inner.wasmtime, HostState::new(wasi.build(), limiter, broker, inner.live.clone()));
         store.limiter(|s| &mut s.limiter);

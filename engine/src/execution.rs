@@ -63,6 +63,8 @@ pub struct Control {
     pub(crate) results: UnboundedSender<ToolResult>,
     pub(crate) cancel: CancellationToken,
     pub(crate) paused: Arc<std::sync::atomic::AtomicBool>,
+    /// `Ceilings::max_tool_result_bytes`.
+    pub(crate) max_result_bytes: usize,
 }
 
 impl Control {
@@ -79,8 +81,8 @@ impl Control {
     ///
     /// All or nothing: if one id is unknown, repeated in `results`, or already answered, the
     /// whole batch is refused with [`ErrorKind::InvalidToolResult`] and the execution carries
-    /// on untouched. A result that claims success but is not valid JSON reaches the program
-    /// as a `ToolError`.
+    /// on untouched. A result that claims success but is not valid JSON, or that is larger than
+    /// `Ceilings::max_tool_result_bytes`, reaches the program as a `ToolError` saying so.
     pub fn submit(&self, results: Vec<ToolResult>) -> Result<()> {
         let mut book = self.book.lock().unwrap();
         if book.finished || self.cancel.is_cancelled() {
@@ -102,7 +104,15 @@ impl Control {
         for mut r in results {
             let name = book.pending.remove(&r.id).unwrap_or_default();
             book.answered.insert(r.id.clone());
-            if let Ok(json) = &r.outcome
+            let size = match &r.outcome {
+                Ok(text) | Err(text) => text.len(),
+            };
+            if size > self.max_result_bytes {
+                r.outcome = Err(format!(
+                    "tool {name:?} returned {size} bytes; the limit is {}: ask the tool for less (a filter, a page, fewer fields)",
+                    self.max_result_bytes
+                ));
+            } else if let Ok(json) = &r.outcome
                 && let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(json)
             {
                 r.outcome = Err(format!("tool {name:?} returned malformed JSON: {e}"));
@@ -135,6 +145,7 @@ pub(crate) struct Job {
     pub(crate) cancel: CancellationToken,
     pub(crate) shutdown: CancellationToken,
     pub(crate) started: Instant,
+    pub(crate) run_slot: crate::shares::RunSlot,
     pub(crate) _permit: OwnedSemaphorePermit,
 }
 
@@ -151,6 +162,7 @@ pub(crate) async fn drive(job: Job, mut store: Store<HostState>) {
     let mut instantiate_time = None;
     let ending = {
         let run = async {
+            job.run_slot.acquire().await;
             let t0 = Instant::now();
             let sandbox = job.pre.instantiate_async(&mut store).await?;
             instantiate_time = Some(t0.elapsed());
@@ -255,6 +267,9 @@ fn classify(trap: wasmtime::Error, data: &mut HostState) -> (FailureKind, String
     if let Some((kind, message)) = data.broker.failure.take() {
         return (kind, message);
     }
+    if let Some(message) = data.limiter.budget_refused.take() {
+        return (FailureKind::Memory, format!("Out of memory: {message}"));
+    }
     if data.limiter.exceeded {
         let mib = data.limiter.max_memory / (1024 * 1024);
         return (FailureKind::Memory, format!("memory limit exceeded ({mib} MiB)"));
@@ -262,8 +277,18 @@ fn classify(trap: wasmtime::Error, data: &mut HostState) -> (FailureKind, String
     if let Some(wasmtime::Trap::OutOfFuel) = trap.downcast_ref::<wasmtime::Trap>() {
         return (FailureKind::Fuel, "fuel exhausted".into());
     }
+    // CPython on WASI cannot see its native stack (it guards only the shadow stack in linear
+    // memory), so data nested deeper than the 8 MiB wasm stack holds (about 10,000 levels of
+    // `json.loads` or `repr`) overflows it instead of raising RecursionError. It is still the
+    // program's doing, reported as the RecursionError it would be natively. The instance is
+    // gone by then, so there is no Python traceback to give.
     if let Some(wasmtime::Trap::StackOverflow) = trap.downcast_ref::<wasmtime::Trap>() {
-        return (FailureKind::Internal, "the sandbox's stack overflowed (too deep recursion in native code)".into());
+        return (
+            FailureKind::PythonError,
+            "RecursionError: maximum recursion depth exceeded in native code (data nested too deeply, \
+             e.g. in json.loads or repr); flatten the data or process it iteratively"
+                .into(),
+        );
     }
     (FailureKind::Internal, format!("sandbox trapped: {trap:#}"))
 }

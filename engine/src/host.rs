@@ -18,6 +18,7 @@ use crate::config::Limits;
 use crate::events::{Event, FailureKind, ToolCall, ToolCallRecord, ToolResult};
 use crate::output::Output;
 use crate::schema::Schemas;
+use crate::shares::{MemoryClaim, RunSlot};
 
 pub(crate) mod bindings {
     wasmtime::component::bindgen!({
@@ -55,6 +56,16 @@ pub(crate) struct Broker {
     /// This execution's own "parked right now" flag (`Control::is_paused`).
     paused_flag: Arc<std::sync::atomic::AtomicBool>,
     output: Output,
+    /// Handed back while the guest is parked, taken again before it resumes.
+    pub(crate) run_slot: RunSlot,
+    max_input_bytes: usize,
+    /// Bytes the call log may still keep (`Ceilings::max_call_log_bytes`).
+    log_room: usize,
+}
+
+/// How a tool input or result too large for the call log is kept there: a JSON string.
+fn log_marker(len: usize) -> String {
+    format!("\"[not logged: {len} bytes, past the call log's limit]\"")
 }
 
 impl Broker {
@@ -67,6 +78,8 @@ impl Broker {
         paused: Arc<AtomicUsize>,
         paused_flag: Arc<std::sync::atomic::AtomicBool>,
         output: Output,
+        run_slot: RunSlot,
+        ceilings: &crate::config::Ceilings,
     ) -> Self {
         Broker {
             book,
@@ -83,6 +96,20 @@ impl Broker {
             paused,
             paused_flag,
             output,
+            run_slot,
+            max_input_bytes: ceilings.max_tool_input_bytes,
+            log_room: ceilings.max_call_log_bytes,
+        }
+    }
+
+    /// `text` as the call log keeps it: itself while the log has room, else a marker.
+    fn loggable(&mut self, text: &str) -> String {
+        if text.len() <= self.log_room {
+            self.log_room -= text.len();
+            text.to_string()
+        } else {
+            self.log_room = 0;
+            log_marker(text.len())
         }
     }
 
@@ -94,10 +121,11 @@ impl Broker {
 
     fn record(&mut self, call: &wit::ToolCall, round: u32) {
         self.index.insert(call.id.clone(), (self.log.len(), Instant::now()));
+        let input = self.loggable(&call.input);
         self.log.push(ToolCallRecord {
             id: call.id.clone(),
             name: call.name.clone(),
-            input: call.input.clone(),
+            input,
             outcome: None,
             round,
             duration: Duration::ZERO,
@@ -106,7 +134,11 @@ impl Broker {
 
     fn settle(&mut self, id: &str, outcome: &Result<String, String>) {
         if let Some((i, started)) = self.index.remove(id) {
-            self.log[i].outcome = Some(outcome.clone());
+            let kept = match outcome {
+                Ok(json) => Ok(self.loggable(json)),
+                Err(message) => Err(self.loggable(message)),
+            };
+            self.log[i].outcome = Some(kept);
             self.log[i].duration = started.elapsed();
         }
     }
@@ -129,7 +161,17 @@ impl Broker {
                 let max = self.limits.max_tool_calls;
                 return Err(self.fail(FailureKind::ToolCalls, format!("exceeded maximum tool calls ({max})")));
             }
-            match self.schemas.check(&call.name, &call.input) {
+            let checked = if call.input.len() > self.max_input_bytes {
+                Err(format!(
+                    "the input of tool {:?} is {} bytes; the limit is {}: pass less data per call (filter it first, or split it over several calls)",
+                    call.name,
+                    call.input.len(),
+                    self.max_input_bytes
+                ))
+            } else {
+                self.schemas.check(&call.name, &call.input)
+            };
+            match checked {
                 Ok(()) => valid.push(call),
                 Err(message) => {
                     self.record(&call, 0);
@@ -185,15 +227,22 @@ impl Broker {
             ));
         }
         if ready.is_empty() {
+            // A parked guest holds no run slot; it queues for one again before resuming.
+            self.run_slot.release();
             let paused = PausedGuard::new(self.paused.clone(), self.paused_flag.clone());
             let first = match timeout_ms {
                 None => self.results.recv().await,
                 Some(ms) => match tokio::time::timeout(Duration::from_millis(ms), self.results.recv()).await {
                     Ok(r) => r,
-                    Err(_) => return Ok(Vec::new()),
+                    Err(_) => {
+                        drop(paused);
+                        self.run_slot.acquire().await;
+                        return Ok(Vec::new());
+                    }
                 },
             };
             drop(paused);
+            self.run_slot.acquire().await;
             let Some(first) = first else {
                 // The execution handle is gone; the driver is about to cancel us anyway.
                 return Err(self.fail(FailureKind::Cancelled, "the client went away".into()));
@@ -243,20 +292,33 @@ impl Drop for PausedGuard {
 
 /// Refuses memory growth past the limit. Growth fails with a trap rather than a `MemoryError`
 /// the program could catch, so a memory bomb always ends with kind `memory`.
+///
+/// Growth is also charged to the engine's memory budget (and the tenant's share); the initial
+/// memory of an instance (`current == 0`: the snapshot, mapped copy-on-write) is not.
 pub(crate) struct Limiter {
     pub(crate) max_memory: u64,
     pub(crate) peak: u64,
     pub(crate) exceeded: bool,
+    pub(crate) claim: MemoryClaim,
+    /// Which budget refused a growth, when one did.
+    pub(crate) budget_refused: Option<String>,
 }
 
 impl ResourceLimiter for Limiter {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(&mut self, current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
         if desired as u64 > self.max_memory {
             self.exceeded = true;
             return Err(wasmtime::Error::msg(format!(
                 "memory limit of {} MiB exceeded",
                 self.max_memory / (1024 * 1024)
             )));
+        }
+        if current > 0
+            && let Err(message) = self.claim.grow(desired.saturating_sub(current) as u64)
+        {
+            self.exceeded = true;
+            self.budget_refused = Some(message.clone());
+            return Err(wasmtime::Error::msg(message));
         }
         self.peak = self.peak.max(desired as u64);
         Ok(true)

@@ -30,10 +30,13 @@ mod output;
 pub mod proto;
 mod request;
 mod schema;
+mod shares;
 pub mod server;
 mod wasm;
 
-pub use config::{Ceilings, ComponentSource, EngineConfig, Limits, MIB, WhenBusy};
+pub use config::{
+    Ceilings, ComponentSource, EngineConfig, Limits, MIB, WhenBusy, cores, default_max_concurrent, default_memory_budget,
+};
 pub use engine::{DATA_DIR, DescribedTool, Engine, ToolDescription};
 pub use error::{Error, ErrorKind, Result};
 pub use events::{

@@ -42,6 +42,10 @@ pub struct ExecutionRequest {
     /// A host directory the program sees, read-write, as `/mnt/data` (and nothing else of the
     /// host). Access goes through cap-std: no path can leave it.
     pub data_dir: Option<std::path::PathBuf>,
+    /// Who the execution runs for. Executions of one tenant share its run slots and memory
+    /// share ([`crate::EngineConfig::tenant_max_running`], `tenant_memory_budget`); `None`
+    /// belongs to no tenant and is bounded only by the engine's budget.
+    pub tenant: Option<String>,
 }
 
 impl ExecutionRequest {
@@ -56,6 +60,11 @@ impl ExecutionRequest {
 
     pub fn with_limits(mut self, limits: Limits) -> Self {
         self.limits = Some(limits);
+        self
+    }
+
+    pub fn with_tenant(mut self, tenant: impl Into<String>) -> Self {
+        self.tenant = Some(tenant.into());
         self
     }
 

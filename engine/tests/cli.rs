@@ -1,6 +1,7 @@
 //! The `ptc-engine` binary: `run` (local and against a server) and `serve` (env vars, SIGTERM).
 
 use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -122,6 +123,77 @@ fn serve_takes_env_vars_serves_run_and_stops_on_sigterm() {
     let _ = std::io::Read::read_to_string(&mut log, &mut rest);
     assert!(rest.contains("SIGTERM received") && rest.contains("stopped"), "{rest}");
     let _ = std::io::stderr().flush();
+}
+
+/// Root runs the server as `nobody` (setpriv, util-linux); anyone else already is unprivileged.
+fn unprivileged(cmd: &Path) -> Command {
+    let uid = Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    if uid.ok().as_deref() == Some("0") {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]).arg(cmd);
+        c
+    } else {
+        Command::new(cmd)
+    }
+}
+
+#[test]
+fn serve_runs_as_an_unprivileged_user_that_owns_only_its_files_dir() {
+    // Everything the server may touch lives in one directory that user owns; the binary is
+    // copied there because a root-owned checkout may not be readable to it.
+    let home = std::env::temp_dir().join(format!("ptc-unprivileged-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&home);
+    let cache = home.join("cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    let bin = home.join("ptc-engine");
+    std::fs::copy(BIN, &bin).unwrap();
+    // The compiled component from this user's cache, so the other user need not compile it.
+    let own_cache = std::env::var_os("PTC_CACHE_DIR").map(std::path::PathBuf::from).unwrap_or_else(|| {
+        std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache").join("ptc-engine")
+    });
+    for entry in std::fs::read_dir(&own_cache).into_iter().flatten().flatten() {
+        let _ = std::fs::copy(entry.path(), cache.join(entry.file_name()));
+    }
+    let chown = Command::new("chown").args(["-R", "65534:65534"]).arg(&home).status();
+    let _ = chown; // not root: the files are this (unprivileged) user's already
+    std::fs::set_permissions(&home, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let (grpc, metrics, http) = (free_port(), free_port(), free_port());
+    let mut child = KillOnDrop(
+        unprivileged(&bin)
+            .arg("serve")
+            .env("HOME", &home)
+            .env("PTC_CACHE_DIR", &cache)
+            .env("PTC_FILES_DIR", home.join("files"))
+            .env("PTC_GRPC_ADDR", format!("127.0.0.1:{grpc}"))
+            .env("PTC_METRICS_ADDR", format!("127.0.0.1:{metrics}"))
+            .env("PTC_HTTP_ADDR", format!("127.0.0.1:{http}"))
+            .env("PTC_LOG", "info")
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut log = BufReader::new(child.0.stderr.take().unwrap());
+    let mut seen = String::new();
+    while !seen.contains("serving") {
+        let mut line = String::new();
+        assert!(log.read_line(&mut line).unwrap() > 0, "server exited:\n{seen}");
+        seen.push_str(&line);
+    }
+    let body = r#"{"code": "open('/mnt/data/out.txt', 'w').write('hi')\nprint('wrote')", "session_id": "s1"}"#;
+    let request = format!(
+        "POST /exec HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", http)).unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut reply = String::new();
+    std::io::Read::read_to_string(&mut stream, &mut reply).unwrap();
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    assert!(reply.contains(r#""stdout":"wrote\n""#) && reply.contains(r#""name":"out.txt""#), "{reply}");
+    let written = home.join("files");
+    assert!(std::fs::read_dir(&written).unwrap().next().is_some(), "the session's files are in the files dir");
+    drop(child);
+    let _ = std::fs::remove_dir_all(&home);
 }
 
 #[test]

@@ -3,6 +3,7 @@
 
 pub mod grpc;
 pub mod http;
+pub mod node;
 pub mod python;
 
 use std::sync::OnceLock;

@@ -33,10 +33,10 @@ pub fn venv(name: &str, packages: &[&str]) -> PathBuf {
     dir
 }
 
-struct FileLock(PathBuf);
+pub(crate) struct FileLock(PathBuf);
 
 impl FileLock {
-    fn acquire(path: &Path) -> FileLock {
+    pub(crate) fn acquire(path: &Path) -> FileLock {
         for _ in 0..6000 {
             if std::fs::OpenOptions::new().write(true).create_new(true).open(path).is_ok() {
                 return FileLock(path.to_path_buf());

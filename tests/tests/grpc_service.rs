@@ -35,8 +35,8 @@ async fn api_keys_are_required_and_checked() {
 #[tokio::test]
 async fn per_tenant_limits_are_resource_exhausted_not_a_hang() {
     let mut cfg = config(&["acme:ka", "globex:kg"]);
-    cfg.tenant_limits.max_concurrent = 2;
-    cfg.tenant_limits.max_paused = 1;
+    cfg.tenant_limits.max_concurrent = Some(2);
+    cfg.tenant_limits.max_paused = Some(1);
     let server = serve(cfg).await;
     let mut client = client(&server).await;
     let mut first = Stream::open(&mut client, wait_code(), Some("ka")).await.unwrap();

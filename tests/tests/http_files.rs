@@ -65,8 +65,9 @@ async fn tenant_quota_removes_the_files_of_a_run_that_exceeds_it() {
     let ok = post(addr, PATH, None, &json!({"code": "open('/mnt/data/small.bin', 'wb').write(b'x' * 5000)", "session_id": "q1"})).await;
     assert_eq!(ok.body["status"], "completed", "{}", ok.text);
     let over = post(addr, PATH, None, &json!({"code": "open('/mnt/data/big.bin', 'wb').write(b'x' * 6000)\nprint('wrote')", "session_id": "q2"})).await;
-    assert_eq!(over.status, 507, "{}", over.text);
-    assert!(over.body["error"].as_str().unwrap().starts_with("File quota exceeded"), "{}", over.text);
+    assert_eq!(over.status, 200, "{}", over.text);
+    assert_eq!((over.body["error"].as_str(), over.body["kind"].as_str()), (Some("Execution failed or timed out"), Some("file_quota")));
+    assert!(over.body["stderr"].as_str().unwrap().starts_with("File quota exceeded"), "{}", over.text);
     assert_eq!(over.body["stdout"], "wrote\n");
     let check = post(addr, PATH, None, &json!({"code": "import os\nprint(os.listdir('/mnt/data'))", "session_id": "q2"})).await;
     assert_eq!(check.body["stdout"], "[]\n", "the over-quota file was removed");

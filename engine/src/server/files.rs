@@ -3,13 +3,30 @@
 //!
 //! Files named in a request's `files` (from an earlier session of the same tenant) are copied
 //! in before the program runs; files the program creates or changes are returned. A tenant's
-//! files are capped in bytes and count: a run that leaves the tenant over quota has its new
-//! files removed. Sessions untouched for `ttl` are deleted.
+//! files are capped in bytes and entries; a run that leaves the tenant over quota has what it
+//! wrote removed. Sessions untouched for `ttl` are deleted.
+//!
+//! Everything in a session directory was written by a program, so every name, link and size
+//! in it is hostile. The host never resolves a path it did not build itself: it opens one
+//! component at a time from a directory handle, refusing links (`open_dir_nofollow`, `O_NOFOLLOW`),
+//! and reads metadata without following them. Links a program makes inside `/mnt/data` stay
+//! there for the program itself (the sandbox resolves them within the session), but the host
+//! never follows, lists, exports or imports them; nor anything that is not a plain directory
+//! or a regular file with one link (hard links, FIFOs, sockets, devices).
+//!
+//! Usage is kept per tenant and session in memory, updated from bounded walks of one session
+//! (never a whole tenant on the request path). Every function here does blocking I/O: callers
+//! on the async runtime go through `spawn_blocking`.
 
 use std::collections::HashMap;
+use std::io::{self, Read};
 use std::path::{Component, Path, PathBuf};
+use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
+use cap_fs_ext::{DirExt, FollowSymlinks, MetadataExt, OpenOptionsFollowExt};
+use cap_std::ambient_authority;
+use cap_std::fs::{Dir, OpenOptions};
 use sha2::{Digest, Sha256};
 
 #[derive(Debug, Clone)]
@@ -17,6 +34,7 @@ pub struct FilesConfig {
     pub dir: PathBuf,
     pub ttl: Duration,
     pub quota_bytes: u64,
+    /// Entries (files, directories, links) a tenant may keep.
     pub quota_files: u64,
 }
 
@@ -40,10 +58,82 @@ pub struct FileRef {
     pub size: u64,
 }
 
-pub type Snapshot = HashMap<String, (u64, Option<SystemTime>)>;
+/// Why a file operation was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FilesError {
+    /// The request named something invalid or absent: the client's fault (400).
+    Invalid(String),
+    /// The tenant's quota does not allow it (the message says which bound).
+    Quota(String),
+    /// The host's filesystem failed: the server's fault (500).
+    Io(String),
+}
+
+impl FilesError {
+    pub fn message(&self) -> &str {
+        match self {
+            FilesError::Invalid(m) | FilesError::Quota(m) | FilesError::Io(m) => m,
+        }
+    }
+}
+
+fn io_error(context: &str) -> impl FnOnce(io::Error) -> FilesError + '_ {
+    move |e| FilesError::Io(format!("{context}: {e}"))
+}
+
+/// Bytes and entries.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub bytes: u64,
+    pub files: u64,
+}
+
+impl Usage {
+    fn add(self, other: Usage) -> Usage {
+        Usage { bytes: self.bytes.saturating_add(other.bytes), files: self.files.saturating_add(other.files) }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Dir,
+    /// A regular file with a single link: the only thing the host reads, copies or returns.
+    File,
+    /// Links, hard-linked files, FIFOs, sockets, devices: counted, never followed or copied.
+    Other,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Entry {
+    kind: Kind,
+    size: u64,
+    modified: Option<SystemTime>,
+}
+
+/// What a bounded walk of one session directory saw.
+#[derive(Debug, Clone, Default)]
+pub struct Scan {
+    entries: HashMap<PathBuf, Entry>,
+    pub usage: Usage,
+    /// False when the walk stopped at its entry bound (the session holds more than that).
+    pub complete: bool,
+}
+
+/// One session's directory, opened beneath the tenant's root.
+pub struct Session {
+    dir: Dir,
+    /// The host path, for the sandbox's preopen (built only from validated components).
+    pub path: PathBuf,
+    tenant: String,
+    pub id: String,
+}
 
 pub struct FileStore {
     config: FilesConfig,
+    root: Dir,
+    /// Per tenant digest: each session's usage as last seen. A tenant is loaded once (a walk
+    /// of its sessions, each bounded) and kept up to date from session walks afterwards.
+    usage: Mutex<HashMap<String, HashMap<String, Usage>>>,
 }
 
 fn tenant_dir_name(tenant: &str) -> String {
@@ -75,121 +165,319 @@ fn safe_relative(name: &str) -> Option<PathBuf> {
     (!out.as_os_str().is_empty()).then_some(out)
 }
 
+/// Opens the directory `rel` beneath `root` one component at a time, refusing links.
+fn open_dir_beneath(root: &Dir, rel: &Path) -> io::Result<Dir> {
+    let mut dir = root.try_clone()?;
+    for part in rel.iter() {
+        dir = dir.open_dir_nofollow(part)?;
+    }
+    Ok(dir)
+}
+
+/// Like [`open_dir_beneath`], creating missing directories on the way.
+fn create_dir_beneath(root: &Dir, rel: &Path) -> io::Result<Dir> {
+    let mut dir = root.try_clone()?;
+    for part in rel.iter() {
+        match dir.create_dir(part) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+        dir = dir.open_dir_nofollow(part)?;
+    }
+    Ok(dir)
+}
+
+/// Splits `rel` (validated by `safe_relative`) into its parent directory and file name.
+fn split(rel: &Path) -> (&Path, &std::ffi::OsStr) {
+    (rel.parent().unwrap_or(Path::new("")), rel.file_name().expect("a relative path with a file name"))
+}
+
+fn entry_of(meta: &cap_std::fs::Metadata) -> Entry {
+    let ft = meta.file_type();
+    let kind = if ft.is_dir() {
+        Kind::Dir
+    } else if ft.is_file() && meta.nlink() == 1 {
+        Kind::File
+    } else {
+        Kind::Other
+    };
+    Entry { kind, size: if kind == Kind::Dir { 0 } else { meta.len() }, modified: meta.modified().ok().map(|t| t.into_std()) }
+}
+
+/// Walks `root` without following links, stopping after `limit` entries.
+fn walk(root: &Dir, limit: u64) -> io::Result<Scan> {
+    let mut scan = Scan { complete: true, ..Scan::default() };
+    let mut pending = vec![PathBuf::new()];
+    while let Some(rel) = pending.pop() {
+        // A directory swapped for a link since it was listed is skipped, not followed.
+        let Ok(dir) = open_dir_beneath(root, &rel) else { continue };
+        for item in dir.entries()? {
+            let name = item?.file_name();
+            let Ok(meta) = dir.symlink_metadata(&name) else { continue };
+            if scan.usage.files >= limit {
+                scan.complete = false;
+                return Ok(scan);
+            }
+            let entry = entry_of(&meta);
+            scan.usage = scan.usage.add(Usage { bytes: entry.size, files: 1 });
+            let path = rel.join(&name);
+            if entry.kind == Kind::Dir {
+                pending.push(path.clone());
+            }
+            scan.entries.insert(path, entry);
+        }
+    }
+    Ok(scan)
+}
+
 impl FileStore {
-    pub fn new(config: FilesConfig) -> Self {
-        FileStore { config }
+    /// Opens (creating it if needed) the files directory. The server does not need root:
+    /// it needs only to own this directory.
+    pub fn new(config: FilesConfig) -> io::Result<Self> {
+        std::fs::create_dir_all(&config.dir)?;
+        let root = Dir::open_ambient_dir(&config.dir, ambient_authority())?;
+        Ok(FileStore { config, root, usage: Mutex::new(HashMap::new()) })
     }
 
-    fn tenant_root(&self, tenant: &str) -> PathBuf {
-        self.config.dir.join(tenant_dir_name(tenant))
+    pub fn config(&self) -> &FilesConfig {
+        &self.config
+    }
+
+    /// The most entries one walk of a session reads: past the quota the answer is "over".
+    fn walk_limit(&self) -> u64 {
+        self.config.quota_files.saturating_add(1)
+    }
+
+    fn tenant_dir(&self, tenant: &str) -> io::Result<Dir> {
+        create_dir_beneath(&self.root, Path::new(&tenant_dir_name(tenant)))
     }
 
     /// The session's directory, created if needed.
-    pub fn session_dir(&self, tenant: &str, session_id: &str) -> Result<PathBuf, String> {
+    pub fn open_session(&self, tenant: &str, session_id: &str) -> Result<Session, FilesError> {
         if !valid_session_id(session_id) {
-            return Err("session_id may only contain letters, digits, '-' and '_' (at most 128)".into());
+            return Err(FilesError::Invalid(
+                "session_id may only contain letters, digits, '-' and '_' (at most 128)".into(),
+            ));
         }
-        let dir = self.tenant_root(tenant).join(session_id);
-        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create the session directory: {e}"))?;
-        Ok(dir)
+        let tenant_dir = self.tenant_dir(tenant).map_err(io_error("cannot create the tenant directory"))?;
+        self.load_tenant(tenant, &tenant_dir);
+        let dir = create_dir_beneath(&tenant_dir, Path::new(session_id))
+            .map_err(io_error("cannot create the session directory"))?;
+        let path = self.config.dir.join(tenant_dir_name(tenant)).join(session_id);
+        Ok(Session { dir, path, tenant: tenant.to_string(), id: session_id.to_string() })
     }
 
-    /// Copies `files` (name + session id of an earlier session of this tenant) into `dir`.
-    pub fn import(&self, tenant: &str, dir: &Path, files: &[(String, String)]) -> Result<(), String> {
-        for (name, session_id) in files {
-            let rel = safe_relative(name).ok_or_else(|| format!("invalid file name {name:?}"))?;
-            if !valid_session_id(session_id) {
-                return Err(format!("invalid session_id {session_id:?} for file {name:?}"));
-            }
-            let src = self.tenant_root(tenant).join(session_id).join(&rel);
-            let dst = dir.join(&rel);
-            if src == dst {
-                continue;
-            }
-            // symlink_metadata: a link planted in a session directory is never followed.
-            let meta = std::fs::symlink_metadata(&src).map_err(|_| format!("file {name:?} not found in session {session_id:?}"))?;
-            if !meta.is_file() {
-                return Err(format!("file {name:?} in session {session_id:?} is not a regular file"));
-            }
-            if let Some(parent) = dst.parent() {
-                std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
-            }
-            std::fs::copy(&src, &dst).map_err(|e| format!("cannot copy {name:?}: {e}"))?;
+    /// First sight of a tenant since start: what its sessions hold, each walk bounded.
+    fn load_tenant(&self, tenant: &str, tenant_dir: &Dir) {
+        let key = tenant_dir_name(tenant);
+        if self.usage.lock().unwrap().contains_key(&key) {
+            return;
         }
+        let mut sessions = HashMap::new();
+        if let Ok(entries) = tenant_dir.entries() {
+            for item in entries.flatten() {
+                let name = item.file_name();
+                let Some(id) = name.to_str().filter(|id| valid_session_id(id)) else { continue };
+                let Ok(dir) = tenant_dir.open_dir_nofollow(&name) else { continue };
+                let usage = walk(&dir, self.walk_limit()).map(|s| s.usage).unwrap_or_default();
+                sessions.insert(id.to_string(), usage);
+            }
+        }
+        self.usage.lock().unwrap().entry(key).or_insert(sessions);
+    }
+
+    /// The tenant's usage with `session`'s replaced by `session_usage`.
+    fn tenant_usage_with(&self, tenant: &str, session: &str, session_usage: Usage) -> Usage {
+        let usage = self.usage.lock().unwrap();
+        let others = usage.get(&tenant_dir_name(tenant)).map_or(Usage::default(), |sessions| {
+            sessions.iter().filter(|(id, _)| *id != session).fold(Usage::default(), |acc, (_, u)| acc.add(*u))
+        });
+        others.add(session_usage)
+    }
+
+    fn record(&self, tenant: &str, session: &str, session_usage: Usage) {
+        let mut usage = self.usage.lock().unwrap();
+        usage.entry(tenant_dir_name(tenant)).or_default().insert(session.to_string(), session_usage);
+    }
+
+    fn over_quota(&self, usage: Usage) -> bool {
+        usage.bytes > self.config.quota_bytes || usage.files > self.config.quota_files
+    }
+
+    fn quota_message(&self, usage: Usage) -> String {
+        format!(
+            "File quota exceeded: a tenant may keep {} bytes in {} entries under /mnt/data, and this run would leave {} bytes in {} entries",
+            self.config.quota_bytes, self.config.quota_files, usage.bytes, usage.files
+        )
+    }
+
+    /// What the session holds now (bounded by the quota).
+    pub fn scan(&self, session: &Session) -> Result<Scan, FilesError> {
+        walk(&session.dir, self.walk_limit()).map_err(io_error("cannot list the session directory"))
+    }
+
+    /// Copies `files` (name + session id of an earlier session of this tenant) into
+    /// `session`. Only regular files with one link are copied; the whole request is checked
+    /// against the quota before anything is written.
+    pub fn import(&self, session: &Session, files: &[(String, String)]) -> Result<(), FilesError> {
+        let tenant_dir = self.tenant_dir(&session.tenant).map_err(io_error("cannot open the tenant directory"))?;
+        let mut sources = Vec::with_capacity(files.len());
+        let mut needed = Usage::default();
+        for (name, session_id) in files {
+            let rel = safe_relative(name).ok_or_else(|| FilesError::Invalid(format!("invalid file name {name:?}")))?;
+            if !valid_session_id(session_id) {
+                return Err(FilesError::Invalid(format!("invalid session_id {session_id:?} for file {name:?}")));
+            }
+            if *session_id == session.id {
+                continue; // already there
+            }
+            let not_found = || FilesError::Invalid(format!("file {name:?} not found in session {session_id:?}"));
+            let (parent, file_name) = split(&rel);
+            let src_dir = open_dir_beneath(&tenant_dir, &Path::new(session_id).join(parent)).map_err(|_| not_found())?;
+            let mut options = OpenOptions::new();
+            options.read(true).follow(FollowSymlinks::No);
+            let file = src_dir.open_with(file_name, &options).map_err(|_| not_found())?;
+            // The metadata of the opened file, not of the name: nothing can be swapped in between.
+            let meta = file.metadata().map_err(io_error("cannot read file metadata"))?;
+            if entry_of(&meta).kind != Kind::File {
+                return Err(FilesError::Invalid(format!(
+                    "file {name:?} in session {session_id:?} is not a regular file (links and special files are never copied)"
+                )));
+            }
+            needed = needed.add(Usage { bytes: meta.len(), files: 1 });
+            sources.push((rel, file, meta.len()));
+        }
+        if sources.is_empty() {
+            return Ok(());
+        }
+        let before = self.scan(session)?;
+        let after = self.tenant_usage_with(&session.tenant, &session.id, before.usage.add(needed));
+        if self.over_quota(after) {
+            return Err(FilesError::Quota(format!(
+                "File quota exceeded: importing these files would leave {} bytes in {} entries; a tenant may keep {} bytes in {} entries",
+                after.bytes, after.files, self.config.quota_bytes, self.config.quota_files
+            )));
+        }
+        for (rel, src, len) in sources {
+            let (parent, file_name) = split(&rel);
+            let dst_dir = create_dir_beneath(&session.dir, parent)
+                .map_err(|e| FilesError::Invalid(format!("cannot import {}: {e}", rel.display())))?;
+            // Whatever stands at the destination (a file, or a link the program planted) is
+            // replaced, never written through.
+            match dst_dir.symlink_metadata(file_name) {
+                Ok(meta) if meta.is_dir() => {
+                    return Err(FilesError::Invalid(format!("cannot import {}: a directory has that name", rel.display())));
+                }
+                Ok(_) => dst_dir.remove_file_or_symlink(file_name).map_err(io_error("cannot replace a file"))?,
+                Err(_) => {}
+            }
+            let mut options = OpenOptions::new();
+            options.write(true).create_new(true).follow(FollowSymlinks::No);
+            let mut dst = dst_dir.open_with(file_name, &options).map_err(io_error("cannot create a file"))?;
+            // At most the size checked against the quota, even if the source grows meanwhile.
+            io::copy(&mut src.take(len), &mut dst).map_err(io_error("cannot copy a file"))?;
+        }
+        let usage = self.scan(session)?.usage;
+        self.record(&session.tenant, &session.id, usage);
         Ok(())
     }
 
-    /// Regular files under `dir` with size and modification time.
-    pub fn snapshot(dir: &Path) -> Snapshot {
-        let mut out = HashMap::new();
-        let mut stack = vec![dir.to_path_buf()];
-        while let Some(d) = stack.pop() {
-            let Ok(entries) = std::fs::read_dir(&d) else { continue };
-            for entry in entries.flatten() {
-                let Ok(meta) = entry.path().symlink_metadata() else { continue };
-                if meta.is_dir() {
-                    stack.push(entry.path());
-                } else if meta.is_file()
-                    && let Ok(rel) = entry.path().strip_prefix(dir)
-                {
-                    out.insert(rel.to_string_lossy().into_owned(), (meta.len(), meta.modified().ok()));
-                }
-            }
-        }
-        out
-    }
-
-    /// Files created or changed since `before`, sorted by name.
-    pub fn changed(dir: &Path, session_id: &str, before: &Snapshot) -> Vec<FileRef> {
-        let mut out: Vec<FileRef> = Self::snapshot(dir)
-            .into_iter()
-            .filter(|(name, meta)| before.get(name) != Some(meta))
-            .map(|(name, (size, _))| FileRef { id: file_id(session_id, &name), session_id: session_id.into(), name, size })
+    /// Regular files created or changed since `before`, sorted by name.
+    pub fn changed(session: &Session, before: &Scan, after: &Scan) -> Vec<FileRef> {
+        let mut out: Vec<FileRef> = after
+            .entries
+            .iter()
+            .filter(|(path, e)| e.kind == Kind::File && before.entries.get(*path) != Some(*e))
+            .filter_map(|(path, e)| {
+                let name = path.to_str()?.to_string();
+                Some(FileRef { id: file_id(&session.id, &name), session_id: session.id.clone(), name, size: e.size })
+            })
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
         out
     }
 
-    /// Bytes and files the tenant keeps.
-    pub fn usage(&self, tenant: &str) -> (u64, u64) {
-        let root = self.tenant_root(tenant);
-        let snap = Self::snapshot(&root);
-        (snap.values().map(|(s, _)| s).sum(), snap.len() as u64)
+    /// While a run goes on: whether the tenant is over quota with the session as it is now.
+    pub fn check(&self, session: &Session) -> Result<(), FilesError> {
+        let scan = self.scan(session)?;
+        let usage = self.tenant_usage_with(&session.tenant, &session.id, scan.usage);
+        if !scan.complete || self.over_quota(usage) { Err(FilesError::Quota(self.quota_message(usage))) } else { Ok(()) }
     }
 
-    /// Enforces the quota after a run: if the tenant is over it, the run's new files go.
-    pub fn enforce_quota(&self, tenant: &str, dir: &Path, new_files: &[FileRef]) -> Result<(), String> {
-        let (bytes, count) = self.usage(tenant);
-        if bytes <= self.config.quota_bytes && count <= self.config.quota_files {
-            return Ok(());
+    /// After a run, however it ended: the files it created or changed, or — if it leaves the
+    /// tenant over quota — a quota error, with everything it created or changed removed.
+    pub fn settle(&self, session: &Session, before: &Scan) -> Result<Vec<FileRef>, FilesError> {
+        let after = self.scan(session)?;
+        let usage = self.tenant_usage_with(&session.tenant, &session.id, after.usage);
+        if after.complete && !self.over_quota(usage) {
+            self.record(&session.tenant, &session.id, after.usage);
+            return Ok(Self::changed(session, before, &after));
         }
-        for f in new_files {
-            let _ = std::fs::remove_file(dir.join(&f.name));
+        let removed = remove_new(&session.dir, Path::new(""), before);
+        let left = self.scan(session).map(|s| s.usage).unwrap_or(before.usage);
+        self.record(&session.tenant, &session.id, left);
+        if let Err(e) = removed {
+            tracing::warn!(session = %session.id, "removing an over-quota run's files: {e}");
         }
-        Err(format!(
-            "File quota exceeded: tenants may keep {} bytes in {} files (this run would leave {bytes} bytes in {count} files); the files it wrote were removed",
-            self.config.quota_bytes, self.config.quota_files
-        ))
+        Err(FilesError::Quota(format!("{}; what the run wrote was removed", self.quota_message(usage))))
     }
 
     /// Deletes sessions not modified for the retention period.
     pub fn sweep(&self) {
-        let Ok(tenants) = std::fs::read_dir(&self.config.dir) else { return };
+        let Ok(tenants) = self.root.entries() else { return };
         let now = SystemTime::now();
         for tenant in tenants.flatten() {
-            let Ok(sessions) = std::fs::read_dir(tenant.path()) else { continue };
+            let tenant_name = tenant.file_name();
+            let Ok(tenant_dir) = self.root.open_dir_nofollow(&tenant_name) else { continue };
+            let Ok(sessions) = tenant_dir.entries() else { continue };
             for session in sessions.flatten() {
-                let newest = Self::snapshot(&session.path())
+                let name = session.file_name();
+                let Ok(dir) = tenant_dir.open_dir_nofollow(&name) else { continue };
+                let scan = walk(&dir, self.walk_limit()).unwrap_or_default();
+                let newest = scan
+                    .entries
                     .values()
-                    .filter_map(|(_, m)| *m)
-                    .chain(session.metadata().and_then(|m| m.modified()).ok())
+                    .filter_map(|e| e.modified)
+                    .chain(dir.dir_metadata().ok().and_then(|m| m.modified().ok()).map(|t| t.into_std()))
                     .max();
                 if newest.is_some_and(|t| now.duration_since(t).unwrap_or_default() > self.config.ttl) {
-                    let _ = std::fs::remove_dir_all(session.path());
+                    // cap-std removes links as links: nothing outside the session is touched.
+                    if tenant_dir.remove_dir_all(&name).is_ok()
+                        && let (Some(t), Some(s)) = (tenant_name.to_str(), name.to_str())
+                        && let Some(sessions) = self.usage.lock().unwrap().get_mut(t)
+                    {
+                        sessions.remove(s);
+                    }
                 }
             }
         }
     }
+}
+
+/// Removes, beneath `dir`, every entry that `before` did not have or had otherwise; returns
+/// the first error but goes on removing.
+fn remove_new(dir: &Dir, rel: &Path, before: &Scan) -> io::Result<()> {
+    let mut first_error = Ok(());
+    for item in dir.entries()? {
+        let Ok(item) = item else { continue };
+        let name = item.file_name();
+        let path = rel.join(&name);
+        let Ok(meta) = dir.symlink_metadata(&name) else { continue };
+        let now = entry_of(&meta);
+        let result = match (before.entries.get(&path), now.kind) {
+            (Some(old), Kind::Dir) if old.kind == Kind::Dir => {
+                dir.open_dir_nofollow(&name).and_then(|sub| remove_new(&sub, &path, before))
+            }
+            (_, Kind::Dir) => dir.remove_dir_all(&name),
+            (Some(old), _) if *old == now => Ok(()),
+            _ => dir.remove_file_or_symlink(&name),
+        };
+        if first_error.is_ok() {
+            first_error = result;
+        }
+    }
+    first_error
 }
 
 #[cfg(test)]

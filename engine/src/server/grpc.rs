@@ -21,6 +21,8 @@ pub struct SandboxService {
     pub engine: Engine,
     pub keys: Arc<ApiKeys>,
     pub tenants: Arc<Tenants>,
+    /// The message size limit, named in the status of a stream that broke it.
+    pub max_message_bytes: usize,
 }
 
 pub fn status_from(err: crate::Error) -> Status {
@@ -78,7 +80,7 @@ impl sandbox_server::Sandbox for SandboxService {
         let admission = self.tenants.admit(&tenant, Some(&start.request_id)).map_err(refusal_status)?;
         let session_id = (!start.session_id.is_empty()).then_some(start.session_id);
         let request =
-            ExecutionRequest { code: start.code, tools, limits: Some(limits), session_id: session_id.clone(), data_dir: None };
+            ExecutionRequest { code: start.code, tools, limits: Some(limits), session_id: session_id.clone(), data_dir: None, tenant: Some(tenant.clone()) };
         let execution = self.engine.start(request).await.map_err(status_from)?;
         admission.attach(execution.control());
 
@@ -89,7 +91,7 @@ impl sandbox_server::Sandbox for SandboxService {
             message: Some(server_message::Message::Started(proto::Started { execution_id: execution.id().to_string() })),
         };
         tx.send(Ok(started)).await.map_err(|_| Status::cancelled("client went away"))?;
-        tokio::spawn(pump(execution, inbound, tx, admission).instrument(span));
+        tokio::spawn(pump(execution, inbound, tx, admission, self.max_message_bytes).instrument(span));
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 
@@ -116,6 +118,7 @@ async fn pump(
     mut inbound: Streaming<proto::ClientMessage>,
     tx: mpsc::Sender<Result<proto::ServerMessage, Status>>,
     _admission: Admission,
+    max_message_bytes: usize,
 ) {
     let mut inbound_open = true;
     let mut round = 0;
@@ -144,6 +147,9 @@ async fn pump(
                 Ok(None) => inbound_open = false,
                 Err(status) => {
                     tracing::info!(%status, "client stream failed; cancelling");
+                    // The client may still be listening (a message over the limit, say): it
+                    // gets a status that says why, never a silent OK.
+                    let _ = tx.send(Err(inbound_status(status, max_message_bytes))).await;
                     break;
                 }
             },
@@ -154,6 +160,18 @@ async fn pump(
         }
     }
     // Dropping `execution` cancels it if it is still running.
+}
+
+/// The status a stream ends with when reading the client's next message failed.
+fn inbound_status(status: Status, max_message_bytes: usize) -> Status {
+    match status.code() {
+        tonic::Code::OutOfRange | tonic::Code::ResourceExhausted => Status::resource_exhausted(format!(
+            "a client message is larger than this server's limit of {max_message_bytes} bytes ({}); the execution was cancelled. \
+             Send smaller tool results (the limit for one result is lower still; see the README)",
+            status.message()
+        )),
+        _ => status,
+    }
 }
 
 fn handle_client_message(execution: &crate::Execution, message: proto::ClientMessage) -> Option<proto::ServerMessage> {

@@ -2,6 +2,7 @@
 //! HTTP Code API, and Prometheus metrics, with graceful shutdown. Every front end is a thin layer over the [`crate::Engine`].
 
 pub mod auth;
+pub mod conn;
 pub mod files;
 pub mod grpc;
 pub mod http;
@@ -34,6 +35,11 @@ pub struct ServerConfig {
     /// Session files of the HTTP API (`/mnt/data`).
     pub files: files::FilesConfig,
     pub tenant_limits: TenantLimits,
+    /// HTTP connection and body bounds.
+    pub http_limits: conn::HttpLimits,
+    /// Largest gRPC message either way; a larger one ends the stream with
+    /// `RESOURCE_EXHAUSTED` naming the limit. Default 16 MiB.
+    pub grpc_max_message_bytes: usize,
     pub engine: EngineConfig,
     /// How long running executions may finish after a shutdown signal before they fail with
     /// kind `shutdown`.
@@ -50,6 +56,8 @@ impl Default for ServerConfig {
             metrics_addr: ([127, 0, 0, 1], 9090).into(),
             api_keys: ApiKeys::default(),
             tenant_limits: TenantLimits::default(),
+            http_limits: conn::HttpLimits::default(),
+            grpc_max_message_bytes: 16 * 1024 * 1024,
             engine: EngineConfig { when_busy: crate::WhenBusy::Refuse, ..EngineConfig::default() },
             shutdown_grace: Duration::from_secs(10),
         }
@@ -112,13 +120,21 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
     let keys = Arc::new(config.api_keys);
-    let service = grpc::SandboxService { engine: engine.clone(), keys: keys.clone(), tenants: tenants.clone() };
+    let service = grpc::SandboxService {
+        engine: engine.clone(),
+        keys: keys.clone(),
+        tenants: tenants.clone(),
+        max_message_bytes: config.grpc_max_message_bytes,
+    };
+    let files = files::FileStore::new(config.files.clone())
+        .map_err(|e| anyhow::anyhow!("cannot open the files directory {}: {e}", config.files.dir.display()))?;
     let http_state = http::HttpState::new(
         engine.clone(),
         keys,
         tenants.clone(),
         token::Signer::new(config.token_secret.as_deref()),
-        files::FileStore::new(config.files.clone()),
+        files,
+        config.http_limits.clone(),
     );
 
     let shutdown = CancellationToken::new();
@@ -131,7 +147,11 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
             .add_service(health_service)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
-            .add_service(SandboxServer::new(service))
+            .add_service(
+                SandboxServer::new(service)
+                    .max_decoding_message_size(config.grpc_max_message_bytes)
+                    .max_encoding_message_size(config.grpc_max_message_bytes),
+            )
             // Without TCP_NODELAY every small message waits out delayed ACKs (~40 ms a round).
             .serve_with_incoming_shutdown(
                 tonic::transport::server::TcpIncoming::from(grpc_listener).with_nodelay(Some(true)),
@@ -143,13 +163,10 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         }
     }));
 
-    let stop = stop_serving.clone();
+    let (stop, limits) = (stop_serving.clone(), config.http_limits.clone());
     let app = http::router(http_state.clone());
-    tasks.push(tokio::spawn(async move {
-        if let Err(e) = axum::serve(http_listener, app).with_graceful_shutdown(stop.cancelled_owned()).await {
-            tracing::error!("HTTP server failed: {e}");
-        }
-    }));
+    tasks.push(tokio::spawn(conn::serve(http_listener, app, limits, stop)));
+    tasks.push(tokio::spawn(http::sweep(http_state.clone(), stop_serving.clone())));
 
     let stop = stop_serving.clone();
     tasks.push(tokio::spawn(async move {

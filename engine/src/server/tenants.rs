@@ -6,19 +6,14 @@ use std::sync::{Arc, Mutex};
 
 use crate::Control;
 
-#[derive(Debug, Clone, Copy)]
+/// Per-tenant caps: a policy, off unless set (then only the server's own limits apply).
+#[derive(Debug, Clone, Copy, Default)]
 pub struct TenantLimits {
     /// Executions alive at once (running or paused) per tenant.
-    pub max_concurrent: usize,
+    pub max_concurrent: Option<usize>,
     /// Executions paused waiting for tool results per tenant; a new one is refused while a
     /// tenant has this many.
-    pub max_paused: usize,
-}
-
-impl Default for TenantLimits {
-    fn default() -> Self {
-        TenantLimits { max_concurrent: 100, max_paused: 100 }
-    }
+    pub max_paused: Option<usize>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,19 +59,21 @@ impl Tenants {
     pub fn admit(self: &Arc<Self>, tenant: &str, request_id: Option<&str>) -> Result<Admission, Refusal> {
         let mut state = self.state.lock().unwrap();
         let t = state.entry(tenant.to_string()).or_default();
-        if t.executions.len() >= self.limits.max_concurrent {
+        if let Some(max) = self.limits.max_concurrent
+            && t.executions.len() >= max
+        {
             return Err(Refusal::TooManyExecutions(format!(
-                "tenant {tenant:?} already has {} executions (limit {})",
+                "tenant {tenant:?} already has {} executions (limit {max}); wait for some to finish",
                 t.executions.len(),
-                self.limits.max_concurrent
             )));
         }
-        let paused = t.executions.values().flatten().filter(|c| c.is_paused()).count();
-        if paused >= self.limits.max_paused {
-            return Err(Refusal::TooManyPaused(format!(
-                "tenant {tenant:?} already has {paused} paused executions (limit {}); answer or cancel some first",
-                self.limits.max_paused
-            )));
+        if let Some(max) = self.limits.max_paused {
+            let paused = t.executions.values().flatten().filter(|c| c.is_paused()).count();
+            if paused >= max {
+                return Err(Refusal::TooManyPaused(format!(
+                    "tenant {tenant:?} already has {paused} paused executions (limit {max}); answer or cancel some first"
+                )));
+            }
         }
         let request_id = request_id.filter(|r| !r.is_empty()).map(str::to_owned);
         if let Some(rid) = &request_id
@@ -134,7 +131,7 @@ mod tests {
 
     #[test]
     fn limits_and_request_ids() {
-        let tenants = Tenants::new(TenantLimits { max_concurrent: 2, max_paused: 10 });
+        let tenants = Tenants::new(TenantLimits { max_concurrent: Some(2), max_paused: Some(10) });
         let a = tenants.admit("t", Some("r1")).unwrap();
         assert!(matches!(tenants.admit("t", Some("r1")), Err(Refusal::DuplicateRequest(_))));
         let _b = tenants.admit("t", None).unwrap();

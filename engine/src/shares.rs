@@ -1,0 +1,222 @@
+//! What executions share: the engine-wide memory budget, and per tenant a share of it and the
+//! run slots that keep one tenant's busy programs from starving another's.
+//!
+//! **Memory.** Each execution's linear memory is capped by its own limit; the budget caps all
+//! of them together (and, if set, each tenant's together). It counts what executions grow
+//! their memory by beyond the sandbox's initial image: that image is mapped copy-on-write from
+//! the compiled component and costs about 2 MiB of real memory per execution (see the README's
+//! density table), while growth is fresh memory the program will fill. Four executions asking
+//! for 2 GiB each once took the server from 0.4 to 8.5 GiB; now growth past the budget fails
+//! the growing execution with kind `memory`.
+//!
+//! **CPU.** A guest yields at every epoch tick (10 ms), and tokio runs ready tasks in turn, so
+//! 60 busy loops of one tenant made another tenant's trivial run wait 0.3–1.9 s for its turns.
+//! With run slots, at most `tenant_max_running` executions of one tenant *run* at once (paused
+//! ones hold no slot); the others wait in a FIFO queue, and a running execution whose tenant
+//! has executions waiting gives its slot to the next one at every tick.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::MIB;
+
+pub(crate) struct Shares {
+    budget: u64,
+    used: AtomicU64,
+    tenant_budget: Option<u64>,
+    tenant_running: Option<usize>,
+    tenants: Mutex<HashMap<String, Arc<TenantShare>>>,
+}
+
+struct TenantShare {
+    name: String,
+    used: AtomicU64,
+    /// Claims alive; the share is forgotten when the last one goes.
+    claims: AtomicUsize,
+    run: Option<Arc<Semaphore>>,
+    waiting: AtomicUsize,
+}
+
+impl Shares {
+    pub(crate) fn new(budget: u64, tenant_budget: Option<u64>, tenant_running: Option<usize>) -> Arc<Self> {
+        Arc::new(Shares { budget, used: AtomicU64::new(0), tenant_budget, tenant_running, tenants: Mutex::new(HashMap::new()) })
+    }
+
+    /// Bytes of the budget in use now.
+    pub(crate) fn used(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// One execution's claim on the budget and, with a tenant, on its run slots.
+    pub(crate) fn claim(self: &Arc<Self>, tenant: Option<&str>) -> (MemoryClaim, RunSlot) {
+        let share = tenant.map(|name| {
+            let mut tenants = self.tenants.lock().unwrap();
+            let share = tenants.entry(name.to_string()).or_insert_with(|| {
+                Arc::new(TenantShare {
+                    name: name.to_string(),
+                    used: AtomicU64::new(0),
+                    claims: AtomicUsize::new(0),
+                    run: self.tenant_running.map(|n| Arc::new(Semaphore::new(n.max(1)))),
+                    waiting: AtomicUsize::new(0),
+                })
+            });
+            share.claims.fetch_add(1, Ordering::Relaxed);
+            share.clone()
+        });
+        let slot = RunSlot {
+            gate: share.as_ref().and_then(|s| s.run.clone().map(|run| (run, s.clone()))),
+            permit: Arc::new(Mutex::new(None)),
+        };
+        (MemoryClaim { shares: self.clone(), share, charged: 0 }, slot)
+    }
+}
+
+/// Memory one execution has grown by, charged to the budget (and its tenant's share) until it
+/// is dropped with the store.
+pub(crate) struct MemoryClaim {
+    shares: Arc<Shares>,
+    share: Option<Arc<TenantShare>>,
+    charged: u64,
+}
+
+fn try_add(counter: &AtomicU64, delta: u64, limit: u64) -> bool {
+    counter
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| used.checked_add(delta).filter(|n| *n <= limit))
+        .is_ok()
+}
+
+impl MemoryClaim {
+    /// Charges `delta` more bytes, or says which budget refused them.
+    pub(crate) fn grow(&mut self, delta: u64) -> Result<(), String> {
+        let shares = &self.shares;
+        if !try_add(&shares.used, delta, shares.budget) {
+            return Err(format!(
+                "the server's memory budget for all executions ({} MiB) is in use; try again later or with less data",
+                shares.budget / MIB
+            ));
+        }
+        if let (Some(share), Some(limit)) = (&self.share, shares.tenant_budget)
+            && !try_add(&share.used, delta, limit)
+        {
+            shares.used.fetch_sub(delta, Ordering::AcqRel);
+            return Err(format!(
+                "the memory budget of tenant {:?} ({} MiB for all its executions) is in use; wait for other executions to finish or use less data",
+                share.name,
+                limit / MIB
+            ));
+        }
+        self.charged += delta;
+        Ok(())
+    }
+}
+
+impl Drop for MemoryClaim {
+    fn drop(&mut self) {
+        self.shares.used.fetch_sub(self.charged, Ordering::AcqRel);
+        let Some(share) = self.share.take() else { return };
+        share.used.fetch_sub(self.charged, Ordering::AcqRel);
+        if share.claims.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let mut tenants = self.shares.tenants.lock().unwrap();
+            if share.claims.load(Ordering::Acquire) == 0 {
+                tenants.remove(&share.name);
+            }
+        }
+    }
+}
+
+/// One execution's place among its tenant's running executions. Cloned between the store's
+/// epoch callback and the tool broker, which hand the slot back while the guest is parked.
+#[derive(Clone)]
+pub(crate) struct RunSlot {
+    gate: Option<(Arc<Semaphore>, Arc<TenantShare>)>,
+    permit: Arc<Mutex<Option<OwnedSemaphorePermit>>>,
+}
+
+impl RunSlot {
+    /// Waits for a slot (at once without a tenant or a limit).
+    pub(crate) fn acquire(&self) -> impl Future<Output = ()> + Send + 'static {
+        let (gate, permit) = (self.gate.clone(), self.permit.clone());
+        async move {
+            let Some((run, share)) = gate else { return };
+            if permit.lock().unwrap().is_some() {
+                return;
+            }
+            share.waiting.fetch_add(1, Ordering::AcqRel);
+            let acquired = run.acquire_owned().await.expect("never closed");
+            share.waiting.fetch_sub(1, Ordering::AcqRel);
+            *permit.lock().unwrap() = Some(acquired);
+        }
+    }
+
+    /// Gives the slot back (the guest is about to park).
+    pub(crate) fn release(&self) {
+        self.permit.lock().unwrap().take();
+    }
+
+    /// At an epoch tick: a future that hands the slot to the tenant's next waiting execution
+    /// and queues for it again, or `None` when nobody waits.
+    pub(crate) fn requeue(&self) -> Option<Pin<Box<dyn Future<Output = ()> + Send>>> {
+        let (_, share) = self.gate.as_ref()?;
+        if share.waiting.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        self.release();
+        Some(Box::pin(self.acquire()))
+    }
+}
+
+/// Physical memory of this machine, from `/proc/meminfo` (Linux), if it can be read.
+pub(crate) fn machine_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: u64 = info.lines().find(|l| l.starts_with("MemTotal:"))?.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budget_and_tenant_share_are_released_on_drop() {
+        let shares = Shares::new(100 * MIB, Some(60 * MIB), Some(1));
+        let (mut a, _) = shares.claim(Some("a"));
+        let (mut b, _) = shares.claim(Some("b"));
+        a.grow(50 * MIB).unwrap();
+        assert!(a.grow(20 * MIB).unwrap_err().contains("tenant \"a\""));
+        b.grow(50 * MIB).unwrap();
+        assert!(b.grow(1 * MIB).unwrap_err().contains("server's memory budget"));
+        assert_eq!(shares.used(), 100 * MIB);
+        drop(a);
+        assert_eq!(shares.used(), 50 * MIB);
+        b.grow(10 * MIB).unwrap();
+        drop(b);
+        assert_eq!(shares.used(), 0);
+        assert!(shares.tenants.lock().unwrap().is_empty(), "tenant shares are forgotten with their last claim");
+    }
+
+    #[tokio::test]
+    async fn run_slots_queue_and_requeue() {
+        let shares = Shares::new(u64::MAX, None, Some(1));
+        let (_ca, a) = shares.claim(Some("t"));
+        let (_cb, b) = shares.claim(Some("t"));
+        a.acquire().await;
+        assert!(a.requeue().is_none(), "nobody waits");
+        let waiter = tokio::spawn(b.acquire());
+        tokio::task::yield_now().await;
+        while shares.tenants.lock().unwrap()["t"].waiting.load(Ordering::Acquire) == 0 {
+            tokio::task::yield_now().await;
+        }
+        let again = a.requeue().expect("b waits, so a gives way");
+        waiter.await.unwrap();
+        assert!(b.permit.lock().unwrap().is_some());
+        let a_again = tokio::spawn(again);
+        b.release();
+        a_again.await.unwrap();
+        assert!(a.permit.lock().unwrap().is_some());
+    }
+}
