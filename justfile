@@ -21,3 +21,8 @@ bench:
 # Extra harness flags go first, server flags after `--`, e.g. `just density --counts 100,1000`.
 density *ARGS:
     cargo run --release -p ptc-benches --bin density -- {{ARGS}}
+
+# CPU fairness between tenants: tenant b's trivial run alone and beside 60 busy loops of tenant a
+# (release binary, HTTP API). Serve flags go after, e.g. `just fairness --tenant-max-running 0`.
+fairness *ARGS:
+    benches/fairness.sh {{ARGS}}

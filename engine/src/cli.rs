@@ -69,7 +69,8 @@ pub struct ServeArgs {
     #[arg(long, env = "PTC_TENANT_MEMORY_BUDGET_MIB")]
     pub tenant_memory_budget_mib: Option<u64>,
     /// Executions of one tenant running (not paused) at once; the rest queue in order
-    /// (default: the number of cores; 0 = unbounded).
+    /// (default: one less than the number of cores, at least 1; off in local mode, which has
+    /// one tenant; 0 = unbounded).
     #[arg(long, env = "PTC_TENANT_MAX_RUNNING")]
     pub tenant_max_running: Option<usize>,
     /// Executions alive at once per tenant (default: no per-tenant cap).
@@ -165,7 +166,8 @@ impl ServeArgs {
             tenant_max_running: match self.tenant_max_running {
                 Some(0) => None,
                 Some(n) => Some(n),
-                None => Some(crate::cores()),
+                None if self.api_keys.is_empty() => None,
+                None => EngineConfig::default().tenant_max_running,
             },
             when_busy: WhenBusy::Refuse,
             default_limits: defaults,

@@ -170,7 +170,8 @@ pub struct EngineConfig {
     /// Default: none (only the engine's budget).
     pub tenant_memory_budget: Option<u64>,
     /// Executions of one tenant that *run* (not paused) at once; the rest queue, in order.
-    /// Default: the number of cores. `None`: unbounded.
+    /// Default: one less than the number of cores (at least 1), so that one tenant's busy
+    /// programs always leave a core to the others. `None`: unbounded.
     pub tenant_max_running: Option<usize>,
 }
 
@@ -205,7 +206,7 @@ impl Default for EngineConfig {
             epoch_tick: Duration::from_millis(10),
             memory_budget,
             tenant_memory_budget: None,
-            tenant_max_running: Some(cores()),
+            tenant_max_running: Some(cores().saturating_sub(1).max(1)),
         }
     }
 }

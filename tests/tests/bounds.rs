@@ -232,7 +232,7 @@ fn defaults_fit_the_machine_and_tenant_caps_are_off() {
     let engine = EngineConfig::default();
     assert_eq!(engine.max_concurrent, ptc_engine::default_max_concurrent(engine.memory_budget));
     assert!(engine.max_concurrent >= 64 && engine.max_concurrent <= 12_000);
-    assert_eq!(engine.tenant_max_running, Some(ptc_engine::cores()));
+    assert_eq!(engine.tenant_max_running, Some(ptc_engine::cores().saturating_sub(1).max(1)));
     let server = ptc_engine::server::ServerConfig::default();
     assert_eq!((server.tenant_limits.max_concurrent, server.tenant_limits.max_paused), (None, None));
 }

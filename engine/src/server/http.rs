@@ -181,14 +181,16 @@ fn authenticate(state: &HttpState, headers: &HeaderMap) -> Result<String, ApiErr
     state.keys.tenant(key).map_err(|e| ApiError::new(StatusCode::UNAUTHORIZED, e.message()))
 }
 
-async fn parse_body(state: &HttpState, headers: &HeaderMap, body: Body) -> Result<Value, Response> {
+/// The caller's tenant and the request's JSON object, or the error response.
+async fn authenticated_body(state: &HttpState, headers: &HeaderMap, body: Body) -> Result<(String, Value), Response> {
+    let tenant = authenticate(state, headers).map_err(IntoResponse::into_response)?;
     let bytes = read_body(&state.limits, headers, body).await?;
     let value: Value =
         serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("Invalid JSON: {e}")).into_response())?;
     if !value.is_object() {
         return Err(ApiError::bad_request("the request body must be a JSON object").into_response());
     }
-    Ok(value)
+    Ok((tenant, value))
 }
 
 fn parse_tools(body: &Value) -> Result<Vec<ToolDef>, ApiError> {
@@ -433,13 +435,9 @@ impl HttpState {
 }
 
 async fn programmatic(State(state): State<Arc<HttpState>>, headers: HeaderMap, body: Body) -> Response {
-    let tenant = match authenticate(&state, &headers) {
-        Ok(t) => t,
-        Err(e) => return e.into_response(),
-    };
-    let body = match parse_body(&state, &headers, body).await {
-        Ok(b) => b,
-        Err(r) => return r,
+    let (tenant, body) = match authenticated_body(&state, &headers, body).await {
+        Ok(request) => request,
+        Err(response) => return response,
     };
     let result =
         if body.get("continuation_token").is_some() { continuation(&state, tenant, body).await } else { initial(&state, tenant, &headers, body, true).await };
@@ -447,13 +445,9 @@ async fn programmatic(State(state): State<Arc<HttpState>>, headers: HeaderMap, b
 }
 
 async fn exec(State(state): State<Arc<HttpState>>, headers: HeaderMap, body: Body) -> Response {
-    let tenant = match authenticate(&state, &headers) {
-        Ok(t) => t,
-        Err(e) => return e.into_response(),
-    };
-    let body = match parse_body(&state, &headers, body).await {
-        Ok(b) => b,
-        Err(r) => return r,
+    let (tenant, body) = match authenticated_body(&state, &headers, body).await {
+        Ok(request) => request,
+        Err(response) => return response,
     };
     if let Some(lang) = body.get("lang").and_then(Value::as_str)
         && !matches!(lang, "py" | "python" | "python3")
@@ -599,13 +593,9 @@ async fn continuation(state: &HttpState, tenant: String, body: Value) -> Result<
 }
 
 async fn cancel(State(state): State<Arc<HttpState>>, headers: HeaderMap, body: Body) -> Response {
-    let tenant = match authenticate(&state, &headers) {
-        Ok(t) => t,
-        Err(e) => return e.into_response(),
-    };
-    let body = match parse_body(&state, &headers, body).await {
-        Ok(b) => b,
-        Err(r) => return r,
+    let (tenant, body) = match authenticated_body(&state, &headers, body).await {
+        Ok(request) => request,
+        Err(response) => return response,
     };
     let result = (|| {
         let request_id = body
