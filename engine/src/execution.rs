@@ -278,7 +278,7 @@ fn classify(trap: wasmtime::Error, data: &mut HostState) -> (FailureKind, String
         return (FailureKind::Fuel, "fuel exhausted".into());
     }
     // CPython on WASI cannot see its native stack (it guards only the shadow stack in linear
-    // memory), so data nested deeper than the 8 MiB wasm stack holds (about 10,000 levels of
+    // memory), so data nested deeper than the 1 MiB wasm stack holds (1,000-3,000 levels of
     // `json.loads` or `repr`) overflows it instead of raising RecursionError. It is still the
     // program's doing, reported as the RecursionError it would be natively. The instance is
     // gone by then, so there is no Python traceback to give.

@@ -1,6 +1,7 @@
 //! Helpers for the end-to-end tests: one shared engine per test binary and a scripted tool
 //! client that answers calls the way a real agent platform would.
 
+pub mod attacks;
 pub mod grpc;
 pub mod http;
 pub mod node;
