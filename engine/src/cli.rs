@@ -167,7 +167,7 @@ impl ServeArgs {
                 Some(0) => None,
                 Some(n) => Some(n),
                 None if self.api_keys.is_empty() => None,
-                None => EngineConfig::default().tenant_max_running,
+                None => Some(crate::default_tenant_max_running()),
             },
             when_busy: WhenBusy::Refuse,
             default_limits: defaults,

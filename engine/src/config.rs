@@ -185,6 +185,11 @@ pub fn default_max_concurrent(memory_budget: u64) -> usize {
     ((memory_budget / (3 * MIB)) as usize).clamp(64, 12_000)
 }
 
+/// The default `tenant_max_running`: one less than the cores, at least 1.
+pub fn default_tenant_max_running() -> usize {
+    cores().saturating_sub(1).max(1)
+}
+
 /// Cores available to this process.
 pub fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, usize::from)
@@ -206,7 +211,7 @@ impl Default for EngineConfig {
             epoch_tick: Duration::from_millis(10),
             memory_budget,
             tenant_memory_budget: None,
-            tenant_max_running: Some(cores().saturating_sub(1).max(1)),
+            tenant_max_running: Some(default_tenant_max_running()),
         }
     }
 }

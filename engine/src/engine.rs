@@ -184,7 +184,6 @@ impl Engine {
             cancel: cancel.clone(),
             shutdown: inner.shutdown.clone(),
             started,
-            run_slot: store.data().broker.run_slot.clone(),
             _permit: permit,
         };
         let span = tracing::info_span!("execution", id = %id, session = request.session_id.as_deref().unwrap_or(""));

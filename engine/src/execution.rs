@@ -145,7 +145,6 @@ pub(crate) struct Job {
     pub(crate) cancel: CancellationToken,
     pub(crate) shutdown: CancellationToken,
     pub(crate) started: Instant,
-    pub(crate) run_slot: crate::shares::RunSlot,
     pub(crate) _permit: OwnedSemaphorePermit,
 }
 
@@ -162,7 +161,8 @@ pub(crate) async fn drive(job: Job, mut store: Store<HostState>) {
     let mut instantiate_time = None;
     let ending = {
         let run = async {
-            job.run_slot.acquire().await;
+            let run_slot = store.data().broker.run_slot.acquire();
+            run_slot.await;
             let t0 = Instant::now();
             let sandbox = job.pre.instantiate_async(&mut store).await?;
             instantiate_time = Some(t0.elapsed());

@@ -230,19 +230,14 @@ impl Broker {
             // A parked guest holds no run slot; it queues for one again before resuming.
             self.run_slot.release();
             let paused = PausedGuard::new(self.paused.clone(), self.paused_flag.clone());
-            let first = match timeout_ms {
-                None => self.results.recv().await,
-                Some(ms) => match tokio::time::timeout(Duration::from_millis(ms), self.results.recv()).await {
-                    Ok(r) => r,
-                    Err(_) => {
-                        drop(paused);
-                        self.run_slot.acquire().await;
-                        return Ok(Vec::new());
-                    }
-                },
+            // `None`: the wait timed out (the guest has timers to run).
+            let received = match timeout_ms {
+                None => Some(self.results.recv().await),
+                Some(ms) => tokio::time::timeout(Duration::from_millis(ms), self.results.recv()).await.ok(),
             };
             drop(paused);
             self.run_slot.acquire().await;
+            let Some(first) = received else { return Ok(Vec::new()) };
             let Some(first) = first else {
                 // The execution handle is gone; the driver is about to cancel us anyway.
                 return Err(self.fail(FailureKind::Cancelled, "the client went away".into()));
@@ -316,7 +311,6 @@ impl ResourceLimiter for Limiter {
         if current > 0
             && let Err(message) = self.claim.grow(desired.saturating_sub(current) as u64)
         {
-            self.exceeded = true;
             self.budget_refused = Some(message.clone());
             return Err(wasmtime::Error::msg(message));
         }

@@ -36,6 +36,7 @@ mod wasm;
 
 pub use config::{
     Ceilings, ComponentSource, EngineConfig, Limits, MIB, WhenBusy, cores, default_max_concurrent, default_memory_budget,
+    default_tenant_max_running,
 };
 pub use engine::{DATA_DIR, DescribedTool, Engine, ToolDescription};
 pub use error::{Error, ErrorKind, Result};

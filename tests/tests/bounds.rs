@@ -7,10 +7,9 @@ use std::time::Duration;
 use ptc_engine::proto::FailureKind as WireKind;
 use ptc_engine::{Ceilings, Engine, EngineConfig, Event, ExecutionRequest, FailureKind, Limits, MIB, ToolDef};
 use ptc_tests::grpc::*;
-use ptc_tests::http::{post, post_raw};
+use ptc_tests::http::post;
 use ptc_tests::{attacks, drive, eventually};
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn small_engine(config: EngineConfig) -> Engine {
     Engine::new(EngineConfig { max_concurrent: 16, ..config }).expect("engine")
@@ -140,8 +139,6 @@ async fn http_connections_are_bounded_and_slow_clients_are_cut_off() {
     limits.body_timeout = Duration::from_secs(1);
     cfg.http_limits = limits;
     let server = serve(cfg).await;
-    let addr = server.http_addr;
-
     attacks::http_connections(server.http_addr).await;
 }
 

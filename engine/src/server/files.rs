@@ -122,6 +122,8 @@ pub struct Scan {
 /// One session's directory, opened beneath the tenant's root.
 pub struct Session {
     dir: Dir,
+    /// The tenant's directory, where imports come from.
+    tenant_dir: Dir,
     /// The host path, for the sandbox's preopen (built only from validated components).
     pub path: PathBuf,
     tenant: String,
@@ -265,7 +267,7 @@ impl FileStore {
         let dir = create_dir_beneath(&tenant_dir, Path::new(session_id))
             .map_err(io_error("cannot create the session directory"))?;
         let path = self.config.dir.join(tenant_dir_name(tenant)).join(session_id);
-        Ok(Session { dir, path, tenant: tenant.to_string(), id: session_id.to_string() })
+        Ok(Session { dir, tenant_dir, path, tenant: tenant.to_string(), id: session_id.to_string() })
     }
 
     /// First sight of a tenant since start: what its sessions hold, each walk bounded.
@@ -321,7 +323,6 @@ impl FileStore {
     /// `session`. Only regular files with one link are copied; the whole request is checked
     /// against the quota before anything is written.
     pub fn import(&self, session: &Session, files: &[(String, String)]) -> Result<(), FilesError> {
-        let tenant_dir = self.tenant_dir(&session.tenant).map_err(io_error("cannot open the tenant directory"))?;
         let mut sources = Vec::with_capacity(files.len());
         let mut needed = Usage::default();
         for (name, session_id) in files {
@@ -334,7 +335,7 @@ impl FileStore {
             }
             let not_found = || FilesError::Invalid(format!("file {name:?} not found in session {session_id:?}"));
             let (parent, file_name) = split(&rel);
-            let src_dir = open_dir_beneath(&tenant_dir, &Path::new(session_id).join(parent)).map_err(|_| not_found())?;
+            let src_dir = open_dir_beneath(&session.tenant_dir, &Path::new(session_id).join(parent)).map_err(|_| not_found())?;
             let mut options = OpenOptions::new();
             options.read(true).follow(FollowSymlinks::No);
             let file = src_dir.open_with(file_name, &options).map_err(|_| not_found())?;
