@@ -10,7 +10,7 @@ BIN=${BIN:-target/release/ptc-engine}
 BUSY=${BUSY:-60}
 HTTP=${HTTP_PORT:-18181}
 METRICS=${METRICS_PORT:-19191}
-[ -x "$BIN" ] || cargo build --release -p ptc-engine
+[ -x "$BIN" ] || cargo build --release -p ptc-server --bin ptc-engine
 PTC_LOG=error "$BIN" serve --grpc-addr 127.0.0.1:0 --metrics-addr "127.0.0.1:$METRICS" --http-addr "127.0.0.1:$HTTP" \
     --api-keys a:ka,b:kb "$@" >/dev/null 2>&1 &
 server=$!

@@ -5,21 +5,15 @@ use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use ptc_benches::*;
-use ptc_engine::server::{ServerConfig, start};
-use ptc_engine::{Engine, EngineConfig};
+use ptc_server::{ServerConfig, start};
+use ptc_engine::Engine;
 
 fn benches(c: &mut Criterion) {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let engine = Engine::new(EngineConfig::default()).unwrap();
-    let server = rt.block_on(start(ServerConfig {
-        grpc_addr: ([127, 0, 0, 1], 0).into(),
-        http_addr: ([127, 0, 0, 1], 0).into(),
-        metrics_addr: ([127, 0, 0, 1], 0).into(),
-        ..ServerConfig::default()
-    }))
-    .unwrap();
+    let server = rt.block_on(start(ServerConfig::ephemeral())).unwrap();
+    let engine = Engine::new(server.engine.config().clone()).unwrap();
     let url = format!("http://{}", server.grpc_addr);
-    let client = rt.block_on(ptc_engine::proto::sandbox_client::SandboxClient::connect(url)).unwrap();
+    let client = rt.block_on(ptc_server::proto::sandbox_client::SandboxClient::connect(url)).unwrap();
     let mut warm = WarmPython::start();
 
     let mut group = c.benchmark_group("instantiate");

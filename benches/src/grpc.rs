@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use ptc_engine::proto::{self, client_message, sandbox_client::SandboxClient, server_message::Message};
+use ptc_server::proto::{self, client_message, sandbox_client::SandboxClient, server_message::Message};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;

@@ -7,7 +7,7 @@ pub mod grpc;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
-use ptc_engine::proto::sandbox_client::SandboxClient;
+use ptc_server::proto::sandbox_client::SandboxClient;
 use ptc_engine::{Engine, Event, ExecutionRequest, ToolDef, ToolResult};
 use tonic::transport::Channel;
 
@@ -47,7 +47,7 @@ pub fn workloads() -> Vec<Workload> {
 
 /// Default limits but room for the 100-round workload.
 pub fn limits() -> ptc_engine::Limits {
-    ptc_engine::Limits { max_round_trips: 1000, ..Default::default() }
+    ptc_engine::Limits::default().with_max_round_trips(1000)
 }
 
 pub fn tools() -> Vec<ToolDef> {
@@ -67,7 +67,7 @@ pub async fn run_library(engine: &Engine, code: &str) {
     let mut exec = engine.start(request).await.unwrap();
     while let Some(event) = exec.next_event().await {
         match event {
-            Event::ToolCalls(calls) => {
+            Event::ToolCalls { calls, .. } => {
                 exec.submit(calls.iter().map(|c| ToolResult::ok_json(&c.id, add(&c.input))).collect()).unwrap()
             }
             Event::Completed(_) => return,

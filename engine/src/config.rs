@@ -38,8 +38,41 @@ impl Default for Limits {
     }
 }
 
+impl Limits {
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    pub fn with_max_round_trips(mut self, n: u32) -> Self {
+        self.max_round_trips = n;
+        self
+    }
+
+    pub fn with_max_tool_calls(mut self, n: u32) -> Self {
+        self.max_tool_calls = n;
+        self
+    }
+
+    pub fn with_max_memory_bytes(mut self, bytes: u64) -> Self {
+        self.max_memory_bytes = bytes;
+        self
+    }
+
+    pub fn with_max_output_bytes(mut self, bytes: u64) -> Self {
+        self.max_output_bytes = bytes;
+        self
+    }
+
+    pub fn with_fuel(mut self, fuel: Option<u64>) -> Self {
+        self.fuel = fuel;
+        self
+    }
+}
+
 /// The largest limits a request may ask for, and the size limits on the request itself.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Ceilings {
     pub min_timeout: Duration,
     pub max_timeout: Duration,
@@ -85,7 +118,9 @@ impl Default for Ceilings {
 }
 
 impl Ceilings {
-    pub(crate) fn check(&self, limits: &Limits, fuel_enabled: bool) -> Result<()> {
+    /// Whether `limits` lie within these ceilings (`fuel_enabled`: [`EngineConfig::fuel`]); the
+    /// error says which limit is out of range and what range is allowed.
+    pub fn check(&self, limits: &Limits, fuel_enabled: bool) -> Result<()> {
         let t = limits.timeout;
         if t < self.min_timeout || t > self.max_timeout {
             return Err(Error::invalid(format!(
@@ -136,12 +171,17 @@ pub enum WhenBusy {
     Refuse,
 }
 
-/// Engine-wide configuration. `EngineConfig::default()` is what `ptc-engine serve` runs with.
+/// Engine-wide configuration; every field has a documented default. Start from
+/// `EngineConfig::default()` and set what differs. The library reads no environment variables:
+/// `ptc-engine serve` maps its flags and `PTC_*` variables onto these fields.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct EngineConfig {
     pub component: ComponentSource,
-    /// Directory for the compiled component (`.cwasm`). Default: `$PTC_CACHE_DIR`, else
-    /// `$XDG_CACHE_HOME/ptc-engine`, else `~/.cache/ptc-engine`, else the temp dir.
+    /// Directory that caches the compiled component (`.cwasm`, ~50 MB): loading it takes
+    /// milliseconds, compiling ~8 s. It must be private to this user (a planted file there is
+    /// loaded as native code). Default `None`: compile at every [`crate::Engine::new`], cache
+    /// nothing.
     pub cache_dir: Option<PathBuf>,
     /// Executions alive at once (running or paused). Default: what the memory budget holds
     /// at 3 MiB per paused execution, at most 12,000 (about where `vm.max_map_count`'s default
@@ -213,23 +253,5 @@ impl Default for EngineConfig {
             tenant_memory_budget: None,
             tenant_max_running: Some(default_tenant_max_running()),
         }
-    }
-}
-
-impl EngineConfig {
-    pub(crate) fn resolved_cache_dir(&self) -> PathBuf {
-        if let Some(dir) = &self.cache_dir {
-            return dir.clone();
-        }
-        if let Some(dir) = std::env::var_os("PTC_CACHE_DIR") {
-            return dir.into();
-        }
-        if let Some(dir) = std::env::var_os("XDG_CACHE_HOME") {
-            return PathBuf::from(dir).join("ptc-engine");
-        }
-        if let Some(home) = std::env::var_os("HOME") {
-            return PathBuf::from(home).join(".cache").join("ptc-engine");
-        }
-        std::env::temp_dir().join("ptc-engine")
     }
 }

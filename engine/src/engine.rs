@@ -3,7 +3,6 @@
 use std::sync::Arc;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Mutex;
 use std::time::Instant;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
@@ -18,9 +17,11 @@ pub const DATA_DIR: &str = "/mnt/data";
 use crate::config::{ComponentSource, EngineConfig, Limits, WhenBusy};
 use crate::error::{Error, ErrorKind, Result};
 use crate::events::OutputStream;
+use crate::bindings::{self, Sandbox, SandboxPre};
+use crate::exchange::Exchange;
 use crate::execution::{Control, Execution, Job, drive};
-use crate::host::bindings::{self, Sandbox, SandboxPre};
-use crate::host::{Broker, CallBook, HostState, Limiter};
+use crate::host::{Broker, HostState};
+use crate::limiter::Limiter;
 use crate::output::Output;
 use crate::request::{ExecutionRequest, ToolDef, check_tools_size};
 use crate::schema::Schemas;
@@ -180,7 +181,7 @@ impl Engine {
             timeout: limits.timeout,
             fuel: wiring.fuel,
             output: wiring.output,
-            events: wiring.events_tx,
+            events: wiring.events,
             cancel: cancel.clone(),
             shutdown: inner.shutdown.clone(),
             started,
@@ -188,14 +189,7 @@ impl Engine {
         };
         let span = tracing::info_span!("execution", id = %id, session = request.session_id.as_deref().unwrap_or(""));
         tokio::spawn(tracing::Instrument::instrument(drive(job, store), span));
-        let control = Control {
-            id,
-            book: wiring.book,
-            results: wiring.results_tx,
-            cancel,
-            paused: wiring.paused,
-            max_result_bytes: inner.config.ceilings.max_tool_result_bytes,
-        };
+        let control = Control { id, exchange: wiring.exchange, cancel };
         Ok(Execution::new(control, wiring.events_rx))
     }
 
@@ -246,9 +240,7 @@ impl Engine {
         let inner = &self.inner;
         let schemas = Schemas::compile(tools)?;
         let (events_tx, events_rx) = mpsc::unbounded_channel();
-        let (results_tx, results_rx) = mpsc::unbounded_channel();
-        let book = Arc::new(Mutex::new(CallBook::default()));
-        let paused = Arc::new(AtomicBool::new(false));
+        let exchange = Arc::new(Exchange::new(inner.paused.clone(), inner.config.ceilings.max_tool_result_bytes));
         let output = Output::new(limits.max_output_bytes, events_tx.clone());
 
         let mut wasi = WasiCtxBuilder::new();
@@ -258,17 +250,14 @@ impl Engine {
                 .map_err(|e| Error::engine(&format!("opening {}", dir.display()), e))?;
         }
         let (claim, run_slot) = inner.shares.claim(tenant);
-        let limiter = Limiter { max_memory: limits.max_memory_bytes, peak: 0, exceeded: false, claim, budget_refused: None };
+        let limiter = Limiter::new(limits.max_memory_bytes, claim);
         let broker = Broker::new(
-            book.clone(),
-            results_rx,
+            exchange.clone(),
             events_tx.clone(),
-            schemas,
-            limits.clone(),
-            inner.paused.clone(),
-            paused.clone(),
             output.clone(),
             run_slot,
+            schemas,
+            limits,
             &inner.config.ceilings,
         );
         let mut store = Store::new(&inner.wasmtime, HostState::new(wasi.build(), limiter, broker, inner.live.clone()));
@@ -279,17 +268,15 @@ impl Engine {
             store.set_fuel(fuel).map_err(|e| Error::engine("setting fuel", e))?;
             store.fuel_async_yield_interval(Some(1_000_000)).map_err(|e| Error::engine("setting fuel", e))?;
         }
-        Ok((store, Wiring { events_tx, events_rx, results_tx, book, paused, output, fuel }))
+        Ok((store, Wiring { events: events_tx, events_rx, exchange, output, fuel }))
     }
 }
 
 /// The host side of one instance's channels and shared state.
 struct Wiring {
-    events_tx: mpsc::UnboundedSender<crate::Event>,
+    events: mpsc::UnboundedSender<crate::Event>,
     events_rx: mpsc::UnboundedReceiver<crate::Event>,
-    results_tx: mpsc::UnboundedSender<crate::ToolResult>,
-    book: Arc<Mutex<CallBook>>,
-    paused: Arc<AtomicBool>,
+    exchange: Arc<Exchange>,
     output: Output,
     fuel: Option<u64>,
 }
@@ -305,12 +292,9 @@ fn wit_tools(tools: &[ToolDef]) -> Vec<bindings::ToolDef> {
         .collect()
 }
 
-/// 128 random bits as hex, from the OS via the std hasher's random keys plus a counter.
+/// 128 bits from the OS's random source, as hex.
 fn new_id() -> String {
-    use std::hash::{BuildHasher, RandomState};
-    static COUNTER: AtomicUsize = AtomicUsize::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let a = RandomState::new().hash_one(n);
-    let b = RandomState::new().hash_one(n);
-    format!("{a:016x}{b:016x}")
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).expect("the OS random source");
+    hex::encode(bytes)
 }

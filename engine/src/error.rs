@@ -70,3 +70,19 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why the host ended an instance by trapping it: raised as the `wasmtime::Error` of a host
+/// import or of the memory limiter, and downcast by the driver (as wasmtime-wasi does with
+/// `I32Exit`) into the execution's [`crate::FailureKind`] and message.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub(crate) struct HostTrap {
+    pub(crate) kind: crate::FailureKind,
+    pub(crate) message: String,
+}
+
+impl HostTrap {
+    pub(crate) fn raise(kind: crate::FailureKind, message: impl Into<String>) -> wasmtime::Error {
+        wasmtime::Error::new(HostTrap { kind, message: message.into() })
+    }
+}

@@ -6,7 +6,8 @@ use std::time::Duration;
 #[derive(Debug, Clone)]
 pub enum Event {
     /// Every call that was pending when the program blocked; answer any subset, in any order.
-    ToolCalls(Vec<ToolCall>),
+    /// `round` counts the batches handed out so far (1 for the first).
+    ToolCalls { round: u32, calls: Vec<ToolCall> },
     Output { stream: OutputStream, data: Vec<u8> },
     Completed(Completion),
     Failed(Failure),

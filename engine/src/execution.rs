@@ -1,6 +1,6 @@
 //! A running (or paused) execution: its handle, and the task that drives the instance.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
@@ -8,10 +8,11 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 use wasmtime::Store;
 
-use crate::error::{Error, ErrorKind, Result};
+use crate::bindings::{self, Outcome};
+use crate::error::{Error, ErrorKind, HostTrap, Result};
 use crate::events::{Completion, Event, Failure, FailureKind, Stats, ToolResult};
-use crate::host::bindings::{self, Outcome};
-use crate::host::{CallBook, HostState};
+use crate::exchange::Exchange;
+use crate::host::HostState;
 use crate::output::Output;
 
 /// The client's side of one execution. Dropping it cancels the execution and frees the instance.
@@ -59,18 +60,14 @@ impl Drop for Execution {
 #[derive(Clone)]
 pub struct Control {
     pub(crate) id: Arc<str>,
-    pub(crate) book: Arc<Mutex<CallBook>>,
-    pub(crate) results: UnboundedSender<ToolResult>,
+    pub(crate) exchange: Arc<Exchange>,
     pub(crate) cancel: CancellationToken,
-    pub(crate) paused: Arc<std::sync::atomic::AtomicBool>,
-    /// `Ceilings::max_tool_result_bytes`.
-    pub(crate) max_result_bytes: usize,
 }
 
 impl Control {
     /// Whether the program is parked waiting for tool results right now.
     pub fn is_paused(&self) -> bool {
-        self.paused.load(std::sync::atomic::Ordering::Relaxed)
+        self.exchange.is_paused()
     }
 
     pub fn id(&self) -> &str {
@@ -83,44 +80,12 @@ impl Control {
     /// whole batch is refused with [`ErrorKind::InvalidToolResult`] and the execution carries
     /// on untouched. A result that claims success but is not valid JSON, or that is larger than
     /// `Ceilings::max_tool_result_bytes`, reaches the program as a `ToolError` saying so.
+    /// After the end (or a cancel) it is refused with [`ErrorKind::Finished`].
     pub fn submit(&self, results: Vec<ToolResult>) -> Result<()> {
-        let mut book = self.book.lock().unwrap();
-        if book.finished || self.cancel.is_cancelled() {
+        if self.cancel.is_cancelled() {
             return Err(Error::new(ErrorKind::Finished, "the execution has already ended"));
         }
-        let mut batch = std::collections::HashSet::new();
-        for r in &results {
-            let problem = if book.answered.contains(&r.id) {
-                "was already answered"
-            } else if !book.pending.contains_key(&r.id) {
-                "is not a pending tool call of this execution"
-            } else if !batch.insert(r.id.as_str()) {
-                "is answered twice in this batch"
-            } else {
-                continue;
-            };
-            return Err(Error::new(ErrorKind::InvalidToolResult, format!("tool call id {:?} {problem}", r.id)));
-        }
-        for mut r in results {
-            let name = book.pending.remove(&r.id).unwrap_or_default();
-            book.answered.insert(r.id.clone());
-            let size = match &r.outcome {
-                Ok(text) | Err(text) => text.len(),
-            };
-            if size > self.max_result_bytes {
-                r.outcome = Err(format!(
-                    "tool {name:?} returned {size} bytes; the limit is {}: ask the tool for less (a filter, a page, fewer fields)",
-                    self.max_result_bytes
-                ));
-            } else if let Ok(json) = &r.outcome
-                && let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(json)
-            {
-                r.outcome = Err(format!("tool {name:?} returned malformed JSON: {e}"));
-            }
-            // The receiver lives as long as the instance; if it is gone the execution ended.
-            let _ = self.results.send(r);
-        }
-        Ok(())
+        self.exchange.submit(results)
     }
 
     pub fn cancel(&self) {
@@ -128,7 +93,7 @@ impl Control {
     }
 
     pub fn is_finished(&self) -> bool {
-        self.book.lock().unwrap().finished
+        self.exchange.is_finished()
     }
 }
 
@@ -176,7 +141,7 @@ pub(crate) async fn drive(job: Job, mut store: Store<HostState>) {
             r = run => Ending::Returned(r),
         }
     };
-    store.data().broker.book.lock().unwrap().finished = true;
+    store.data().broker.exchange.finish();
     job.output.flush();
 
     let data = store.data();
@@ -237,7 +202,7 @@ pub(crate) async fn drive(job: Job, mut store: Store<HostState>) {
             Event::Failed(failed)
         }
         Ending::Returned(Err(trap)) => {
-            let (kind, message) = classify(trap, data);
+            let (kind, message) = classify(&trap);
             Event::Failed(failure(kind, message))
         }
     };
@@ -263,16 +228,10 @@ fn record_metrics(event: &Event) {
     }
 }
 
-fn classify(trap: wasmtime::Error, data: &mut HostState) -> (FailureKind, String) {
-    if let Some((kind, message)) = data.broker.failure.take() {
-        return (kind, message);
-    }
-    if let Some(message) = data.limiter.budget_refused.take() {
-        return (FailureKind::Memory, format!("Out of memory: {message}"));
-    }
-    if data.limiter.exceeded {
-        let mib = data.limiter.max_memory / (1024 * 1024);
-        return (FailureKind::Memory, format!("memory limit exceeded ({mib} MiB)"));
+/// Why a trap ended the instance: the host's own reason when it trapped on purpose.
+fn classify(trap: &wasmtime::Error) -> (FailureKind, String) {
+    if let Some(HostTrap { kind, message }) = trap.downcast_ref::<HostTrap>() {
+        return (*kind, message.clone());
     }
     if let Some(wasmtime::Trap::OutOfFuel) = trap.downcast_ref::<wasmtime::Trap>() {
         return (FailureKind::Fuel, "fuel exhausted".into());

@@ -1,5 +1,9 @@
 //! ptc-engine: runs untrusted Python (CPython on WASI, in wasmtime) whose tool calls suspend
-//! the instance until a client answers them.
+//! the instance until a client answers them. This is the library; the gRPC and HTTP front ends
+//! and the `ptc-engine` binary are the `ptc-server` crate, built on this public API alone.
+//!
+//! `EngineConfig::default()` compiles the component at every start (~8 s); set
+//! [`EngineConfig::cache_dir`] to a private directory to load it in milliseconds instead.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), ptc_engine::Error> {
@@ -10,7 +14,7 @@
 //!     .await?;
 //! while let Some(event) = run.next_event().await {
 //!     match event {
-//!         Event::ToolCalls(calls) => run.submit(calls.iter().map(|c| ToolResult::ok_json(&c.id, "3")).collect())?,
+//!         Event::ToolCalls { calls, .. } => run.submit(calls.iter().map(|c| ToolResult::ok_json(&c.id, "3")).collect())?,
 //!         Event::Completed(done) => print!("{}", done.stdout),
 //!         _ => {}
 //!     }
@@ -18,20 +22,19 @@
 //! # Ok(()) }
 //! ```
 
-pub mod cli;
-pub mod client;
+mod bindings;
 mod config;
 mod engine;
 mod error;
 mod events;
+mod exchange;
 mod execution;
 mod host;
+mod limiter;
 mod output;
-pub mod proto;
 mod request;
 mod schema;
 mod shares;
-pub mod server;
 mod wasm;
 
 pub use config::{

@@ -94,18 +94,18 @@ pub(crate) fn wasmtime_config(cfg: &EngineConfig, pool: Option<PoolShape>) -> Co
 ///
 /// The pool's shape comes from the component itself, so the component is loaded first by an
 /// on-demand engine. Allocation strategy is not part of the compatibility hash, so both
-/// engines share the cached artifact and the second load is only a file mapping.
+/// engines share one compiled artifact and the second load is only a file mapping.
 pub(crate) fn build_engine(cfg: &EngineConfig, bytes: &[u8]) -> Result<(Engine, Component, bool)> {
-    let cache_dir = cfg.resolved_cache_dir();
     let on_demand = Engine::new(&wasmtime_config(cfg, None)).map_err(|e| Error::engine("wasmtime engine", e))?;
-    let component = load_component(&on_demand, bytes, &cache_dir)?;
+    let artifact = Artifact::get(&on_demand, bytes, cfg.cache_dir.as_deref())?;
+    let component = artifact.load(&on_demand)?;
     if !cfg.pooling {
         return Ok((on_demand, component, false));
     }
     let shape = PoolShape::of(&component);
     match Engine::new(&wasmtime_config(cfg, Some(shape))) {
         Ok(pooled) => {
-            let component = load_component(&pooled, bytes, &cache_dir)?;
+            let component = artifact.load(&pooled)?;
             tracing::debug!(?shape, slots = cfg.max_concurrent, "pooling allocator");
             Ok((pooled, component, true))
         }
@@ -116,31 +116,58 @@ pub(crate) fn build_engine(cfg: &EngineConfig, bytes: &[u8]) -> Result<(Engine, 
     }
 }
 
-/// Loads the component from the on-disk cache, compiling and storing it on a miss.
-///
-/// The key combines the component's SHA-256 with `Engine::precompile_compatibility_hash`, so a
-/// new wasmtime or different settings never load a stale artifact. Loading through
-/// `deserialize_file` maps the file, which is what lets instances share its memory image.
-pub(crate) fn load_component(engine: &Engine, bytes: &[u8], cache_dir: &Path) -> Result<Component> {
-    let path = cache_path(engine, bytes, cache_dir);
-    if path.exists() {
-        // SAFETY: the file was written by `Component::serialize` of this very engine
-        // configuration (the name carries its compatibility hash) into our own cache directory.
-        match unsafe { Component::deserialize_file(engine, &path) } {
-            Ok(component) => return Ok(component),
-            Err(e) => tracing::warn!(path = %path.display(), "discarding unusable cache entry: {e:#}"),
+/// The compiled component: a file in the cache directory, or bytes compiled for this engine
+/// alone when there is no cache (or it cannot be written).
+enum Artifact {
+    File(PathBuf),
+    Memory(Vec<u8>),
+}
+
+impl Artifact {
+    /// Finds the component in the cache, compiling and storing it on a miss.
+    ///
+    /// The key combines the component's SHA-256 with `Engine::precompile_compatibility_hash`, so
+    /// a new wasmtime or different settings never load a stale artifact. Loading through
+    /// `deserialize_file` maps the file, which is what lets instances share its memory image.
+    fn get(engine: &Engine, bytes: &[u8], cache_dir: Option<&Path>) -> Result<Self> {
+        let path = cache_dir.map(|dir| cache_path(engine, bytes, dir));
+        if let Some(path) = &path
+            && path.exists()
+        {
+            // SAFETY: the file was written by `Component::serialize` of this very engine
+            // configuration (the name carries its compatibility hash) into our own cache
+            // directory (`EngineConfig::cache_dir` says it must be private).
+            match unsafe { Component::deserialize_file(engine, path) } {
+                Ok(_) => return Ok(Artifact::File(path.clone())),
+                Err(e) => tracing::warn!(path = %path.display(), "discarding unusable cache entry: {e:#}"),
+            }
+        }
+        let started = std::time::Instant::now();
+        let compiled = engine.precompile_component(bytes).map_err(|e| Error::engine("compiling the component", e))?;
+        tracing::info!(elapsed = ?started.elapsed(), "compiled the sandbox component");
+        let Some(path) = path else { return Ok(Artifact::Memory(compiled)) };
+        match write_atomically(&path, &compiled) {
+            Ok(()) => Ok(Artifact::File(path)),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), "cannot cache the compiled component: {e}");
+                Ok(Artifact::Memory(compiled))
+            }
         }
     }
-    let started = std::time::Instant::now();
-    let compiled = engine.precompile_component(bytes).map_err(|e| Error::engine("compiling the component", e))?;
-    tracing::info!(elapsed = ?started.elapsed(), "compiled the sandbox component");
-    if let Err(e) = write_atomically(&path, &compiled) {
-        tracing::warn!(path = %path.display(), "cannot cache the compiled component: {e}");
-        // SAFETY: `compiled` was just produced by this engine.
-        return unsafe { Component::deserialize(engine, &compiled) }.map_err(|e| Error::engine("loading the component", e));
+
+    /// The component for `engine`, which must share the compiling engine's compatibility hash
+    /// (allocation strategy is not part of it).
+    fn load(&self, engine: &Engine) -> Result<Component> {
+        // SAFETY: both forms hold exactly what `precompile_component` of a compatible engine
+        // produced (see `get`).
+        unsafe {
+            match self {
+                Artifact::File(path) => Component::deserialize_file(engine, path),
+                Artifact::Memory(bytes) => Component::deserialize(engine, bytes),
+            }
+        }
+        .map_err(|e| Error::engine("loading the component", e))
     }
-    // SAFETY: as above; the file holds exactly `compiled`.
-    unsafe { Component::deserialize_file(engine, &path) }.map_err(|e| Error::engine("loading the component", e))
 }
 
 fn cache_path(engine: &Engine, bytes: &[u8], dir: &Path) -> PathBuf {

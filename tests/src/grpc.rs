@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use ptc_engine::proto::{self, client_message, sandbox_client::SandboxClient, server_message};
-use ptc_engine::server::{RunningServer, ServerConfig, auth::ApiKeys};
+use ptc_server::proto::{self, client_message, sandbox_client::SandboxClient, server_message};
+use ptc_server::{RunningServer, ServerConfig, auth::ApiKeys};
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -13,14 +13,9 @@ pub use server_message::Message as Msg;
 
 /// A server with every port on 127.0.0.1:0, fuel enabled, and the given keys.
 pub fn config(keys: &[&str]) -> ServerConfig {
-    let mut config = ServerConfig {
-        grpc_addr: ([127, 0, 0, 1], 0).into(),
-        http_addr: ([127, 0, 0, 1], 0).into(),
-        metrics_addr: ([127, 0, 0, 1], 0).into(),
-        api_keys: ApiKeys::parse(&keys.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap(),
-        shutdown_grace: Duration::from_millis(300),
-        ..ServerConfig::default()
-    };
+    let mut config = ServerConfig::ephemeral();
+    config.api_keys = ApiKeys::parse(&keys.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
+    config.shutdown_grace = Duration::from_millis(300);
     config.engine.max_concurrent = 200;
     static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -29,7 +24,7 @@ pub fn config(keys: &[&str]) -> ServerConfig {
 }
 
 pub async fn serve(config: ServerConfig) -> RunningServer {
-    ptc_engine::server::start(config).await.expect("server starts")
+    ptc_server::start(config).await.expect("server starts")
 }
 
 pub async fn client(server: &RunningServer) -> SandboxClient<Channel> {

@@ -19,7 +19,22 @@ use serde_json::{Value, json};
 /// The engine every test in a binary shares (compiled once, then loaded from the disk cache).
 pub fn engine() -> &'static Engine {
     static ENGINE: OnceLock<Engine> = OnceLock::new();
-    ENGINE.get_or_init(|| Engine::new(EngineConfig { fuel: true, ..Default::default() }).expect("engine"))
+    ENGINE.get_or_init(|| engine_with(|c| c.fuel = true))
+}
+
+/// The defaults, with the server's cache of the compiled component (so that an engine loads
+/// in milliseconds rather than compiling for seconds).
+pub fn engine_config() -> EngineConfig {
+    let mut config = EngineConfig::default();
+    config.cache_dir = Some(ptc_server::default_cache_dir());
+    config
+}
+
+/// An engine of its own, configured from [`engine_config`] by `f`.
+pub fn engine_with(f: impl FnOnce(&mut EngineConfig)) -> Engine {
+    let mut config = engine_config();
+    f(&mut config);
+    Engine::new(config).expect("engine")
 }
 
 /// How a run ended, with every batch of calls the client saw.
@@ -53,7 +68,8 @@ pub async fn drive(mut exec: Execution, handler: impl Fn(&ToolCall) -> Result<Va
     let mut run = Run { rounds: vec![], streamed_stdout: String::new(), streamed_stderr: String::new(), end: Err(dummy()) };
     while let Some(event) = exec.next_event().await {
         match event {
-            Event::ToolCalls(calls) => {
+            Event::ToolCalls { round, calls } => {
+                assert_eq!(round as usize, run.rounds.len() + 1, "rounds are numbered 1, 2, ... in order");
                 let results = calls
                     .iter()
                     .map(|c| match handler(c) {
@@ -144,7 +160,7 @@ pub fn standard_handler(call: &ToolCall) -> Result<Value, String> {
 
 /// Limits with a short timeout, for tests that expect one.
 pub fn limits_with_timeout(timeout: Duration) -> Limits {
-    Limits { timeout, ..Limits::default() }
+    Limits::default().with_timeout(timeout)
 }
 
 /// Waits (bounded) until `f` holds, for state that settles asynchronously after an event.

@@ -14,7 +14,7 @@ fn release_binary() -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let ok = Command::new(cargo)
-        .args(["build", "--release", "-p", "ptc-engine", "--bin", "ptc-engine"])
+        .args(["build", "--release", "-p", "ptc-server", "--bin", "ptc-engine"])
         .current_dir(&root)
         .status()
         .expect("cargo")

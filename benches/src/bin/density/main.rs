@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use ptc_engine::proto::sandbox_client::SandboxClient;
+use ptc_server::proto::sandbox_client::SandboxClient;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::Semaphore;
 use tonic::transport::Channel;
@@ -83,7 +83,7 @@ struct Args {
 #[command(args_override_self = true)]
 struct ChildArgs {
     #[command(flatten)]
-    serve: ptc_engine::cli::ServeArgs,
+    serve: ptc_server::cli::ServeArgs,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -100,9 +100,9 @@ fn main() -> anyhow::Result<()> {
     runtime.block_on(harness(Args::parse()))
 }
 
-async fn serve_child(args: ptc_engine::cli::ServeArgs) -> anyhow::Result<()> {
+async fn serve_child(args: ptc_server::cli::ServeArgs) -> anyhow::Result<()> {
     let config = args.server_config().map_err(anyhow::Error::msg)?;
-    let server = ptc_engine::server::start(config).await?;
+    let server = ptc_server::start(config).await?;
     println!("READY {} {}", server.grpc_addr, server.metrics_addr);
     let mut sink = Vec::new();
     let _ = tokio::io::stdin().read_to_end(&mut sink).await;

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use ptc_engine::proto::{self, FailureKind};
+use ptc_server::proto::{self, FailureKind};
 use ptc_tests::grpc::*;
 use ptc_tests::eventually;
 use serde_json::json;

@@ -39,7 +39,7 @@ await asyncio.gather(job(0), job(1), job(2))
 print(done)
 "#;
     let mut exec = start(code, standard_tools()).await;
-    let Some(Event::ToolCalls(calls)) = exec.next_event().await else { panic!("expected calls") };
+    let Some(Event::ToolCalls { calls, .. }) = exec.next_event().await else { panic!("expected calls") };
     assert_eq!(calls.len(), 3);
     let arg = |i: usize| calls[i].input_value()["a"].as_i64().unwrap();
     // Answer only the last call: only its task may run on.
@@ -82,7 +82,7 @@ print(await t)
     let mut out = String::new();
     while let Some(ev) = exec.next_event().await {
         match ev {
-            Event::ToolCalls(calls) => {
+            Event::ToolCalls { calls, .. } => {
                 for c in calls {
                     if c.name == "add" {
                         exec.submit(vec![ToolResult::ok(&c.id, &json!(3))]).unwrap();
@@ -122,7 +122,7 @@ while time.time() < end:
 print(await t)
 "#;
     let mut exec = start(code, standard_tools()).await;
-    let Some(Event::ToolCalls(calls)) = exec.next_event().await else { panic!("expected the call") };
+    let Some(Event::ToolCalls { calls, .. }) = exec.next_event().await else { panic!("expected the call") };
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     exec.submit(vec![ToolResult::ok(&calls[0].id, &json!(42))]).unwrap();
     let run = drive(exec, |_| panic!("no more calls")).await;
@@ -133,7 +133,7 @@ print(await t)
 async fn instant_answers_racing_the_guest_never_lose_a_call() {
     // Clients that answer while the host is between draining results and checking what is
     // outstanding once made the execution fail; many fast rounds on two threads exercise it.
-    let limits = ptc_engine::Limits { max_round_trips: 1000, ..Default::default() };
+    let limits = ptc_engine::Limits::default().with_max_round_trips(1000);
     let mut runs = Vec::new();
     for _ in 0..8 {
         let limits = limits.clone();

@@ -1,6 +1,6 @@
 //! The gRPC Execute stream end to end over real TCP: the core behaviours through the stream.
 
-use ptc_engine::proto::{self, FailureKind};
+use ptc_server::proto::{self, FailureKind};
 use ptc_tests::grpc::*;
 use serde_json::json;
 

@@ -1,16 +1,23 @@
-//! `ptc-engine serve`: the gRPC service with health and reflection, the LibreChat-compatible
-//! HTTP Code API, and Prometheus metrics, with graceful shutdown. Every front end is a thin layer over the [`crate::Engine`].
+//! ptc-server: the front ends of ptc-engine and the `ptc-engine` binary (`serve`, `run`).
+//!
+//! `ptc-engine serve` runs the gRPC service with health and reflection, the LibreChat-compatible
+//! HTTP Code API, and Prometheus metrics, with graceful shutdown. Every front end is a thin
+//! layer over the library's [`ptc_engine::Engine`] and uses only its public API.
 
 pub mod auth;
+pub mod cli;
+pub mod client;
 pub mod conn;
 pub mod files;
 pub mod grpc;
 pub mod http;
 pub mod metrics;
+pub mod proto;
 pub mod tenants;
 pub mod token;
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,12 +26,14 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::proto::sandbox_server::SandboxServer;
-use crate::{Engine, EngineConfig};
+use ptc_engine::{Engine, EngineConfig};
 use auth::ApiKeys;
 use tenants::{TenantLimits, Tenants};
 
-/// Everything `serve` needs; `ServerConfig::default()` is the embedded default.
+/// Everything `serve` needs; `ServerConfig::default()` is the embedded default (what
+/// `ptc-engine serve` runs with no flags), [`ServerConfig::ephemeral`] the same on free ports.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ServerConfig {
     pub grpc_addr: SocketAddr,
     pub http_addr: SocketAddr,
@@ -58,10 +67,41 @@ impl Default for ServerConfig {
             tenant_limits: TenantLimits::default(),
             http_limits: conn::HttpLimits::default(),
             grpc_max_message_bytes: 16 * 1024 * 1024,
-            engine: EngineConfig { when_busy: crate::WhenBusy::Refuse, ..EngineConfig::default() },
+            engine: {
+                let mut engine = EngineConfig::default();
+                // A server answers "busy" at once: its clients retry or go elsewhere.
+                engine.when_busy = ptc_engine::WhenBusy::Refuse;
+                engine.cache_dir = Some(default_cache_dir());
+                engine
+            },
             shutdown_grace: Duration::from_secs(10),
         }
     }
+}
+
+impl ServerConfig {
+    /// The default configuration with every listener on a free port of 127.0.0.1 (`run
+    /// --local`, tests, benches).
+    pub fn ephemeral() -> Self {
+        let mut config = ServerConfig::default();
+        config.grpc_addr = ([127, 0, 0, 1], 0).into();
+        config.http_addr = ([127, 0, 0, 1], 0).into();
+        config.metrics_addr = ([127, 0, 0, 1], 0).into();
+        config
+    }
+}
+
+/// Where the server caches the compiled component: `$XDG_CACHE_HOME/ptc-engine`, else
+/// `~/.cache/ptc-engine`, else `<temp dir>/ptc-engine` (`--cache-dir` / `PTC_CACHE_DIR`
+/// override it).
+pub fn default_cache_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("XDG_CACHE_HOME") {
+        return PathBuf::from(dir).join("ptc-engine");
+    }
+    if let Some(home) = std::env::var_os("HOME") {
+        return PathBuf::from(home).join(".cache").join("ptc-engine");
+    }
+    std::env::temp_dir().join("ptc-engine")
 }
 
 /// A started server. `shutdown()` begins a graceful stop; `wait()` returns when it is done.

@@ -27,13 +27,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<i32> {
 
     let mut local = None;
     let server = if args.local {
-        let config = crate::server::ServerConfig {
-            grpc_addr: ([127, 0, 0, 1], 0).into(),
-            http_addr: ([127, 0, 0, 1], 0).into(),
-            metrics_addr: ([127, 0, 0, 1], 0).into(),
-            ..Default::default()
-        };
-        let running = crate::server::start(config).await?;
+        let running = crate::start(crate::ServerConfig::ephemeral()).await?;
         let url = format!("http://{}", running.grpc_addr);
         local = Some(running);
         url
@@ -140,7 +134,7 @@ async fn answer(handler: Option<String>, call: proto::ToolCall) -> proto::ToolRe
             }
         }),
     };
-    crate::ToolResult { id: call.id, outcome }.into()
+    ptc_engine::ToolResult { id: call.id, outcome }.into()
 }
 
 async fn run_handler(cmd: &str, call: &proto::ToolCall) -> Result<String, String> {

@@ -22,7 +22,7 @@ async fn deadline_expires_while_suspended() {
     let mut saw_calls = false;
     let f = loop {
         match exec.next_event().await.unwrap() {
-            ptc_engine::Event::ToolCalls(_) => saw_calls = true, // never answered
+            ptc_engine::Event::ToolCalls { .. } => saw_calls = true, // never answered
             ptc_engine::Event::Failed(f) => break f,
             _ => {}
         }
@@ -35,18 +35,18 @@ async fn deadline_expires_while_suspended() {
 
 #[tokio::test]
 async fn memory_bomb_fails_with_kind_memory() {
-    let limits = Limits { max_memory_bytes: 64 * ptc_engine::MIB, ..Limits::default() };
+    let limits = Limits::default().with_max_memory_bytes(64 * ptc_engine::MIB);
     let exec = start_with("print('start')\nx = []\nwhile True:\n    x.append(bytearray(1 << 20))", vec![], limits).await;
     let f = drive(exec, echo).await.failed();
     assert_eq!(f.kind, FailureKind::Memory, "{}", f.message);
     assert_eq!(f.stdout, "start\n");
-    let exec = start_with("s = 'a' * (1 << 30)", vec![], Limits { max_memory_bytes: 64 * ptc_engine::MIB, ..Limits::default() }).await;
+    let exec = start_with("s = 'a' * (1 << 30)", vec![], Limits::default().with_max_memory_bytes(64 * ptc_engine::MIB)).await;
     assert_eq!(drive(exec, echo).await.failed().kind, FailureKind::Memory);
 }
 
 #[tokio::test]
 async fn output_flood_is_truncated_and_flagged() {
-    let limits = Limits { max_output_bytes: 10_000, ..Limits::default() };
+    let limits = Limits::default().with_max_output_bytes(10_000);
     let exec = start_with("for i in range(100000):\n    print('line', i)\nreturn 'done'", vec![], limits).await;
     let run = drive(exec, echo).await;
     assert_eq!(run.streamed_stdout.len(), 10_000);
@@ -59,7 +59,7 @@ async fn output_flood_is_truncated_and_flagged() {
 
 #[tokio::test]
 async fn printing_forever_ends_at_the_deadline_with_bounded_output() {
-    let limits = Limits { max_output_bytes: 1000, timeout: Duration::from_secs(1), ..Limits::default() };
+    let limits = Limits::default().with_max_output_bytes(1000).with_timeout(Duration::from_secs(1));
     let exec = start_with("while True:\n    print('spam')", vec![], limits).await;
     let f = drive(exec, echo).await.failed();
     assert_eq!(f.kind, FailureKind::Timeout);
@@ -69,7 +69,7 @@ async fn printing_forever_ends_at_the_deadline_with_bounded_output() {
 
 #[tokio::test]
 async fn fuel_budget_runs_out() {
-    let limits = Limits { fuel: Some(50_000_000), ..Limits::default() };
+    let limits = Limits::default().with_fuel(Some(50_000_000));
     let exec = start_with("n = 0\nwhile True:\n    n += 1", vec![], limits).await;
     let f = drive(exec, echo).await.failed();
     assert_eq!(f.kind, FailureKind::Fuel);
@@ -78,7 +78,7 @@ async fn fuel_budget_runs_out() {
 
 #[tokio::test]
 async fn round_trip_limit() {
-    let limits = Limits { max_round_trips: 3, ..Limits::default() };
+    let limits = Limits::default().with_max_round_trips(3);
     let exec = start_with("for i in range(10):\n    print(await add(a=i, b=0))", standard_tools(), limits).await;
     let run = drive(exec, standard_handler).await;
     assert_eq!(run.rounds.len(), 3);
@@ -90,7 +90,7 @@ async fn round_trip_limit() {
 
 #[tokio::test]
 async fn tool_call_limit() {
-    let limits = Limits { max_tool_calls: 5, ..Limits::default() };
+    let limits = Limits::default().with_max_tool_calls(5);
     let exec = start_with("await asyncio.gather(*[add(a=i, b=0) for i in range(6)])", standard_tools(), limits).await;
     let f = drive(exec, standard_handler).await.failed();
     assert_eq!(f.kind, FailureKind::ToolCalls);
@@ -100,11 +100,11 @@ async fn tool_call_limit() {
 #[tokio::test]
 async fn request_limits_are_checked_at_start() {
     let e = engine();
-    let bad_timeout = Limits { timeout: Duration::from_millis(500), ..Limits::default() };
+    let bad_timeout = Limits::default().with_timeout(Duration::from_millis(500));
     let err = e.start(ExecutionRequest::new("pass").with_limits(bad_timeout)).await.err().unwrap();
     assert_eq!(err.kind(), ErrorKind::InvalidRequest);
     assert!(err.message().contains("timeout must be between 1000 and 300000 ms"), "{err}");
-    let too_long = Limits { timeout: Duration::from_secs(301), ..Limits::default() };
+    let too_long = Limits::default().with_timeout(Duration::from_secs(301));
     assert!(e.start(ExecutionRequest::new("pass").with_limits(too_long)).await.is_err());
 
     let huge = "x = 1\n".repeat(300_000);

@@ -4,15 +4,18 @@
 
 use std::time::Duration;
 
-use ptc_engine::proto::FailureKind as WireKind;
-use ptc_engine::{Ceilings, Engine, EngineConfig, Event, ExecutionRequest, FailureKind, Limits, MIB, ToolDef};
+use ptc_server::proto::FailureKind as WireKind;
+use ptc_engine::{Engine, EngineConfig, Event, ExecutionRequest, FailureKind, Limits, MIB, ToolDef};
 use ptc_tests::grpc::*;
 use ptc_tests::http::post;
-use ptc_tests::{attacks, drive, eventually};
+use ptc_tests::{attacks, drive, engine_with, eventually};
 use serde_json::json;
 
-fn small_engine(config: EngineConfig) -> Engine {
-    Engine::new(EngineConfig { max_concurrent: 16, ..config }).expect("engine")
+fn small_engine(f: impl FnOnce(&mut EngineConfig)) -> Engine {
+    engine_with(|c| {
+        c.max_concurrent = 16;
+        f(c)
+    })
 }
 
 /// Allocates `mib` MiB, reports it, and waits for a tool so the memory stays claimed.
@@ -22,11 +25,11 @@ fn hold(mib: u32) -> String {
 
 #[tokio::test]
 async fn the_servers_memory_budget_fails_the_execution_that_grows_past_it() {
-    let engine = small_engine(EngineConfig { memory_budget: 200 * MIB, ..Default::default() });
+    let engine = small_engine(|c| c.memory_budget = 200 * MIB);
     let t = vec![ToolDef::new("t")];
     let mut first = engine.start(ExecutionRequest::new(hold(150)).with_tools(t.clone())).await.unwrap();
     loop {
-        if let Event::ToolCalls(_) = first.next_event().await.unwrap() {
+        if let Event::ToolCalls { .. } = first.next_event().await.unwrap() {
             break;
         }
     }
@@ -44,11 +47,11 @@ async fn the_servers_memory_budget_fails_the_execution_that_grows_past_it() {
 
 #[tokio::test]
 async fn a_tenants_memory_share_bounds_its_executions_together_and_no_other() {
-    let engine = small_engine(EngineConfig { tenant_memory_budget: Some(200 * MIB), ..Default::default() });
+    let engine = small_engine(|c| c.tenant_memory_budget = Some(200 * MIB));
     let t = vec![ToolDef::new("t")];
     let req = |tenant: &str| ExecutionRequest::new(hold(150)).with_tools(t.clone()).with_tenant(tenant);
     let mut first = engine.start(req("a")).await.unwrap();
-    while !matches!(first.next_event().await.unwrap(), Event::ToolCalls(_)) {}
+    while !matches!(first.next_event().await.unwrap(), Event::ToolCalls { .. }) {}
     let f = drive(engine.start(req("a")).await.unwrap(), |_| Ok(json!(null))).await.failed();
     assert_eq!(f.kind, FailureKind::Memory);
     assert!(f.message.contains("memory budget of tenant \"a\" (200 MiB"), "{}", f.message);
@@ -58,8 +61,11 @@ async fn a_tenants_memory_share_bounds_its_executions_together_and_no_other() {
 
 #[tokio::test]
 async fn tool_inputs_results_and_the_call_log_are_bounded() {
-    let ceilings = Ceilings { max_tool_input_bytes: 10_000, max_tool_result_bytes: 20_000, max_call_log_bytes: 30_000, ..Default::default() };
-    let engine = small_engine(EngineConfig { ceilings, ..Default::default() });
+    let engine = small_engine(|c| {
+        c.ceilings.max_tool_input_bytes = 10_000;
+        c.ceilings.max_tool_result_bytes = 20_000;
+        c.ceilings.max_call_log_bytes = 30_000;
+    });
     let code = r#"
 try:
     await echo(data='x' * 20_000)
@@ -133,7 +139,7 @@ async fn cancelling_a_paused_http_execution_frees_its_slot_and_request_id_at_onc
 #[tokio::test]
 async fn http_connections_are_bounded_and_slow_clients_are_cut_off() {
     let mut cfg = config(&[]);
-    let mut limits = ptc_engine::server::conn::HttpLimits::default();
+    let mut limits = ptc_server::conn::HttpLimits::default();
     limits.max_connections = 4;
     limits.header_timeout = Duration::from_secs(1);
     limits.body_timeout = Duration::from_secs(1);
@@ -144,13 +150,13 @@ async fn http_connections_are_bounded_and_slow_clients_are_cut_off() {
 
 #[tokio::test]
 async fn a_tenants_running_executions_are_bounded_by_its_run_slots() {
-    let engine = small_engine(EngineConfig { tenant_max_running: Some(1), ..Default::default() });
+    let engine = small_engine(|c| c.tenant_max_running = Some(1));
     // Three busy programs of tenant a: one runs, the others wait for its slot in turn, so
     // each gets CPU; they print a counter that must advance in all of them.
     let code = "import time\nt0 = time.monotonic()\nn = 0\nwhile time.monotonic() - t0 < 1.5:\n    n += 1\nprint(n > 0)";
     let mut runs = Vec::new();
     for _ in 0..3 {
-        let req = ExecutionRequest::new(code).with_tenant("a").with_limits(Limits { timeout: Duration::from_secs(30), ..Limits::default() });
+        let req = ExecutionRequest::new(code).with_tenant("a").with_limits(Limits::default().with_timeout(Duration::from_secs(30)));
         runs.push(tokio::spawn(drive(engine.start(req).await.unwrap(), |_| Ok(json!(null)))));
     }
     // Another tenant is not queued behind them.
@@ -190,6 +196,6 @@ fn defaults_fit_the_machine_and_tenant_caps_are_off() {
     assert_eq!(engine.max_concurrent, ptc_engine::default_max_concurrent(engine.memory_budget));
     assert!(engine.max_concurrent >= 64 && engine.max_concurrent <= 12_000);
     assert_eq!(engine.tenant_max_running, Some(ptc_engine::cores().saturating_sub(1).max(1)));
-    let server = ptc_engine::server::ServerConfig::default();
+    let server = ptc_server::ServerConfig::default();
     assert_eq!((server.tenant_limits.max_concurrent, server.tenant_limits.max_paused), (None, None));
 }

@@ -26,7 +26,7 @@ use super::conn::{HttpLimits, read_body};
 use super::files::{FileRef, FileStore, FilesError, Scan, Session};
 use super::tenants::{Admission, Refusal, Tenants};
 use super::token::{Claims, Signer, TokenError, now_ms};
-use crate::{Control, Engine, ErrorKind, Event, Execution, ExecutionRequest, Failure, FailureKind, ToolCall, ToolDef, ToolResult};
+use ptc_engine::{Control, Engine, ErrorKind, Event, Execution, ExecutionRequest, Failure, FailureKind, ToolCall, ToolDef, ToolResult};
 
 const REQUEST_ID_HEADER: &str = "x-librechat-code-request-id";
 
@@ -142,8 +142,8 @@ impl IntoResponse for ApiError {
     }
 }
 
-impl From<crate::Error> for ApiError {
-    fn from(e: crate::Error) -> Self {
+impl From<ptc_engine::Error> for ApiError {
+    fn from(e: ptc_engine::Error) -> Self {
         let status = match e.kind() {
             ErrorKind::InvalidRequest | ErrorKind::InvalidToolResult => StatusCode::BAD_REQUEST,
             ErrorKind::Busy => StatusCode::TOO_MANY_REQUESTS,
@@ -209,7 +209,7 @@ fn parse_tools(body: &Value) -> Result<Vec<ToolDef>, ApiError> {
         .collect()
 }
 
-fn parse_timeout(body: &Value, engine: &Engine) -> Result<crate::Limits, ApiError> {
+fn parse_timeout(body: &Value, engine: &Engine) -> Result<ptc_engine::Limits, ApiError> {
     let config = engine.config();
     let mut limits = config.default_limits.clone();
     if let Some(t) = body.get("timeout").filter(|t| !t.is_null()) {
@@ -231,15 +231,15 @@ fn new_session_id() -> String {
 
 /// Where an execution stopped: paused for tools, or ended.
 enum Stop {
-    Calls(Vec<ToolCall>),
-    Completed(crate::Completion),
-    Failed(crate::Failure),
+    Calls(u32, Vec<ToolCall>),
+    Completed(ptc_engine::Completion),
+    Failed(ptc_engine::Failure),
 }
 
 async fn advance(execution: &mut Execution) -> Stop {
     loop {
         match execution.next_event().await {
-            Some(Event::ToolCalls(calls)) => return Stop::Calls(calls),
+            Some(Event::ToolCalls { round, calls }) => return Stop::Calls(round, calls),
             Some(Event::Completed(c)) => return Stop::Completed(c),
             Some(Event::Failed(f)) => return Stop::Failed(f),
             Some(Event::Output { .. }) => {} // the final event carries all of it
@@ -374,7 +374,7 @@ async fn ended_response(state: &HttpState, run: &Arc<RunFiles>, stop: Stop) -> R
     let (stdout, stderr) = match &stop {
         Stop::Completed(c) => (&c.stdout, &c.stderr),
         Stop::Failed(f) => (&f.stdout, &f.stderr),
-        Stop::Calls(_) => unreachable!("paused executions are answered by `pause`"),
+        Stop::Calls(..) => unreachable!("paused executions are answered by `pause`"),
     };
     if let Some(message) = quota {
         let hint = format!("{message}. Write less to /mnt/data or delete files you no longer need.");
@@ -400,7 +400,7 @@ async fn ended_response(state: &HttpState, run: &Arc<RunFiles>, stop: Stop) -> R
             });
             (status, Json(body)).into_response()
         }
-        Stop::Calls(_) => unreachable!(),
+        Stop::Calls(..) => unreachable!(),
     }
 }
 
@@ -480,8 +480,8 @@ async fn initial(state: &HttpState, tenant: String, headers: &HeaderMap, body: V
     watch(state.files.clone(), run.clone(), execution.control());
     tracing::info!(execution = %execution.id(), %tenant, session = %session_id, "http execution started");
     match advance(&mut execution).await {
-        Stop::Calls(calls) => {
-            let paused = Paused { execution, run, tenant, session_id, round: 1, pending: vec![], expires_at_ms, _admission: admission };
+        Stop::Calls(round, calls) => {
+            let paused = Paused { execution, run, tenant, session_id, round, pending: vec![], expires_at_ms, _admission: admission };
             Ok(state.pause(paused, calls).await)
         }
         ended => Ok(ended_response(state, &run, ended).await),
@@ -582,12 +582,14 @@ async fn continuation(state: &HttpState, tenant: String, body: Value) -> Result<
     }
 
     let mut paused = guard.take().expect("checked above");
-    paused.round += 1;
     let stop = advance(&mut paused.execution).await;
     state.paused.lock().unwrap().remove(&claims.execution_id);
     drop(guard);
     match stop {
-        Stop::Calls(calls) => Ok(state.pause(paused, calls).await),
+        Stop::Calls(round, calls) => {
+            paused.round = round;
+            Ok(state.pause(paused, calls).await)
+        }
         ended => Ok(ended_response(state, &paused.run, ended).await),
     }
 }

@@ -1,11 +1,14 @@
 //! A small per-memory address reservation (for density) caps what an execution may allocate,
 //! and the engine still runs programs under the pooling allocator.
 
-use ptc_engine::{Engine, EngineConfig, ErrorKind, ExecutionRequest, FailureKind, Limits, MIB};
+use ptc_engine::{Engine, ErrorKind, ExecutionRequest, FailureKind, Limits, MIB};
 use ptc_tests::*;
 
 fn engine_with_reservation(mib: u64) -> Result<Engine, ptc_engine::Error> {
-    Engine::new(EngineConfig { max_concurrent: 16, memory_reservation: Some(mib * MIB), ..Default::default() })
+    let mut config = engine_config();
+    config.max_concurrent = 16;
+    config.memory_reservation = Some(mib * MIB);
+    Engine::new(config)
 }
 
 #[test]
@@ -23,7 +26,7 @@ async fn reservation_caps_memory_and_programs_still_run() {
     assert_eq!(engine.config().default_limits.max_memory_bytes, 96 * MIB);
 
     // Asking for more than the reservation is a request error, not a late trap.
-    let too_big = ExecutionRequest::new("pass").with_limits(Limits { max_memory_bytes: 128 * MIB, ..Limits::default() });
+    let too_big = ExecutionRequest::new("pass").with_limits(Limits::default().with_max_memory_bytes(128 * MIB));
     let err = engine.start(too_big).await.err().expect("refused");
     assert_eq!(err.kind(), ErrorKind::InvalidRequest);
 

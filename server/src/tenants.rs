@@ -4,10 +4,11 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::Control;
+use ptc_engine::Control;
 
 /// Per-tenant caps: a policy, off unless set (then only the server's own limits apply).
 #[derive(Debug, Clone, Copy, Default)]
+#[non_exhaustive]
 pub struct TenantLimits {
     /// Executions alive at once (running or paused) per tenant.
     pub max_concurrent: Option<usize>,

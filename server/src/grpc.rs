@@ -1,4 +1,4 @@
-//! The `ptc.v1.Sandbox` gRPC service: a thin layer over [`crate::Engine`].
+//! The `ptc.v1.Sandbox` gRPC service: a thin layer over [`ptc_engine::Engine`].
 //!
 //! Each `Execute` stream gets a task that pumps engine events out and client messages in.
 //! The task owns the execution, so a vanished client (stream error, or the response stream
@@ -14,7 +14,7 @@ use tracing::Instrument;
 use super::auth::{ApiKeys, presented_key};
 use super::tenants::{Admission, Refusal, Tenants};
 use crate::proto::{self, client_message, sandbox_server, server_message};
-use crate::{Engine, ErrorKind, Event, ExecutionRequest};
+use ptc_engine::{Engine, ErrorKind, Event, ExecutionRequest};
 
 #[derive(Clone)]
 pub struct SandboxService {
@@ -25,7 +25,7 @@ pub struct SandboxService {
     pub max_message_bytes: usize,
 }
 
-pub fn status_from(err: crate::Error) -> Status {
+pub fn status_from(err: ptc_engine::Error) -> Status {
     let message = err.message().to_string();
     match err.kind() {
         ErrorKind::InvalidRequest => Status::invalid_argument(message),
@@ -114,20 +114,19 @@ impl sandbox_server::Sandbox for SandboxService {
 }
 
 async fn pump(
-    mut execution: crate::Execution,
+    mut execution: ptc_engine::Execution,
     mut inbound: Streaming<proto::ClientMessage>,
     tx: mpsc::Sender<Result<proto::ServerMessage, Status>>,
     _admission: Admission,
     max_message_bytes: usize,
 ) {
     let mut inbound_open = true;
-    let mut round = 0;
     loop {
         tokio::select! {
             event = execution.next_event() => {
                 let Some(event) = event else { break };
                 let last = matches!(event, Event::Completed(_) | Event::Failed(_));
-                if tx.send(Ok(proto::server_message(event, &mut round))).await.is_err() {
+                if tx.send(Ok(proto::server_message(event))).await.is_err() {
                     tracing::info!("client went away; cancelling");
                     break;
                 }
@@ -174,7 +173,7 @@ fn inbound_status(status: Status, max_message_bytes: usize) -> Status {
     }
 }
 
-fn handle_client_message(execution: &crate::Execution, message: proto::ClientMessage) -> Option<proto::ServerMessage> {
+fn handle_client_message(execution: &ptc_engine::Execution, message: proto::ClientMessage) -> Option<proto::ServerMessage> {
     match message.message {
         Some(client_message::Message::ToolResults(results)) => {
             match execution.submit(results.results.into_iter().map(Into::into).collect()) {

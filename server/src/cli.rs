@@ -2,15 +2,14 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::server::ServerConfig;
-use crate::server::auth::ApiKeys;
-use crate::server::conn::HttpLimits;
-use crate::server::tenants::TenantLimits;
-use crate::{ComponentSource, EngineConfig, Limits, MIB, WhenBusy};
+use crate::ServerConfig;
+use crate::auth::ApiKeys;
+use ptc_engine::{ComponentSource, MIB};
 
 #[derive(Parser, Debug)]
 #[command(name = "ptc-engine", version, about = "Runs untrusted Python whose tool calls are answered by the client")]
@@ -30,13 +29,13 @@ pub enum Command {
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
     /// gRPC listen address.
-    #[arg(long, env = "PTC_GRPC_ADDR", default_value = "127.0.0.1:50051")]
+    #[arg(long, env = "PTC_GRPC_ADDR", default_value_t = defaults().grpc_addr)]
     pub grpc_addr: SocketAddr,
     /// HTTP Code API listen address (LibreChat-compatible `POST /exec/programmatic`).
-    #[arg(long, env = "PTC_HTTP_ADDR", default_value = "127.0.0.1:8080")]
+    #[arg(long, env = "PTC_HTTP_ADDR", default_value_t = defaults().http_addr)]
     pub http_addr: SocketAddr,
     /// Prometheus metrics listen address (`GET /metrics`).
-    #[arg(long, env = "PTC_METRICS_ADDR", default_value = "127.0.0.1:9090")]
+    #[arg(long, env = "PTC_METRICS_ADDR", default_value_t = defaults().metrics_addr)]
     pub metrics_addr: SocketAddr,
     /// API keys as `tenant:key` pairs, comma-separated, or `@FILE` with one pair per line.
     /// None: local development mode (no authentication).
@@ -49,13 +48,13 @@ pub struct ServeArgs {
     #[arg(long, env = "PTC_FILES_DIR")]
     pub files_dir: Option<PathBuf>,
     /// Seconds a session's files are kept after its last change.
-    #[arg(long, env = "PTC_FILES_TTL_SECS", default_value_t = 24 * 3600)]
+    #[arg(long, env = "PTC_FILES_TTL_SECS", default_value_t = defaults().files.ttl.as_secs())]
     pub files_ttl_secs: u64,
     /// Bytes of session files a tenant may keep.
-    #[arg(long, env = "PTC_FILES_QUOTA_BYTES", default_value_t = 100 * 1024 * 1024)]
+    #[arg(long, env = "PTC_FILES_QUOTA_BYTES", default_value_t = defaults().files.quota_bytes)]
     pub files_quota_bytes: u64,
     /// Session files a tenant may keep.
-    #[arg(long, env = "PTC_FILES_QUOTA_FILES", default_value_t = 1000)]
+    #[arg(long, env = "PTC_FILES_QUOTA_FILES", default_value_t = defaults().files.quota_files)]
     pub files_quota_files: u64,
     /// Executions alive at once on this server (running or paused); more are refused.
     /// Default: what the memory budget holds at 3 MiB each, 64 to 12,000.
@@ -80,49 +79,50 @@ pub struct ServeArgs {
     #[arg(long, env = "PTC_TENANT_MAX_PAUSED")]
     pub tenant_max_paused: Option<usize>,
     /// Largest gRPC message, bytes, either way.
-    #[arg(long, env = "PTC_GRPC_MAX_MESSAGE_BYTES", default_value_t = ServerConfig::default().grpc_max_message_bytes)]
+    #[arg(long, env = "PTC_GRPC_MAX_MESSAGE_BYTES", default_value_t = defaults().grpc_max_message_bytes)]
     pub grpc_max_message_bytes: usize,
     /// Largest HTTP request body, bytes.
-    #[arg(long, env = "PTC_HTTP_MAX_BODY_BYTES", default_value_t = HttpLimits::default().max_body_bytes)]
+    #[arg(long, env = "PTC_HTTP_MAX_BODY_BYTES", default_value_t = defaults().http_limits.max_body_bytes)]
     pub http_max_body_bytes: usize,
     /// Open HTTP connections; more are answered 503.
-    #[arg(long, env = "PTC_HTTP_MAX_CONNECTIONS", default_value_t = HttpLimits::default().max_connections)]
+    #[arg(long, env = "PTC_HTTP_MAX_CONNECTIONS", default_value_t = defaults().http_limits.max_connections)]
     pub http_max_connections: usize,
     /// Seconds to send request headers, and the longest an HTTP keep-alive connection idles.
-    #[arg(long, env = "PTC_HTTP_HEADER_TIMEOUT_SECS", default_value_t = HttpLimits::default().header_timeout.as_secs())]
+    #[arg(long, env = "PTC_HTTP_HEADER_TIMEOUT_SECS", default_value_t = defaults().http_limits.header_timeout.as_secs())]
     pub http_header_timeout_secs: u64,
     /// Seconds to send a whole HTTP request body.
-    #[arg(long, env = "PTC_HTTP_BODY_TIMEOUT_SECS", default_value_t = HttpLimits::default().body_timeout.as_secs())]
+    #[arg(long, env = "PTC_HTTP_BODY_TIMEOUT_SECS", default_value_t = defaults().http_limits.body_timeout.as_secs())]
     pub http_body_timeout_secs: u64,
     /// Largest tool call input, bytes (larger calls raise ToolError in the program).
-    #[arg(long, env = "PTC_MAX_TOOL_INPUT_BYTES", default_value_t = crate::Ceilings::default().max_tool_input_bytes)]
+    #[arg(long, env = "PTC_MAX_TOOL_INPUT_BYTES", default_value_t = defaults().engine.ceilings.max_tool_input_bytes)]
     pub max_tool_input_bytes: usize,
     /// Largest tool result, bytes (larger results reach the program as ToolError).
-    #[arg(long, env = "PTC_MAX_TOOL_RESULT_BYTES", default_value_t = crate::Ceilings::default().max_tool_result_bytes)]
+    #[arg(long, env = "PTC_MAX_TOOL_RESULT_BYTES", default_value_t = defaults().engine.ceilings.max_tool_result_bytes)]
     pub max_tool_result_bytes: usize,
     /// Bytes of tool inputs and results kept in an execution's call log.
-    #[arg(long, env = "PTC_MAX_CALL_LOG_BYTES", default_value_t = crate::Ceilings::default().max_call_log_bytes)]
+    #[arg(long, env = "PTC_MAX_CALL_LOG_BYTES", default_value_t = defaults().engine.ceilings.max_call_log_bytes)]
     pub max_call_log_bytes: usize,
-    /// Default execution deadline in ms (requests may ask for 1000-300000).
-    #[arg(long, env = "PTC_TIMEOUT_MS", default_value_t = 60_000)]
+    /// Default execution deadline in ms (requests may ask for the range the ceilings allow,
+    /// 1000-300000 by default).
+    #[arg(long, env = "PTC_TIMEOUT_MS", default_value_t = defaults().engine.default_limits.timeout.as_millis() as u64)]
     pub timeout_ms: u64,
     /// Default maximum round trips per execution.
-    #[arg(long, env = "PTC_MAX_ROUND_TRIPS", default_value_t = 20)]
+    #[arg(long, env = "PTC_MAX_ROUND_TRIPS", default_value_t = defaults().engine.default_limits.max_round_trips)]
     pub max_round_trips: u32,
     /// Default maximum tool calls per execution.
-    #[arg(long, env = "PTC_MAX_TOOL_CALLS", default_value_t = 1000)]
+    #[arg(long, env = "PTC_MAX_TOOL_CALLS", default_value_t = defaults().engine.default_limits.max_tool_calls)]
     pub max_tool_calls: u32,
     /// Default memory limit per execution, MiB.
-    #[arg(long, env = "PTC_MAX_MEMORY_MIB", default_value_t = 256)]
+    #[arg(long, env = "PTC_MAX_MEMORY_MIB", default_value_t = defaults().engine.default_limits.max_memory_bytes / MIB)]
     pub max_memory_mib: u64,
     /// Default stdout+stderr limit per execution, bytes.
-    #[arg(long, env = "PTC_MAX_OUTPUT_BYTES", default_value_t = 1024 * 1024)]
+    #[arg(long, env = "PTC_MAX_OUTPUT_BYTES", default_value_t = defaults().engine.default_limits.max_output_bytes)]
     pub max_output_bytes: u64,
     /// Maximum code size, bytes.
-    #[arg(long, env = "PTC_MAX_CODE_BYTES", default_value_t = 1024 * 1024)]
+    #[arg(long, env = "PTC_MAX_CODE_BYTES", default_value_t = defaults().engine.ceilings.max_code_bytes)]
     pub max_code_bytes: usize,
     /// Maximum tools per execution.
-    #[arg(long, env = "PTC_MAX_TOOLS", default_value_t = 256)]
+    #[arg(long, env = "PTC_MAX_TOOLS", default_value_t = defaults().engine.ceilings.max_tools)]
     pub max_tools: usize,
     /// Enable fuel metering (requests may then set a fuel budget).
     #[arg(long, env = "PTC_FUEL", default_value_t = false)]
@@ -135,76 +135,84 @@ pub struct ServeArgs {
     /// execution's memory at this size.
     #[arg(long, env = "PTC_MEMORY_RESERVATION_MIB")]
     pub memory_reservation_mib: Option<u64>,
-    /// Directory for the compiled component cache.
+    /// Directory for the compiled component cache, private to this user (default:
+    /// `$XDG_CACHE_HOME/ptc-engine`, else `~/.cache/ptc-engine`, else <temp dir>/ptc-engine).
     #[arg(long, env = "PTC_CACHE_DIR")]
     pub cache_dir: Option<PathBuf>,
     /// Load the sandbox component from this file instead of the embedded one.
     #[arg(long, env = "PTC_COMPONENT")]
     pub component: Option<PathBuf>,
     /// Seconds running executions get to finish after SIGINT/SIGTERM.
-    #[arg(long, env = "PTC_SHUTDOWN_GRACE_SECS", default_value_t = 10)]
+    #[arg(long, env = "PTC_SHUTDOWN_GRACE_SECS", default_value_t = defaults().shutdown_grace.as_secs())]
     pub shutdown_grace_secs: u64,
+}
+
+/// The embedded defaults, computed once (the memory budget reads the machine).
+fn defaults() -> &'static ServerConfig {
+    static DEFAULTS: OnceLock<ServerConfig> = OnceLock::new();
+    DEFAULTS.get_or_init(ServerConfig::default)
 }
 
 impl ServeArgs {
     pub fn server_config(&self) -> Result<ServerConfig, String> {
-        let defaults = Limits {
-            timeout: Duration::from_millis(self.timeout_ms),
-            max_round_trips: self.max_round_trips,
-            max_tool_calls: self.max_tool_calls,
-            max_memory_bytes: self.max_memory_mib * MIB,
-            max_output_bytes: self.max_output_bytes,
-            fuel: None,
+        let mut config = defaults().clone();
+        let engine = &mut config.engine;
+        let limits = &mut engine.default_limits;
+        limits.timeout = Duration::from_millis(self.timeout_ms);
+        limits.max_round_trips = self.max_round_trips;
+        limits.max_tool_calls = self.max_tool_calls;
+        limits.max_memory_bytes = self.max_memory_mib * MIB;
+        limits.max_output_bytes = self.max_output_bytes;
+        if let Some(component) = &self.component {
+            engine.component = ComponentSource::File(component.clone());
+        }
+        if let Some(dir) = &self.cache_dir {
+            engine.cache_dir = Some(dir.clone());
+        }
+        if let Some(mib) = self.memory_budget_mib {
+            engine.memory_budget = mib * MIB;
+        }
+        engine.max_concurrent =
+            self.max_concurrent.unwrap_or_else(|| ptc_engine::default_max_concurrent(engine.memory_budget));
+        engine.tenant_memory_budget = self.tenant_memory_budget_mib.map(|m| m * MIB);
+        engine.tenant_max_running = match self.tenant_max_running {
+            Some(0) => None,
+            Some(n) => Some(n),
+            None if self.api_keys.is_empty() => None,
+            None => Some(ptc_engine::default_tenant_max_running()),
         };
-        let memory_budget = self.memory_budget_mib.map_or_else(crate::default_memory_budget, |m| m * MIB);
-        let mut engine = EngineConfig {
-            component: self.component.clone().map_or(ComponentSource::Embedded, ComponentSource::File),
-            cache_dir: self.cache_dir.clone(),
-            max_concurrent: self.max_concurrent.unwrap_or_else(|| crate::default_max_concurrent(memory_budget)),
-            memory_budget,
-            tenant_memory_budget: self.tenant_memory_budget_mib.map(|m| m * MIB),
-            tenant_max_running: match self.tenant_max_running {
-                Some(0) => None,
-                Some(n) => Some(n),
-                None if self.api_keys.is_empty() => None,
-                None => Some(crate::default_tenant_max_running()),
-            },
-            when_busy: WhenBusy::Refuse,
-            default_limits: defaults,
-            fuel: self.fuel,
-            pooling: !self.no_pooling,
-            memory_reservation: self.memory_reservation_mib.map(|m| m * MIB),
-            ..EngineConfig::default()
-        };
-        engine.ceilings.max_code_bytes = self.max_code_bytes;
-        engine.ceilings.max_tools = self.max_tools;
-        engine.ceilings.max_tool_input_bytes = self.max_tool_input_bytes;
-        engine.ceilings.max_tool_result_bytes = self.max_tool_result_bytes;
-        engine.ceilings.max_call_log_bytes = self.max_call_log_bytes;
-        let mut http_limits = HttpLimits::default();
-        http_limits.max_body_bytes = self.http_max_body_bytes;
-        http_limits.max_connections = self.http_max_connections.max(1);
-        http_limits.header_timeout = Duration::from_secs(self.http_header_timeout_secs.max(1));
-        http_limits.body_timeout = Duration::from_secs(self.http_body_timeout_secs.max(1));
+        engine.fuel = self.fuel;
+        engine.pooling = !self.no_pooling;
+        engine.memory_reservation = self.memory_reservation_mib.map(|m| m * MIB);
+        let ceilings = &mut engine.ceilings;
+        ceilings.max_code_bytes = self.max_code_bytes;
+        ceilings.max_tools = self.max_tools;
+        ceilings.max_tool_input_bytes = self.max_tool_input_bytes;
+        ceilings.max_tool_result_bytes = self.max_tool_result_bytes;
+        ceilings.max_call_log_bytes = self.max_call_log_bytes;
         engine.ceilings.check(&engine.default_limits, engine.fuel).map_err(|e| format!("default limits: {e}"))?;
-        Ok(ServerConfig {
-            grpc_addr: self.grpc_addr,
-            http_addr: self.http_addr,
-            token_secret: self.token_secret.clone(),
-            files: crate::server::files::FilesConfig {
-                dir: self.files_dir.clone().unwrap_or_else(|| crate::server::files::FilesConfig::default().dir),
-                ttl: Duration::from_secs(self.files_ttl_secs),
-                quota_bytes: self.files_quota_bytes,
-                quota_files: self.files_quota_files,
-            },
-            metrics_addr: self.metrics_addr,
-            api_keys: ApiKeys::parse(&self.api_keys)?,
-            tenant_limits: TenantLimits { max_concurrent: self.tenant_max_concurrent, max_paused: self.tenant_max_paused },
-            http_limits,
-            grpc_max_message_bytes: self.grpc_max_message_bytes,
-            engine,
-            shutdown_grace: Duration::from_secs(self.shutdown_grace_secs),
-        })
+        let http = &mut config.http_limits;
+        http.max_body_bytes = self.http_max_body_bytes;
+        http.max_connections = self.http_max_connections.max(1);
+        http.header_timeout = Duration::from_secs(self.http_header_timeout_secs.max(1));
+        http.body_timeout = Duration::from_secs(self.http_body_timeout_secs.max(1));
+        let files = &mut config.files;
+        if let Some(dir) = &self.files_dir {
+            files.dir = dir.clone();
+        }
+        files.ttl = Duration::from_secs(self.files_ttl_secs);
+        files.quota_bytes = self.files_quota_bytes;
+        files.quota_files = self.files_quota_files;
+        config.grpc_addr = self.grpc_addr;
+        config.http_addr = self.http_addr;
+        config.metrics_addr = self.metrics_addr;
+        config.token_secret = self.token_secret.clone();
+        config.api_keys = ApiKeys::parse(&self.api_keys)?;
+        config.tenant_limits.max_concurrent = self.tenant_max_concurrent;
+        config.tenant_limits.max_paused = self.tenant_max_paused;
+        config.grpc_max_message_bytes = self.grpc_max_message_bytes;
+        config.shutdown_grace = Duration::from_secs(self.shutdown_grace_secs);
+        Ok(config)
     }
 }
 

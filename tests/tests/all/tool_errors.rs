@@ -75,7 +75,7 @@ except ToolError as e:
 #[tokio::test]
 async fn malformed_json_result_becomes_a_tool_error() {
     let mut exec = start("try:\n    await add(a=1, b=2)\nexcept ToolError as e:\n    print(e)", standard_tools()).await;
-    let Some(ptc_engine::Event::ToolCalls(calls)) = exec.next_event().await else { panic!() };
+    let Some(ptc_engine::Event::ToolCalls { calls, .. }) = exec.next_event().await else { panic!() };
     exec.submit(vec![ptc_engine::ToolResult::ok_json(&calls[0].id, "{not json")]).unwrap();
     let out = drive(exec, |_| unreachable!()).await.completed().stdout;
     assert!(out.starts_with("tool \"add\" returned malformed JSON"), "{out}");

@@ -9,9 +9,9 @@ tonic::include_proto!("ptc.v1");
 /// Encoded `FileDescriptorSet` of `ptc.v1`, for server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/ptc_descriptor.bin"));
 
-impl From<crate::FailureKind> for FailureKind {
-    fn from(kind: crate::FailureKind) -> Self {
-        use crate::FailureKind as K;
+impl From<ptc_engine::FailureKind> for FailureKind {
+    fn from(kind: ptc_engine::FailureKind) -> Self {
+        use ptc_engine::FailureKind as K;
         match kind {
             K::PythonError => FailureKind::PythonError,
             K::Exit => FailureKind::Exit,
@@ -32,8 +32,8 @@ fn micros(d: Duration) -> u64 {
     d.as_micros().min(u128::from(u64::MAX)) as u64
 }
 
-impl From<crate::Stats> for Stats {
-    fn from(s: crate::Stats) -> Self {
+impl From<ptc_engine::Stats> for Stats {
+    fn from(s: ptc_engine::Stats) -> Self {
         Stats {
             wall_time_us: micros(s.wall_time),
             instantiate_time_us: micros(s.instantiate_time),
@@ -48,8 +48,8 @@ impl From<crate::Stats> for Stats {
     }
 }
 
-impl From<crate::ToolCallRecord> for ToolCallRecord {
-    fn from(r: crate::ToolCallRecord) -> Self {
+impl From<ptc_engine::ToolCallRecord> for ToolCallRecord {
+    fn from(r: ptc_engine::ToolCallRecord) -> Self {
         ToolCallRecord {
             id: r.id,
             name: r.name,
@@ -64,8 +64,8 @@ impl From<crate::ToolCallRecord> for ToolCallRecord {
     }
 }
 
-impl From<crate::ToolResult> for ToolResult {
-    fn from(r: crate::ToolResult) -> Self {
+impl From<ptc_engine::ToolResult> for ToolResult {
+    fn from(r: ptc_engine::ToolResult) -> Self {
         let outcome = match r.outcome {
             Ok(json) => tool_result::Outcome::ResultJson(json),
             Err(message) => tool_result::Outcome::Error(message),
@@ -74,46 +74,45 @@ impl From<crate::ToolResult> for ToolResult {
     }
 }
 
-impl From<ToolResult> for crate::ToolResult {
+impl From<ToolResult> for ptc_engine::ToolResult {
     fn from(r: ToolResult) -> Self {
         let outcome = match r.outcome {
             Some(tool_result::Outcome::ResultJson(json)) => Ok(json),
             Some(tool_result::Outcome::Error(message)) => Err(message),
             None => Err("the client sent a result with neither result_json nor error".into()),
         };
-        crate::ToolResult { id: r.call_id, outcome }
+        ptc_engine::ToolResult { id: r.call_id, outcome }
     }
 }
 
-impl From<crate::ToolCall> for ToolCall {
-    fn from(c: crate::ToolCall) -> Self {
+impl From<ptc_engine::ToolCall> for ToolCall {
+    fn from(c: ptc_engine::ToolCall) -> Self {
         ToolCall { id: c.id, name: c.name, input_json: c.input }
     }
 }
 
-/// The server message for one engine event; `round` numbers ToolCalls batches.
-pub fn server_message(event: crate::Event, round: &mut u32) -> ServerMessage {
+/// The server message for one engine event.
+pub fn server_message(event: ptc_engine::Event) -> ServerMessage {
     use server_message::Message as M;
     let message = match event {
-        crate::Event::ToolCalls(calls) => {
-            *round += 1;
-            M::ToolCalls(ToolCalls { calls: calls.into_iter().map(Into::into).collect(), round: *round })
+        ptc_engine::Event::ToolCalls { round, calls } => {
+            M::ToolCalls(ToolCalls { calls: calls.into_iter().map(Into::into).collect(), round })
         }
-        crate::Event::Output { stream, data } => M::Output(Output {
+        ptc_engine::Event::Output { stream, data } => M::Output(Output {
             stream: match stream {
-                crate::OutputStream::Stdout => OutputStream::Stdout,
-                crate::OutputStream::Stderr => OutputStream::Stderr,
+                ptc_engine::OutputStream::Stdout => OutputStream::Stdout,
+                ptc_engine::OutputStream::Stderr => OutputStream::Stderr,
             } as i32,
             data,
         }),
-        crate::Event::Completed(c) => M::Completed(Completed {
+        ptc_engine::Event::Completed(c) => M::Completed(Completed {
             stdout: c.stdout,
             stderr: c.stderr,
             return_value_json: c.return_value,
             tool_calls: c.tool_calls.into_iter().map(Into::into).collect(),
             stats: Some(c.stats.into()),
         }),
-        crate::Event::Failed(f) => M::Failed(Failed {
+        ptc_engine::Event::Failed(f) => M::Failed(Failed {
             kind: FailureKind::from(f.kind) as i32,
             message: f.message,
             traceback: f.traceback,
@@ -128,7 +127,7 @@ pub fn server_message(event: crate::Event, round: &mut u32) -> ServerMessage {
 }
 
 /// Tool definitions from the wire; the schema must be JSON text (or empty).
-pub fn tool_defs(tools: Vec<Tool>) -> Result<Vec<crate::ToolDef>, String> {
+pub fn tool_defs(tools: Vec<Tool>) -> Result<Vec<ptc_engine::ToolDef>, String> {
     tools
         .into_iter()
         .map(|t| {
@@ -140,21 +139,21 @@ pub fn tool_defs(tools: Vec<Tool>) -> Result<Vec<crate::ToolDef>, String> {
                         .map_err(|e| format!("parameters_json of tool {:?} is not valid JSON: {e}", t.name))?,
                 )
             };
-            Ok(crate::ToolDef { name: t.name, description: t.description, parameters })
+            Ok(ptc_engine::ToolDef { name: t.name, description: t.description, parameters })
         })
         .collect()
 }
 
 impl Limits {
     /// The wire limits over `defaults`.
-    pub fn apply(&self, defaults: &crate::Limits) -> crate::Limits {
-        crate::Limits {
-            timeout: self.timeout_ms.map_or(defaults.timeout, |ms| Duration::from_millis(ms.into())),
-            max_round_trips: self.max_round_trips.unwrap_or(defaults.max_round_trips),
-            max_tool_calls: self.max_tool_calls.unwrap_or(defaults.max_tool_calls),
-            max_memory_bytes: self.max_memory_bytes.unwrap_or(defaults.max_memory_bytes),
-            max_output_bytes: self.max_output_bytes.unwrap_or(defaults.max_output_bytes),
-            fuel: self.fuel.or(defaults.fuel),
-        }
+    pub fn apply(&self, defaults: &ptc_engine::Limits) -> ptc_engine::Limits {
+        defaults
+            .clone()
+            .with_timeout(self.timeout_ms.map_or(defaults.timeout, |ms| Duration::from_millis(ms.into())))
+            .with_max_round_trips(self.max_round_trips.unwrap_or(defaults.max_round_trips))
+            .with_max_tool_calls(self.max_tool_calls.unwrap_or(defaults.max_tool_calls))
+            .with_max_memory_bytes(self.max_memory_bytes.unwrap_or(defaults.max_memory_bytes))
+            .with_max_output_bytes(self.max_output_bytes.unwrap_or(defaults.max_output_bytes))
+            .with_fuel(self.fuel.or(defaults.fuel))
     }
 }

@@ -30,6 +30,7 @@ use cap_std::fs::{Dir, OpenOptions};
 use sha2::{Digest, Sha256};
 
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct FilesConfig {
     pub dir: PathBuf,
     pub ttl: Duration,

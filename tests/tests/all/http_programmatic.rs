@@ -159,7 +159,7 @@ async fn malformed_requests() {
     let r = post(server.http_addr, PATH, None, &json!({"code": "pass", "tools": [{"name": "a-b"}, {"name": "a b"}]})).await;
     assert_eq!(r.status, 400, "{}", r.text);
     assert!(r.body["error"].as_str().unwrap().contains("both become the Python name"), "{}", r.text);
-    let big = vec![b' '; ptc_engine::server::conn::HttpLimits::default().max_body_bytes + 1];
+    let big = vec![b' '; ptc_server::conn::HttpLimits::default().max_body_bytes + 1];
     let r = post_raw(server.http_addr, PATH, &[], &big).await;
     assert_eq!(r.status, 413, "{}", r.text);
     assert!(r.body["error"].as_str().unwrap().starts_with("Request body too large: the limit is 4194304 bytes"), "{}", r.text);

@@ -75,7 +75,7 @@ print(await text(), await nothing(), await numbers())
 #[tokio::test]
 async fn large_integers_in_results_are_lossless() {
     let mut exec = start("v = await big()\nprint(v + 1)", vec![ptc_engine::ToolDef::new("big")]).await;
-    let ptc_engine::Event::ToolCalls(calls) = exec.next_event().await.unwrap() else { panic!() };
+    let ptc_engine::Event::ToolCalls { calls, .. } = exec.next_event().await.unwrap() else { panic!() };
     exec.submit(vec![ptc_engine::ToolResult::ok_json(&calls[0].id, "123456789012345678901234567890")]).unwrap();
     let run = drive(exec, |_| unreachable!()).await;
     assert_eq!(run.completed().stdout, "123456789012345678901234567891\n");
@@ -89,7 +89,7 @@ async fn output_is_streamed_as_it_is_produced() {
     loop {
         match exec.next_event().await.unwrap() {
             ptc_engine::Event::Output { data, .. } => seen.push_str(&String::from_utf8_lossy(&data)),
-            ptc_engine::Event::ToolCalls(calls) => {
+            ptc_engine::Event::ToolCalls { calls, .. } => {
                 // Output printed before the first tool call is already here.
                 assert_eq!(seen, "before\n");
                 exec.submit(vec![ptc_engine::ToolResult::ok(&calls[0].id, &json!(3))]).unwrap();
@@ -147,18 +147,14 @@ async fn a_component_can_be_loaded_from_a_file() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("sandbox.wasm");
     std::fs::write(&path, ptc_runtime_python_wasm::COMPONENT).unwrap();
-    let engine = ptc_engine::Engine::new(ptc_engine::EngineConfig {
-        component: ptc_engine::ComponentSource::File(path.clone()),
-        max_concurrent: 4,
-        ..Default::default()
-    })
-    .unwrap();
+    let engine = engine_with(|c| {
+        c.component = ptc_engine::ComponentSource::File(path.clone());
+        c.max_concurrent = 4;
+    });
     let exec = engine.start(ptc_engine::ExecutionRequest::new("print(6 * 7)")).await.unwrap();
     assert_eq!(drive(exec, echo).await.completed().stdout, "42\n");
-    let missing = ptc_engine::EngineConfig {
-        component: ptc_engine::ComponentSource::File(dir.join("missing.wasm")),
-        ..Default::default()
-    };
+    let mut missing = engine_config();
+    missing.component = ptc_engine::ComponentSource::File(dir.join("missing.wasm"));
     let err = ptc_engine::Engine::new(missing).err().unwrap();
     assert!(err.message().contains("missing.wasm"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();

@@ -3,12 +3,15 @@
 
 use std::time::Duration;
 
-use ptc_engine::{Engine, EngineConfig, ErrorKind, Event, ExecutionRequest, FailureKind, ToolResult, WhenBusy};
+use ptc_engine::{Engine, ErrorKind, Event, ExecutionRequest, FailureKind, ToolResult, WhenBusy};
 use ptc_tests::*;
 use serde_json::json;
 
 fn own_engine(max_concurrent: usize, when_busy: WhenBusy) -> Engine {
-    Engine::new(EngineConfig { max_concurrent, when_busy, ..Default::default() }).unwrap()
+    engine_with(|c| {
+        c.max_concurrent = max_concurrent;
+        c.when_busy = when_busy;
+    })
 }
 
 async fn paused(engine: &Engine) -> ptc_engine::Execution {
@@ -17,7 +20,7 @@ async fn paused(engine: &Engine) -> ptc_engine::Execution {
         .await
         .unwrap();
     loop {
-        if let Event::ToolCalls(_) = exec.next_event().await.unwrap() {
+        if let Event::ToolCalls { .. } = exec.next_event().await.unwrap() {
             return exec;
         }
     }
@@ -68,7 +71,7 @@ async fn bad_result_ids_are_refused_without_harming_the_execution() {
         .start(ExecutionRequest::new("r = await asyncio.gather(add(a=1, b=1), add(a=2, b=2))\nprint(r)").with_tools(standard_tools()))
         .await
         .unwrap();
-    let Some(Event::ToolCalls(calls)) = exec.next_event().await else { panic!() };
+    let Some(Event::ToolCalls { calls, .. }) = exec.next_event().await else { panic!() };
     let (a, b) = (&calls[0].id, &calls[1].id);
 
     let err = exec.submit(vec![ToolResult::ok("call_999", &json!(0))]).unwrap_err();

@@ -1,7 +1,7 @@
 //! The `ptc-engine` binary: `serve` and `run`.
 
 use clap::Parser;
-use ptc_engine::cli::{Cli, Command};
+use ptc_server::cli::{Cli, Command};
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
@@ -19,16 +19,16 @@ fn main() -> anyhow::Result<()> {
         match cli.command {
             Command::Serve(args) => serve(args).await,
             Command::Run(args) => {
-                let code = ptc_engine::client::run(args).await?;
+                let code = ptc_server::client::run(args).await?;
                 std::process::exit(code);
             }
         }
     })
 }
 
-async fn serve(args: ptc_engine::cli::ServeArgs) -> anyhow::Result<()> {
+async fn serve(args: ptc_server::cli::ServeArgs) -> anyhow::Result<()> {
     let config = args.server_config().map_err(anyhow::Error::msg)?;
-    let server = ptc_engine::server::start(config).await?;
+    let server = ptc_server::start(config).await?;
     let stop = server_shutdown_signal();
     tokio::pin!(stop);
     stop.await;

@@ -1,0 +1,273 @@
+//! The tool-call exchange: the one place where the guest's side and the client's side of an
+//! execution meet.
+//!
+//! The broker (guest side, in `wait-for-tools`) [`register`](Exchange::register)s each batch
+//! it hands out, takes what has arrived with [`drain`](Exchange::drain) and parks in
+//! [`wait`](Exchange::wait); the client [`submit`](Exchange::submit)s answers through
+//! [`crate::Control`]. One lock covers the pending calls, the answered ids and the arrived
+//! results, so "nothing arrived and nothing is pending" is one consistent observation, never
+//! a race with a client answering at that moment.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::events::ToolResult;
+
+pub(crate) struct Exchange {
+    state: Mutex<State>,
+    /// Signalled by `submit`; `notify_one` keeps a permit when nobody waits, so an answer that
+    /// lands between `drain` and `wait` is not missed.
+    arrived: Notify,
+    /// Whether the guest is parked in `wait` right now.
+    paused: AtomicBool,
+    /// The engine's count of parked executions.
+    engine_paused: Arc<AtomicUsize>,
+    /// `Ceilings::max_tool_result_bytes`.
+    max_result_bytes: usize,
+}
+
+#[derive(Default)]
+struct State {
+    /// Calls handed to the client and not answered yet: id → tool name.
+    pending: HashMap<String, String>,
+    answered: HashSet<String>,
+    /// Answers the guest has not taken yet, in the order they were submitted.
+    arrived: Vec<ToolResult>,
+    finished: bool,
+}
+
+/// What [`Exchange::drain`] found.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Drained {
+    /// Answers that had arrived (at least one).
+    Ready(Vec<ToolResult>),
+    /// Nothing arrived yet; calls are pending.
+    Waiting,
+    /// Nothing arrived and nothing is pending: waiting would never end.
+    Idle,
+}
+
+impl Exchange {
+    pub(crate) fn new(engine_paused: Arc<AtomicUsize>, max_result_bytes: usize) -> Self {
+        Exchange {
+            state: Mutex::default(),
+            arrived: Notify::new(),
+            paused: AtomicBool::new(false),
+            engine_paused,
+            max_result_bytes,
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves plain collections behind; keep using them.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Guest side: these calls (id, tool name) now await answers.
+    pub(crate) fn register<'a>(&self, calls: impl IntoIterator<Item = (&'a str, &'a str)>) {
+        let mut state = self.state();
+        for (id, name) in calls {
+            state.pending.insert(id.to_string(), name.to_string());
+        }
+    }
+
+    /// Client side: answers for any subset of the pending calls.
+    ///
+    /// All or nothing: if one id is unknown, repeated in `results`, or already answered, the
+    /// whole batch is refused with [`ErrorKind::InvalidToolResult`] and nothing changes. A
+    /// result that claims success but is not valid JSON, or is larger than the ceiling,
+    /// reaches the program as an error saying so.
+    pub(crate) fn submit(&self, results: Vec<ToolResult>) -> Result<()> {
+        let mut state = self.state();
+        if state.finished {
+            return Err(Error::new(ErrorKind::Finished, "the execution has already ended"));
+        }
+        let mut batch = HashSet::new();
+        for r in &results {
+            let problem = if state.answered.contains(&r.id) {
+                "was already answered"
+            } else if !state.pending.contains_key(&r.id) {
+                "is not a pending tool call of this execution"
+            } else if !batch.insert(r.id.as_str()) {
+                "is answered twice in this batch"
+            } else {
+                continue;
+            };
+            return Err(Error::new(ErrorKind::InvalidToolResult, format!("tool call id {:?} {problem}", r.id)));
+        }
+        for mut r in results {
+            let name = state.pending.remove(&r.id).unwrap_or_default();
+            state.answered.insert(r.id.clone());
+            self.check_result(&name, &mut r);
+            state.arrived.push(r);
+        }
+        drop(state);
+        self.arrived.notify_one();
+        Ok(())
+    }
+
+    /// Turns an oversized or malformed success into the error the program sees.
+    fn check_result(&self, name: &str, r: &mut ToolResult) {
+        let size = match &r.outcome {
+            Ok(text) | Err(text) => text.len(),
+        };
+        if size > self.max_result_bytes {
+            r.outcome = Err(format!(
+                "tool {name:?} returned {size} bytes; the limit is {}: ask the tool for less (a filter, a page, fewer fields)",
+                self.max_result_bytes
+            ));
+        } else if let Ok(json) = &r.outcome
+            && let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(json)
+        {
+            r.outcome = Err(format!("tool {name:?} returned malformed JSON: {e}"));
+        }
+    }
+
+    /// Guest side: the answers that have arrived, without waiting.
+    pub(crate) fn drain(&self) -> Drained {
+        let mut state = self.state();
+        if !state.arrived.is_empty() {
+            Drained::Ready(std::mem::take(&mut state.arrived))
+        } else if state.pending.is_empty() {
+            Drained::Idle
+        } else {
+            Drained::Waiting
+        }
+    }
+
+    /// Guest side: parks until answers arrive (at least one) or `timeout` passes (then none).
+    /// Counts as paused meanwhile, also when the wait is abandoned (cancelled, timed out).
+    pub(crate) async fn wait(&self, timeout: Option<Duration>) -> Vec<ToolResult> {
+        let _paused = Paused::new(self);
+        let arrival = async {
+            loop {
+                let notified = self.arrived.notified();
+                if let Drained::Ready(results) = self.drain() {
+                    return results;
+                }
+                notified.await;
+            }
+        };
+        match timeout {
+            None => arrival.await,
+            Some(t) => tokio::time::timeout(t, arrival).await.unwrap_or_default(),
+        }
+    }
+
+    /// The execution has ended: later submissions are refused with [`ErrorKind::Finished`].
+    pub(crate) fn finish(&self) {
+        self.state().finished = true;
+    }
+
+    pub(crate) fn is_finished(&self) -> bool {
+        self.state().finished
+    }
+
+    pub(crate) fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::Relaxed)
+    }
+}
+
+/// Marks the execution (and the engine's count, and the metric) paused while it lives.
+struct Paused<'a>(&'a Exchange);
+
+impl<'a> Paused<'a> {
+    fn new(exchange: &'a Exchange) -> Self {
+        exchange.engine_paused.fetch_add(1, Ordering::Relaxed);
+        exchange.paused.store(true, Ordering::Relaxed);
+        metrics::gauge!("ptc_paused_executions").increment(1.0);
+        Paused(exchange)
+    }
+}
+
+impl Drop for Paused<'_> {
+    fn drop(&mut self) {
+        self.0.engine_paused.fetch_sub(1, Ordering::Relaxed);
+        self.0.paused.store(false, Ordering::Relaxed);
+        metrics::gauge!("ptc_paused_executions").decrement(1.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exchange() -> Exchange {
+        Exchange::new(Arc::default(), 100)
+    }
+
+    #[test]
+    fn submit_is_all_or_nothing() {
+        let x = exchange();
+        x.register([("a", "t"), ("b", "t")]);
+        let err = x.submit(vec![ToolResult::ok_json("a", "1"), ToolResult::ok_json("zz", "2")]).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidToolResult);
+        assert!(err.message().contains("\"zz\" is not a pending"), "{err}");
+        assert_eq!(x.drain(), Drained::Waiting, "nothing of a refused batch arrives");
+        let err = x.submit(vec![ToolResult::ok_json("a", "1"), ToolResult::ok_json("a", "2")]).unwrap_err();
+        assert!(err.message().contains("twice"), "{err}");
+        x.submit(vec![ToolResult::ok_json("a", "1")]).unwrap();
+        let err = x.submit(vec![ToolResult::ok_json("a", "1")]).unwrap_err();
+        assert!(err.message().contains("already answered"), "{err}");
+        assert_eq!(x.drain(), Drained::Ready(vec![ToolResult::ok_json("a", "1")]));
+        assert_eq!(x.drain(), Drained::Waiting, "b is still pending");
+        x.submit(vec![ToolResult::error("b", "no")]).unwrap();
+        assert_eq!(x.drain(), Drained::Ready(vec![ToolResult::error("b", "no")]));
+        assert_eq!(x.drain(), Drained::Idle);
+    }
+
+    #[test]
+    fn malformed_and_oversized_results_become_errors_the_program_sees() {
+        let x = exchange();
+        x.register([("a", "t"), ("b", "t"), ("c", "t")]);
+        let big = format!("\"{}\"", "x".repeat(200));
+        x.submit(vec![ToolResult::ok_json("a", "{nope"), ToolResult::ok_json("b", big), ToolResult::ok_json("c", "[1]")])
+            .unwrap();
+        let Drained::Ready(got) = x.drain() else { panic!("answers arrived") };
+        assert!(got[0].outcome.as_ref().unwrap_err().contains("malformed JSON"), "{got:?}");
+        assert!(got[1].outcome.as_ref().unwrap_err().contains("202 bytes; the limit is 100"), "{got:?}");
+        assert_eq!(got[2].outcome, Ok("[1]".into()));
+    }
+
+    #[test]
+    fn a_finished_exchange_refuses_answers() {
+        let x = exchange();
+        x.register([("a", "t")]);
+        x.finish();
+        assert_eq!(x.submit(vec![ToolResult::ok_json("a", "1")]).unwrap_err().kind(), ErrorKind::Finished);
+        assert!(x.is_finished());
+    }
+
+    #[tokio::test]
+    async fn wait_wakes_on_an_answer_given_before_or_during_it_and_counts_as_paused() {
+        let x = Arc::new(exchange());
+        x.register([("a", "t"), ("b", "t")]);
+        x.submit(vec![ToolResult::ok_json("a", "1")]).unwrap();
+        assert_eq!(x.wait(None).await.len(), 1, "an answer given before the wait is taken at once");
+        let waiter = tokio::spawn({
+            let x = x.clone();
+            async move { x.wait(None).await }
+        });
+        while !x.is_paused() {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(x.engine_paused.load(Ordering::Relaxed), 1);
+        x.submit(vec![ToolResult::ok_json("b", "2")]).unwrap();
+        assert_eq!(waiter.await.unwrap(), vec![ToolResult::ok_json("b", "2")]);
+        assert!(!x.is_paused());
+        assert_eq!(x.engine_paused.load(Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test]
+    async fn wait_with_a_timeout_returns_nothing_when_nothing_arrives() {
+        let x = exchange();
+        x.register([("a", "t")]);
+        assert!(x.wait(Some(Duration::from_millis(5))).await.is_empty());
+        assert!(!x.is_paused());
+    }
+}

@@ -1,0 +1,46 @@
+//! The memory limiter of one instance: its own limit, and the engine's memory budget.
+
+use wasmtime::ResourceLimiter;
+
+use crate::MIB;
+use crate::error::HostTrap;
+use crate::events::FailureKind;
+use crate::shares::MemoryClaim;
+
+/// Refuses memory growth past the limit. Growth fails with a trap rather than a `MemoryError`
+/// the program could catch, so a memory bomb always ends with kind `memory`.
+///
+/// Growth is also charged to the engine's memory budget (and the tenant's share); the initial
+/// memory of an instance (`current == 0`: the snapshot, mapped copy-on-write) is not.
+pub(crate) struct Limiter {
+    max_memory: u64,
+    claim: MemoryClaim,
+    /// The largest the linear memory has been.
+    pub(crate) peak: u64,
+}
+
+impl Limiter {
+    pub(crate) fn new(max_memory: u64, claim: MemoryClaim) -> Self {
+        Limiter { max_memory, claim, peak: 0 }
+    }
+}
+
+impl ResourceLimiter for Limiter {
+    fn memory_growing(&mut self, current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        if desired as u64 > self.max_memory {
+            let mib = self.max_memory / MIB;
+            return Err(HostTrap::raise(FailureKind::Memory, format!("memory limit exceeded ({mib} MiB)")));
+        }
+        if current > 0
+            && let Err(message) = self.claim.grow(desired.saturating_sub(current) as u64)
+        {
+            return Err(HostTrap::raise(FailureKind::Memory, format!("Out of memory: {message}")));
+        }
+        self.peak = self.peak.max(desired as u64);
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        Ok(desired <= 1 << 20)
+    }
+}

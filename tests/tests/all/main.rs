@@ -1,0 +1,26 @@
+//! The end-to-end tests, one module per behaviour, in one binary: each test binary links
+//! wasmtime, tonic and axum, so one binary instead of twenty saves link time and disk.
+//! Tests that need process-wide state run in binaries of their own (`grpc_disconnect.rs`
+//! reads process-wide metrics; `release_binary.rs` builds and drives the release binary).
+
+mod batching;
+mod bounds;
+mod contained;
+mod data_dir;
+mod grpc_execute;
+mod grpc_service;
+mod grpcurl;
+mod host_files;
+mod http_files;
+mod http_programmatic;
+mod http_tokens;
+mod http_vanish;
+mod librechat;
+mod lifecycle;
+mod limits;
+mod names;
+mod python_client;
+mod reservation;
+mod stdlib;
+mod tool_calls;
+mod tool_errors;
