@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use wasmtime::Store;
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
@@ -43,6 +44,8 @@ struct Inner {
     paused: Arc<AtomicUsize>,
     shutdown: CancellationToken,
     accepting: AtomicBool,
+    /// The driver task of every execution; closed when the engine stops accepting.
+    drivers: TaskTracker,
     pooling: bool,
     shares: Arc<Shares>,
     _ticker: EpochTicker,
@@ -102,6 +105,7 @@ impl Engine {
                 paused: Arc::new(AtomicUsize::new(0)),
                 shutdown: CancellationToken::new(),
                 accepting: AtomicBool::new(true),
+                drivers: TaskTracker::new(),
                 pooling,
                 shares: Shares::new(config.memory_budget, config.tenant_memory_budget, config.tenant_max_running),
                 _ticker: ticker,
@@ -137,6 +141,13 @@ impl Engine {
     /// Refuses new executions (kind `Unavailable`) and lets running ones finish.
     pub fn stop_accepting(&self) {
         self.inner.accepting.store(false, Ordering::SeqCst);
+        self.inner.drivers.close();
+    }
+
+    /// Resolves once the engine has stopped accepting ([`Engine::stop_accepting`] or
+    /// [`Engine::shutdown`]) and every execution has ended and sent its final event.
+    pub async fn drained(&self) {
+        self.inner.drivers.wait().await;
     }
 
     /// Fails every execution with kind `shutdown` and refuses new ones.
@@ -188,7 +199,7 @@ impl Engine {
             _permit: permit,
         };
         let span = tracing::info_span!("execution", id = %id, session = request.session_id.as_deref().unwrap_or(""));
-        tokio::spawn(tracing::Instrument::instrument(drive(job, store), span));
+        inner.drivers.spawn(tracing::Instrument::instrument(drive(job, store), span));
         let control = Control { id, exchange: wiring.exchange, cancel };
         Ok(Execution::new(control, wiring.events_rx))
     }

@@ -33,8 +33,8 @@ pub(crate) struct Exchange {
 
 #[derive(Default)]
 struct State {
-    /// Calls handed to the client and not answered yet: id → tool name.
-    pending: HashMap<String, String>,
+    /// Calls handed to the client and not answered yet: id → (tool name, round).
+    pending: HashMap<String, (String, u32)>,
     answered: HashSet<String>,
     /// Answers the guest has not taken yet, in the order they were submitted.
     arrived: Vec<ToolResult>,
@@ -68,12 +68,21 @@ impl Exchange {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Guest side: these calls (id, tool name) now await answers.
-    pub(crate) fn register<'a>(&self, calls: impl IntoIterator<Item = (&'a str, &'a str)>) {
+    /// Guest side: these calls (id, tool name), handed out in `round`, now await answers.
+    pub(crate) fn register<'a>(&self, round: u32, calls: impl IntoIterator<Item = (&'a str, &'a str)>) {
         let mut state = self.state();
         for (id, name) in calls {
-            state.pending.insert(id.to_string(), name.to_string());
+            state.pending.insert(id.to_string(), (name.to_string(), round));
         }
+    }
+
+    /// Ids of the unanswered calls handed out in rounds up to `round`, oldest round first.
+    pub(crate) fn pending_through(&self, round: u32) -> Vec<String> {
+        let state = self.state();
+        let mut ids: Vec<(u32, &String)> =
+            state.pending.iter().filter(|(_, (_, r))| *r <= round).map(|(id, (_, r))| (*r, id)).collect();
+        ids.sort();
+        ids.into_iter().map(|(_, id)| id.clone()).collect()
     }
 
     /// Client side: answers for any subset of the pending calls.
@@ -101,7 +110,7 @@ impl Exchange {
             return Err(Error::new(ErrorKind::InvalidToolResult, format!("tool call id {:?} {problem}", r.id)));
         }
         for mut r in results {
-            let name = state.pending.remove(&r.id).unwrap_or_default();
+            let (name, _) = state.pending.remove(&r.id).unwrap_or_default();
             state.answered.insert(r.id.clone());
             self.check_result(&name, &mut r);
             state.arrived.push(r);
@@ -204,7 +213,12 @@ mod tests {
     #[test]
     fn submit_is_all_or_nothing() {
         let x = exchange();
-        x.register([("a", "t"), ("b", "t")]);
+        x.register(1, [("a", "t"), ("b", "t")]);
+        x.register(2, [("c", "t")]);
+        assert_eq!(x.pending_through(1), ["a", "b"]);
+        assert_eq!(x.pending_through(2), ["a", "b", "c"]);
+        x.submit(vec![ToolResult::ok_json("c", "3")]).unwrap();
+        assert_eq!(x.drain(), Drained::Ready(vec![ToolResult::ok_json("c", "3")]));
         let err = x.submit(vec![ToolResult::ok_json("a", "1"), ToolResult::ok_json("zz", "2")]).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidToolResult);
         assert!(err.message().contains("\"zz\" is not a pending"), "{err}");
@@ -216,6 +230,7 @@ mod tests {
         assert!(err.message().contains("already answered"), "{err}");
         assert_eq!(x.drain(), Drained::Ready(vec![ToolResult::ok_json("a", "1")]));
         assert_eq!(x.drain(), Drained::Waiting, "b is still pending");
+        assert_eq!(x.pending_through(2), ["b"]);
         x.submit(vec![ToolResult::error("b", "no")]).unwrap();
         assert_eq!(x.drain(), Drained::Ready(vec![ToolResult::error("b", "no")]));
         assert_eq!(x.drain(), Drained::Idle);
@@ -224,7 +239,7 @@ mod tests {
     #[test]
     fn malformed_and_oversized_results_become_errors_the_program_sees() {
         let x = exchange();
-        x.register([("a", "t"), ("b", "t"), ("c", "t")]);
+        x.register(1, [("a", "t"), ("b", "t"), ("c", "t")]);
         let big = format!("\"{}\"", "x".repeat(200));
         x.submit(vec![ToolResult::ok_json("a", "{nope"), ToolResult::ok_json("b", big), ToolResult::ok_json("c", "[1]")])
             .unwrap();
@@ -237,7 +252,7 @@ mod tests {
     #[test]
     fn a_finished_exchange_refuses_answers() {
         let x = exchange();
-        x.register([("a", "t")]);
+        x.register(1, [("a", "t")]);
         x.finish();
         assert_eq!(x.submit(vec![ToolResult::ok_json("a", "1")]).unwrap_err().kind(), ErrorKind::Finished);
         assert!(x.is_finished());
@@ -246,7 +261,7 @@ mod tests {
     #[tokio::test]
     async fn wait_wakes_on_an_answer_given_before_or_during_it_and_counts_as_paused() {
         let x = Arc::new(exchange());
-        x.register([("a", "t"), ("b", "t")]);
+        x.register(1, [("a", "t"), ("b", "t")]);
         x.submit(vec![ToolResult::ok_json("a", "1")]).unwrap();
         assert_eq!(x.wait(None).await.len(), 1, "an answer given before the wait is taken at once");
         let waiter = tokio::spawn({
@@ -266,7 +281,7 @@ mod tests {
     #[tokio::test]
     async fn wait_with_a_timeout_returns_nothing_when_nothing_arrives() {
         let x = exchange();
-        x.register([("a", "t")]);
+        x.register(1, [("a", "t")]);
         assert!(x.wait(Some(Duration::from_millis(5))).await.is_empty());
         assert!(!x.is_paused());
     }

@@ -88,6 +88,12 @@ impl Control {
         self.exchange.submit(results)
     }
 
+    /// Ids of the calls handed out in rounds up to `round` (of [`crate::Event::ToolCalls`])
+    /// that have no answer yet, oldest round first.
+    pub fn pending_through(&self, round: u32) -> Vec<String> {
+        self.exchange.pending_through(round)
+    }
+
     pub fn cancel(&self) {
         self.cancel.cancel();
     }

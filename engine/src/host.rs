@@ -157,7 +157,7 @@ impl Broker {
                 return Err(HostTrap::raise(FailureKind::RoundTrips, format!("Exceeded maximum round trips ({max})")));
             }
             let round = self.rounds;
-            self.exchange.register(valid.iter().map(|c| (c.id.as_str(), c.name.as_str())));
+            self.exchange.register(round, valid.iter().map(|c| (c.id.as_str(), c.name.as_str())));
             for call in &valid {
                 self.record(call, round);
             }

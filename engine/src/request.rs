@@ -30,8 +30,9 @@ impl ToolDef {
     }
 }
 
-/// One execution to start.
+/// One execution to start: `ExecutionRequest::new(code)` and the `with_*` methods.
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct ExecutionRequest {
     pub code: String,
     pub tools: Vec<ToolDef>,
@@ -65,6 +66,16 @@ impl ExecutionRequest {
 
     pub fn with_tenant(mut self, tenant: impl Into<String>) -> Self {
         self.tenant = Some(tenant.into());
+        self
+    }
+
+    pub fn with_session_id(mut self, session_id: impl Into<String>) -> Self {
+        self.session_id = Some(session_id.into());
+        self
+    }
+
+    pub fn with_data_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.data_dir = Some(dir.into());
         self
     }
 

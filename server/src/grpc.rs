@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
+use tokio_util::task::TaskTracker;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
@@ -23,6 +24,8 @@ pub struct SandboxService {
     pub tenants: Arc<Tenants>,
     /// The message size limit, named in the status of a stream that broke it.
     pub max_message_bytes: usize,
+    /// Every stream's pump (waited for at shutdown, so final events reach their clients).
+    pub tasks: TaskTracker,
 }
 
 pub fn status_from(err: ptc_engine::Error) -> Status {
@@ -79,8 +82,8 @@ impl sandbox_server::Sandbox for SandboxService {
         let limits = start.limits.unwrap_or_default().apply(&self.engine.config().default_limits);
         let admission = self.tenants.admit(&tenant, Some(&start.request_id)).map_err(refusal_status)?;
         let session_id = (!start.session_id.is_empty()).then_some(start.session_id);
-        let request =
-            ExecutionRequest { code: start.code, tools, limits: Some(limits), session_id: session_id.clone(), data_dir: None, tenant: Some(tenant.clone()) };
+        let mut request = ExecutionRequest::new(start.code).with_tools(tools).with_limits(limits).with_tenant(tenant.clone());
+        request.session_id = session_id.clone();
         let execution = self.engine.start(request).await.map_err(status_from)?;
         admission.attach(execution.control());
 
@@ -91,7 +94,7 @@ impl sandbox_server::Sandbox for SandboxService {
             message: Some(server_message::Message::Started(proto::Started { execution_id: execution.id().to_string() })),
         };
         tx.send(Ok(started)).await.map_err(|_| Status::cancelled("client went away"))?;
-        tokio::spawn(pump(execution, inbound, tx, admission, self.max_message_bytes).instrument(span));
+        self.tasks.spawn(pump(execution, inbound, tx, admission, self.max_message_bytes).instrument(span));
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 

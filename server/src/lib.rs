@@ -19,11 +19,11 @@ pub mod token;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::proto::sandbox_server::SandboxServer;
 use ptc_engine::{Engine, EngineConfig};
@@ -113,7 +113,8 @@ pub struct RunningServer {
     pub engine: Engine,
     pub tenants: Arc<Tenants>,
     shutdown: CancellationToken,
-    tasks: Vec<JoinHandle<()>>,
+    /// The listeners, the sweeper and the shutdown sequence.
+    tasks: TaskTracker,
 }
 
 impl RunningServer {
@@ -122,11 +123,14 @@ impl RunningServer {
     }
 
     pub async fn wait(self) {
-        for task in self.tasks {
-            let _ = task.await;
-        }
+        self.tasks.close();
+        self.tasks.wait().await;
     }
 }
+
+/// Once the engine has failed what still ran, how long the streams and watchers get to deliver
+/// the final events (a client that stops reading must not hold the shutdown up).
+const FINAL_EVENTS_GRACE: Duration = Duration::from_secs(5);
 
 /// Binds the listeners (port 0 picks a free port) and starts serving.
 pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
@@ -160,11 +164,14 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
     let keys = Arc::new(config.api_keys);
+    // Work started on behalf of requests: gRPC stream pumps and HTTP file watchers.
+    let request_tasks = TaskTracker::new();
     let service = grpc::SandboxService {
         engine: engine.clone(),
         keys: keys.clone(),
         tenants: tenants.clone(),
         max_message_bytes: config.grpc_max_message_bytes,
+        tasks: request_tasks.clone(),
     };
     let files = files::FileStore::new(config.files.clone())
         .map_err(|e| anyhow::anyhow!("cannot open the files directory {}: {e}", config.files.dir.display()))?;
@@ -175,14 +182,15 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         token::Signer::new(config.token_secret.as_deref()),
         files,
         config.http_limits.clone(),
+        request_tasks.clone(),
     );
 
     let shutdown = CancellationToken::new();
     let stop_serving = CancellationToken::new();
-    let mut tasks = Vec::new();
+    let tasks = TaskTracker::new();
 
     let stop = stop_serving.clone();
-    tasks.push(tokio::spawn(async move {
+    tasks.spawn(async move {
         let result = tonic::transport::Server::builder()
             .add_service(health_service)
             .add_service(reflection_v1)
@@ -201,40 +209,40 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         if let Err(e) = result {
             tracing::error!("gRPC server failed: {e}");
         }
-    }));
+    });
 
     let (stop, limits) = (stop_serving.clone(), config.http_limits.clone());
-    let app = http::router(http_state.clone());
-    tasks.push(tokio::spawn(conn::serve(http_listener, app, limits, stop)));
-    tasks.push(tokio::spawn(http::sweep(http_state.clone(), stop_serving.clone())));
+    tasks.spawn(conn::serve(http_listener, http::router(http_state.clone()), limits, stop));
+    tasks.spawn(http::sweep(http_state.clone(), stop_serving.clone()));
 
     let stop = stop_serving.clone();
-    tasks.push(tokio::spawn(async move {
+    tasks.spawn(async move {
         let app = metrics::router();
         if let Err(e) = axum::serve(metrics_listener, app).with_graceful_shutdown(stop.cancelled_owned()).await {
             tracing::error!("metrics server failed: {e}");
         }
-    }));
+    });
 
-    let (signal, eng, grace) = (shutdown.clone(), engine.clone(), config.shutdown_grace);
-    tasks.push(tokio::spawn(async move {
+    // The shutdown sequence: stop taking executions, let running ones finish within the
+    // grace period, fail the rest (kind `shutdown`), let their final events reach the
+    // clients, then close the listeners.
+    let (signal, eng, grace, http) = (shutdown.clone(), engine.clone(), config.shutdown_grace, http_state.clone());
+    tasks.spawn(async move {
         signal.cancelled().await;
         tracing::info!(grace = ?grace, live = eng.live_instances(), "shutting down");
         health_reporter.set_not_serving::<SandboxServer<grpc::SandboxService>>().await;
         eng.stop_accepting();
-        let deadline = Instant::now() + grace;
-        while eng.live_instances() > 0 && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        if tokio::time::timeout(grace, eng.drained()).await.is_err() {
+            eng.shutdown();
+            eng.drained().await;
         }
-        eng.shutdown();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while eng.live_instances() > 0 && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(10)).await;
+        http.clear();
+        request_tasks.close();
+        if tokio::time::timeout(FINAL_EVENTS_GRACE, request_tasks.wait()).await.is_err() {
+            tracing::warn!("some clients did not take their final events in time");
         }
-        // Let the pumps deliver their final `Failed { kind: shutdown }` before closing.
-        tokio::time::sleep(Duration::from_millis(100)).await;
         stop_serving.cancel();
-    }));
+    });
 
     tracing::info!(grpc = %grpc_addr, http = %http_addr, metrics = %metrics_addr, "serving");
     Ok(RunningServer { grpc_addr, http_addr, http: http_state, metrics_addr, engine, tenants, shutdown, tasks })

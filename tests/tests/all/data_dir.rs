@@ -26,7 +26,7 @@ for path in ["/mnt/data/../secret.txt", "/mnt/secret.txt", "/mnt/data/sub/../../
         print("refused", path, type(e).__name__)
 print(sorted(os.listdir("/mnt/data")))
 "#;
-    let request = ExecutionRequest { data_dir: Some(dir.clone()), ..ExecutionRequest::new(code) };
+    let request = ExecutionRequest::new(code).with_data_dir(dir.clone());
     let exec = engine().start(request).await.unwrap();
     let out = drive(exec, echo).await.completed().stdout;
     assert!(out.starts_with("[{'a': '1', 'b': '2'}]\n"), "{out}");

@@ -1,0 +1,360 @@
+//! The LibreChat-compatible HTTP Code API (axum): `POST /exec/programmatic` with signed
+//! continuation tokens, `POST /exec`, and `POST /exec/programmatic/cancel`.
+//!
+//! Unlike servers that re-run the whole script every round, a paused execution here is the
+//! live instance: a continuation request hands it the results and it resumes where it was.
+//!
+//! LibreChat's client shows a model only `stderr` and a fixed set of `error` strings, and turns
+//! every 4xx into "the request was rejected, check the tool input". So a failure the *program*
+//! caused answers 200 with `status: "error"`, one of those strings, and a line in `stderr` that
+//! says what happened and what to do; 4xx is kept for malformed requests, auth and tokens.
+
+mod api;
+mod paused;
+mod run_files;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::auth::ApiKeys;
+use crate::conn::HttpLimits;
+use crate::files::{FileStore, FilesError};
+use crate::tenants::Tenants;
+use crate::token::{Claims, Signer, TokenError, now_ms};
+use api::{ApiError, ApiJson, CancelRequest, ExecRequest, ProgrammaticRequest, RunOptions, Tenant, ToolCallOut, ToolResultSpec};
+use paused::{Paused, Registry};
+use ptc_engine::{Engine, ErrorKind, Event, Execution, ExecutionRequest, ToolCall, ToolDef, ToolResult};
+use run_files::RunFiles;
+
+const REQUEST_ID_HEADER: &str = "x-librechat-code-request-id";
+
+pub struct HttpState {
+    pub engine: Engine,
+    pub keys: Arc<ApiKeys>,
+    pub tenants: Arc<Tenants>,
+    pub signer: Signer,
+    pub files: Arc<FileStore>,
+    pub limits: HttpLimits,
+    paused: Registry,
+    /// The file watchers of running executions (waited for at shutdown).
+    tasks: TaskTracker,
+}
+
+impl HttpState {
+    pub fn new(
+        engine: Engine,
+        keys: Arc<ApiKeys>,
+        tenants: Arc<Tenants>,
+        signer: Signer,
+        files: FileStore,
+        limits: HttpLimits,
+        tasks: TaskTracker,
+    ) -> Arc<Self> {
+        Arc::new(HttpState { engine, keys, tenants, signer, files: Arc::new(files), limits, paused: Registry::default(), tasks })
+    }
+
+    /// Executions paused between two requests.
+    pub fn paused_count(&self) -> usize {
+        self.paused.len()
+    }
+
+    /// Drops paused executions that have ended (deadline passed, cancelled, quota).
+    pub fn sweep(&self) {
+        self.paused.sweep();
+    }
+
+    /// Drops every paused execution (at shutdown, once the engine has failed them).
+    pub fn clear(&self) {
+        self.paused.clear();
+    }
+}
+
+/// The background work of the HTTP API, until `stop`: expired paused executions every second,
+/// session retention every minute.
+pub async fn sweep(state: Arc<HttpState>, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    for n in 0u64.. {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.cancelled() => break,
+        }
+        state.sweep();
+        if n % 60 == 0 {
+            let files = state.files.clone();
+            let _ = tokio::task::spawn_blocking(move || files.sweep()).await;
+        }
+    }
+}
+
+pub fn router(state: Arc<HttpState>) -> axum::Router {
+    axum::Router::new()
+        .route("/exec/programmatic", post(programmatic))
+        .route("/exec/programmatic/cancel", post(cancel))
+        .route("/exec", post(exec))
+        .fallback(|| async {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "Not found: this server answers POST /exec, /exec/programmatic and /exec/programmatic/cancel",
+            )
+        })
+        .with_state(state)
+}
+
+async fn programmatic(
+    State(state): State<Arc<HttpState>>,
+    Tenant(tenant): Tenant,
+    headers: HeaderMap,
+    ApiJson(request): ApiJson<ProgrammaticRequest>,
+) -> Result<Response, ApiError> {
+    if let Some(token) = request.continuation_token {
+        let results = request.tool_results.ok_or_else(|| ApiError::bad_request("tool_results (an array) is required"))?;
+        return continuation(&state, tenant, &token, results).await;
+    }
+    let tools = request.tools.unwrap_or_default().into_iter().map(ToolDef::from).collect();
+    initial(&state, tenant, &headers, request.code, tools, request.run).await
+}
+
+async fn exec(
+    State(state): State<Arc<HttpState>>,
+    Tenant(tenant): Tenant,
+    headers: HeaderMap,
+    ApiJson(request): ApiJson<ExecRequest>,
+) -> Result<Response, ApiError> {
+    if let Some(lang) = request.lang.as_deref()
+        && !matches!(lang, "py" | "python" | "python3")
+    {
+        return Err(ApiError::bad_request(format!("unsupported language {lang:?}: only Python (\"py\") runs here")));
+    }
+    initial(&state, tenant, &headers, request.code, vec![], request.run).await
+}
+
+async fn cancel(
+    State(state): State<Arc<HttpState>>,
+    Tenant(tenant): Tenant,
+    headers: HeaderMap,
+    ApiJson(request): ApiJson<CancelRequest>,
+) -> Result<Response, ApiError> {
+    let request_id = request
+        .request_id
+        .or_else(|| headers.get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned))
+        .ok_or_else(|| ApiError::bad_request("request_id is required"))?;
+    let control = state.tenants.by_request_id(&tenant, &request_id).ok_or_else(|| {
+        ApiError::new(StatusCode::NOT_FOUND, format!("no running execution with request id {request_id:?}"))
+    })?;
+    control.cancel();
+    // A paused execution is forgotten now, not at its deadline: its instance, tenant slot and
+    // request id are free for the next request.
+    state.paused.forget(control.id());
+    Ok(Json(json!({"status": "cancelled", "request_id": request_id})).into_response())
+}
+
+fn new_session_id() -> String {
+    let mut bytes = [0u8; 12];
+    getrandom::fill(&mut bytes).expect("the OS random source");
+    hex::encode(bytes)
+}
+
+/// The limits of a run: the engine's defaults with the request's timeout, which must lie
+/// within the engine's ceilings.
+fn limits(engine: &Engine, timeout_ms: Option<u64>) -> Result<ptc_engine::Limits, ApiError> {
+    let config = engine.config();
+    let limits = config.default_limits.clone();
+    let Some(ms) = timeout_ms else { return Ok(limits) };
+    let (min, max) = (config.ceilings.min_timeout.as_millis() as u64, config.ceilings.max_timeout.as_millis() as u64);
+    if !(min..=max).contains(&ms) {
+        return Err(ApiError::bad_request(format!("timeout must be an integer between {min} and {max} (ms)")));
+    }
+    Ok(limits.with_timeout(Duration::from_millis(ms)))
+}
+
+/// Where an execution stopped: paused for tools (in a round), or ended.
+enum Stop {
+    Calls(u32, Vec<ToolCall>),
+    Completed(ptc_engine::Completion),
+    Failed(ptc_engine::Failure),
+}
+
+async fn advance(execution: &mut Execution) -> Stop {
+    loop {
+        match execution.next_event().await {
+            Some(Event::ToolCalls { round, calls }) => return Stop::Calls(round, calls),
+            Some(Event::Completed(c)) => return Stop::Completed(c),
+            Some(Event::Failed(f)) => return Stop::Failed(f),
+            Some(Event::Output { .. }) => {} // the final event carries all of it
+            None => unreachable!("an execution always ends with Completed or Failed"),
+        }
+    }
+}
+
+async fn initial(
+    state: &HttpState,
+    tenant: String,
+    headers: &HeaderMap,
+    code: Option<String>,
+    tools: Vec<ToolDef>,
+    options: RunOptions,
+) -> Result<Response, ApiError> {
+    let code = code.ok_or_else(|| ApiError::bad_request("code (a string) is required"))?;
+    let limits = limits(&state.engine, options.timeout)?;
+    let session_id = options.session_id.filter(|s| !s.is_empty()).unwrap_or_else(new_session_id);
+    let imports = options.files.unwrap_or_default().into_iter().map(|f| (f.name, f.session_id)).collect();
+    let request_id = headers.get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok());
+    let admission = state.tenants.admit(&tenant, request_id)?;
+    let run = RunFiles::prepare(&state.files, &tenant, &session_id, imports).await?;
+    let expires_at_ms = now_ms() + limits.timeout.as_millis() as u64;
+    let request = ExecutionRequest::new(code)
+        .with_tools(tools)
+        .with_limits(limits)
+        .with_session_id(session_id.clone())
+        .with_data_dir(run.session.path.clone())
+        .with_tenant(tenant.clone());
+    let mut execution = state.engine.start(request).await?;
+    admission.attach(execution.control());
+    run.watch(&state.files, execution.control(), &state.tasks);
+    tracing::info!(execution = %execution.id(), %tenant, session = %session_id, "http execution started");
+    match advance(&mut execution).await {
+        Stop::Calls(round, calls) => {
+            let paused = Paused { execution, run, tenant, session_id, round, expires_at_ms, _admission: admission };
+            Ok(pause(state, paused, calls).await)
+        }
+        ended => Ok(ended_response(state, &run, ended).await),
+    }
+}
+
+async fn continuation(
+    state: &HttpState,
+    tenant: String,
+    token: &str,
+    results: Vec<ToolResultSpec>,
+) -> Result<Response, ApiError> {
+    let claims = match state.signer.verify(token, now_ms()) {
+        Ok(c) if c.tenant == tenant => c,
+        Ok(_) | Err(TokenError::Invalid) => return Err(ApiError::bad_request("Invalid continuation token")),
+        Err(TokenError::Expired) => return Err(ApiError::bad_request("Execution expired")),
+    };
+    let Some(slot) = state.paused.get(&claims.execution_id) else { return Err(ApiError::bad_request("Execution expired")) };
+    // A second request racing on the same execution is a replay of the same token.
+    let Ok(mut guard) = slot.try_lock() else { return Err(ApiError::bad_request("Invalid continuation token")) };
+    let Some(paused) = guard.as_mut() else { return Err(ApiError::bad_request("Invalid continuation token")) };
+    if paused.round != claims.round || paused.tenant != tenant {
+        return Err(ApiError::bad_request("Invalid continuation token"));
+    }
+
+    // Everything is checked before anything is applied: a refused request leaves the paused
+    // execution exactly as it was.
+    let pending = paused.pending();
+    let mut answers: HashMap<String, ToolResult> = HashMap::new();
+    for r in results {
+        let id = r.call_id.clone();
+        if !pending.contains(&id) {
+            return Err(ApiError::bad_request(format!(
+                "Unknown call_id {id:?}: it is not a pending tool call of this execution"
+            )));
+        }
+        if answers.insert(id.clone(), r.into_tool_result()).is_some() {
+            return Err(ApiError::bad_request(format!("call_id {id:?} is answered twice")));
+        }
+    }
+    let missing: Vec<&str> = pending.iter().filter(|p| !answers.contains_key(*p)).map(String::as_str).collect();
+    if !missing.is_empty() {
+        return Err(ApiError::bad_request(format!("Missing tool results for: {}", missing.join(", "))));
+    }
+    let ordered: Vec<ToolResult> = pending.iter().filter_map(|p| answers.remove(p)).collect();
+    if let Err(e) = paused.execution.submit(ordered) {
+        return Err(match e.kind() {
+            ErrorKind::Finished => ApiError::bad_request("Execution expired"),
+            _ => e.into(),
+        });
+    }
+
+    let mut paused = guard.take().expect("checked above");
+    let stop = advance(&mut paused.execution).await;
+    state.paused.remove(&claims.execution_id);
+    drop(guard);
+    match stop {
+        Stop::Calls(round, calls) => {
+            paused.round = round;
+            Ok(pause(state, paused, calls).await)
+        }
+        ended => Ok(ended_response(state, &paused.run, ended).await),
+    }
+}
+
+/// Keeps the paused execution and answers `tool_call_required` with a token for its round.
+/// The file quota is checked first: a program that wrote past it while running is stopped
+/// here rather than kept paused.
+async fn pause(state: &HttpState, mut paused: Paused, calls: Vec<ToolCall>) -> Response {
+    if !paused.run.check(&state.files, &paused.execution.control()).await {
+        let stop = advance(&mut paused.execution).await;
+        return ended_response(state, &paused.run, stop).await;
+    }
+    let claims = Claims {
+        execution_id: paused.execution.id().to_string(),
+        tenant: paused.tenant.clone(),
+        session_id: paused.session_id.clone(),
+        round: paused.round,
+        expires_at_ms: paused.expires_at_ms,
+    };
+    let token = state.signer.sign(&claims);
+    let session_id = paused.session_id.clone();
+    state.paused.insert(paused);
+    let tool_calls: Vec<ToolCallOut> =
+        calls.into_iter().map(|c| ToolCallOut { input: c.input_value(), id: c.id, name: c.name }).collect();
+    Json(json!({
+        "status": "tool_call_required", "session_id": session_id,
+        "continuation_token": token, "tool_calls": tool_calls,
+    }))
+    .into_response()
+}
+
+/// The response for an execution that has ended: its output and files, or what the model is
+/// told about its failure (a file quota it broke comes first).
+async fn ended_response(state: &HttpState, run: &Arc<RunFiles>, stop: Stop) -> Response {
+    let session_id = run.session.id.as_str();
+    let settled = run.settle(&state.files).await;
+    let quota = run.over_quota().or(match &settled {
+        Err(FilesError::Quota(m)) => Some(m.clone()),
+        _ => None,
+    });
+    let (stdout, stderr) = match &stop {
+        Stop::Completed(c) => (&c.stdout, &c.stderr),
+        Stop::Failed(f) => (&f.stdout, &f.stderr),
+        Stop::Calls(..) => unreachable!("paused executions are answered by `pause`"),
+    };
+    if let Some(message) = quota {
+        let hint = format!("{message}. Write less to /mnt/data or delete files you no longer need.");
+        let body = json!({
+            "status": "error", "session_id": session_id, "error": "Execution failed or timed out", "kind": "file_quota",
+            "stdout": stdout, "stderr": api::with_hint(stderr, &hint),
+        });
+        return Json(body).into_response();
+    }
+    match stop {
+        Stop::Completed(c) => match settled {
+            Ok(files) => Json(json!({
+                "status": "completed", "session_id": session_id, "stdout": c.stdout, "stderr": c.stderr, "files": files,
+            }))
+            .into_response(),
+            Err(e) => ApiError::from(e).into_response(),
+        },
+        Stop::Failed(f) => {
+            let (status, error, hint) = api::model_error(&f);
+            let body = json!({
+                "status": "error", "session_id": session_id, "error": error, "kind": f.kind.as_str(),
+                "stdout": f.stdout, "stderr": api::with_hint(&f.stderr, &hint),
+            });
+            (status, Json(body)).into_response()
+        }
+        Stop::Calls(..) => unreachable!(),
+    }
+}

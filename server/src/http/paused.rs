@@ -1,0 +1,91 @@
+//! Paused executions of the HTTP API, between the request that paused one and the
+//! continuation that resumes it.
+//!
+//! Which calls await answers is the engine's to know ([`ptc_engine::Control::pending_through`]);
+//! an entry here keeps the live execution, the round its token may resume, and what the run
+//! holds (its files, its tenant's admission).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use ptc_engine::Execution;
+
+use super::run_files::RunFiles;
+use crate::tenants::Admission;
+use crate::token::now_ms;
+
+/// An execution waiting for the client's tool results between two requests.
+pub(crate) struct Paused {
+    pub execution: Execution,
+    pub run: Arc<RunFiles>,
+    pub tenant: String,
+    pub session_id: String,
+    /// The round whose token may resume it; any other token is a replay or a forgery.
+    pub round: u32,
+    pub expires_at_ms: u64,
+    pub _admission: Admission,
+}
+
+impl Paused {
+    /// The calls the client was shown and has not answered.
+    pub(crate) fn pending(&self) -> Vec<String> {
+        self.execution.control().pending_through(self.round)
+    }
+}
+
+/// One paused execution's place. A continuation holds its lock while it resumes the execution
+/// (a second request on the same token finds it locked: a replay) and empties it when done.
+pub(crate) type Slot = Arc<tokio::sync::Mutex<Option<Paused>>>;
+
+/// The paused executions, by execution id.
+#[derive(Default)]
+pub(crate) struct Registry {
+    slots: Mutex<HashMap<String, Slot>>,
+}
+
+impl Registry {
+    fn slots(&self) -> MutexGuard<'_, HashMap<String, Slot>> {
+        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.slots().len()
+    }
+
+    pub(crate) fn insert(&self, paused: Paused) {
+        let id = paused.execution.id().to_string();
+        self.slots().insert(id, Arc::new(tokio::sync::Mutex::new(Some(paused))));
+    }
+
+    pub(crate) fn get(&self, id: &str) -> Option<Slot> {
+        self.slots().get(id).cloned()
+    }
+
+    pub(crate) fn remove(&self, id: &str) {
+        self.slots().remove(id);
+    }
+
+    /// Forgets `id` at once, unless a request is resuming it right now (that request then
+    /// sees it end and forgets it itself).
+    pub(crate) fn forget(&self, id: &str) {
+        let mut slots = self.slots();
+        if slots.get(id).is_some_and(|slot| slot.try_lock().is_ok()) {
+            slots.remove(id);
+        }
+    }
+
+    /// Drops paused executions that have ended (deadline passed, cancelled, quota): this frees
+    /// their handles and their tenants' slots.
+    pub(crate) fn sweep(&self) {
+        let now = now_ms();
+        self.slots().retain(|_, slot| match slot.try_lock() {
+            Ok(p) => p.as_ref().is_some_and(|p| p.expires_at_ms > now && !p.execution.control().is_finished()),
+            Err(_) => true, // a request is using it right now
+        });
+    }
+
+    /// Drops every paused execution (shutdown): their instances end with them.
+    pub(crate) fn clear(&self) {
+        self.slots().clear();
+    }
+}

@@ -1,0 +1,105 @@
+//! One run's session files (`/mnt/data`): prepared before it starts, watched against the
+//! tenant's quota while it runs, and settled exactly once however it ends.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ptc_engine::Control;
+use tokio_util::task::TaskTracker;
+
+use crate::files::{FileRef, FileStore, FilesError, Scan, Session};
+
+/// How often a running execution's session directory is checked against the file quota
+/// (also once at every pause and at the end). Between two checks a program can write past
+/// the quota by what it writes in this time; then it is stopped and what it wrote is removed.
+const QUOTA_CHECK_INTERVAL: Duration = Duration::from_millis(100);
+
+/// The session directory of one run, what it held before the program started, and how the
+/// run's files were settled once it ended (by whichever of the request or the watcher saw
+/// the end first).
+pub(crate) struct RunFiles {
+    pub session: Session,
+    before: Scan,
+    /// Set when a check found the tenant over quota (the execution was cancelled for it).
+    over_quota: Mutex<Option<String>>,
+    settled: Mutex<Option<Result<Vec<FileRef>, FilesError>>>,
+}
+
+impl RunFiles {
+    /// The session directory, with `imports` (name, session id) from earlier sessions of the
+    /// tenant copied in.
+    pub(crate) async fn prepare(
+        files: &Arc<FileStore>,
+        tenant: &str,
+        session_id: &str,
+        imports: Vec<(String, String)>,
+    ) -> Result<Arc<Self>, FilesError> {
+        let (files, tenant, session_id) = (files.clone(), tenant.to_string(), session_id.to_string());
+        tokio::task::spawn_blocking(move || {
+            let session = files.open_session(&tenant, &session_id)?;
+            files.import(&session, &imports)?;
+            let before = files.scan(&session)?;
+            Ok(Arc::new(RunFiles { session, before, over_quota: Mutex::new(None), settled: Mutex::new(None) }))
+        })
+        .await
+        .unwrap_or_else(|e| Err(FilesError::Io(format!("preparing files: {e}"))))
+    }
+
+    /// The run's files once it has ended: checked against the quota exactly once.
+    pub(crate) async fn settle(self: &Arc<Self>, files: &Arc<FileStore>) -> Result<Vec<FileRef>, FilesError> {
+        let (run, files) = (self.clone(), files.clone());
+        tokio::task::spawn_blocking(move || {
+            let mut settled = run.settled.lock().unwrap_or_else(|e| e.into_inner());
+            settled.get_or_insert_with(|| files.settle(&run.session, &run.before)).clone()
+        })
+        .await
+        .unwrap_or_else(|e| Err(FilesError::Io(format!("settling files: {e}"))))
+    }
+
+    /// Why the run was stopped for the quota, if it was.
+    pub(crate) fn over_quota(&self) -> Option<String> {
+        self.over_quota.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Checks the quota now; over it, the execution is cancelled and the reason kept.
+    pub(crate) async fn check(self: &Arc<Self>, files: &Arc<FileStore>, control: &Control) -> bool {
+        let (run, files) = (self.clone(), files.clone());
+        let result = tokio::task::spawn_blocking(move || files.check(&run.session)).await;
+        if let Ok(Err(FilesError::Quota(message))) = result {
+            *self.over_quota.lock().unwrap_or_else(|e| e.into_inner()) = Some(message);
+            control.cancel();
+            return false;
+        }
+        true
+    }
+
+    /// Watches the run's files until it ends, then settles them, so that the quota holds on
+    /// every ending, also one no request sees (expired or cancelled while paused).
+    pub(crate) fn watch(self: &Arc<Self>, files: &Arc<FileStore>, control: Control, tasks: &TaskTracker) {
+        let (run, files) = (self.clone(), files.clone());
+        tasks.spawn(async move {
+            let mut tick = tokio::time::interval(QUOTA_CHECK_INTERVAL);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut checked_while_paused = false;
+            loop {
+                tick.tick().await;
+                if control.is_finished() {
+                    break;
+                }
+                // A paused program writes nothing: one check per pause is enough.
+                let paused = control.is_paused();
+                if paused && checked_while_paused {
+                    continue;
+                }
+                checked_while_paused = paused;
+                if !run.check(&files, &control).await {
+                    break;
+                }
+            }
+            while !control.is_finished() {
+                tick.tick().await;
+            }
+            let _ = run.settle(&files).await;
+        });
+    }
+}
