@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use ptc_benches::*;
-use ptc_server::{ServerConfig, start};
 use ptc_engine::Engine;
+use ptc_server::{ServerConfig, start};
 
 fn benches(c: &mut Criterion) {
     let rt = tokio::runtime::Runtime::new().unwrap();

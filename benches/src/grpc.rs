@@ -28,11 +28,18 @@ pub fn start(code: &str, tools: &[&str]) -> proto::Start {
 }
 
 pub fn ok(call_id: &str, value: &serde_json::Value) -> proto::ToolResult {
-    proto::ToolResult { call_id: call_id.into(), outcome: Some(proto::tool_result::Outcome::ResultJson(value.to_string())) }
+    proto::ToolResult {
+        call_id: call_id.into(),
+        outcome: Some(proto::tool_result::Outcome::ResultJson(value.to_string())),
+    }
 }
 
 impl Exec {
-    pub async fn open(client: &mut SandboxClient<Channel>, start: proto::Start, key: Option<&str>) -> Result<Exec, String> {
+    pub async fn open(
+        client: &mut SandboxClient<Channel>,
+        start: proto::Start,
+        key: Option<&str>,
+    ) -> Result<Exec, String> {
         let (tx, rx) = mpsc::channel(4);
         tx.send(proto::ClientMessage { message: Some(client_message::Message::Start(start)) })
             .await

@@ -7,8 +7,8 @@ pub mod grpc;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
-use ptc_server::proto::sandbox_client::SandboxClient;
 use ptc_engine::{Engine, Event, ExecutionRequest, ToolDef, ToolResult};
+use ptc_server::proto::sandbox_client::SandboxClient;
 use tonic::transport::Channel;
 
 use grpc::Exec;
@@ -125,7 +125,12 @@ for line in sys.stdin:
 
 impl WarmPython {
     pub fn start() -> Self {
-        let mut child = Command::new("python3").args(["-u", "-c", LOOP]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+        let mut child = Command::new("python3")
+            .args(["-u", "-c", LOOP])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
         let stdin = child.stdin.take().unwrap();
         let stdout = BufReader::new(child.stdout.take().unwrap());
         WarmPython { child, stdin, stdout }

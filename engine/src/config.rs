@@ -255,3 +255,33 @@ impl Default for EngineConfig {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_defaults_lie_within_the_ceilings() {
+        Ceilings::default().check(&Limits::default(), false).unwrap();
+    }
+
+    #[test]
+    fn each_limit_out_of_range_is_named_with_its_range() {
+        let c = Ceilings::default();
+        let err = |limits: Limits| c.check(&limits, false).unwrap_err().message().to_string();
+        assert_eq!(
+            err(Limits::default().with_timeout(Duration::from_millis(999))),
+            "timeout must be between 1000 and 300000 ms, got 999 ms"
+        );
+        assert!(err(Limits::default().with_timeout(Duration::from_secs(301))).contains("got 301000 ms"));
+        assert_eq!(err(Limits::default().with_max_round_trips(0)), "max_round_trips must be between 1 and 1000, got 0");
+        assert!(
+            err(Limits::default().with_max_tool_calls(100_001)).starts_with("max_tool_calls must be between 1 and")
+        );
+        assert!(err(Limits::default().with_max_output_bytes(65 * MIB)).starts_with("max_output_bytes"));
+        assert!(err(Limits::default().with_max_memory_bytes(16 * MIB)).contains("at least 32 MiB"));
+        assert!(err(Limits::default().with_max_memory_bytes(8192 * MIB)).starts_with("max_memory_bytes"));
+        assert!(err(Limits::default().with_fuel(Some(1))).contains("fuel metering is disabled"));
+        c.check(&Limits::default().with_fuel(Some(1)), true).unwrap();
+    }
+}

@@ -1,7 +1,7 @@
 //! The engine: one compiled, pre-linked sandbox component and the executions started from it.
 
-use std::sync::Arc;
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 
@@ -15,10 +15,10 @@ use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 /// Where `ExecutionRequest::data_dir` appears inside the sandbox.
 pub const DATA_DIR: &str = "/mnt/data";
 
+use crate::bindings::{self, Sandbox, SandboxPre};
 use crate::config::{ComponentSource, EngineConfig, Limits, WhenBusy};
 use crate::error::{Error, ErrorKind, Result};
 use crate::events::OutputStream;
-use crate::bindings::{self, Sandbox, SandboxPre};
 use crate::exchange::Exchange;
 use crate::execution::{Control, Execution, Job, drive};
 use crate::host::{Broker, HostState};
@@ -212,12 +212,14 @@ impl Engine {
         let limits = Limits::default();
         let (mut store, _wiring) = self.new_store(&limits, tools, None, None)?;
         store.epoch_deadline_async_yield_and_update(1);
-        let sandbox = self.inner.pre.instantiate_async(&mut store).await.map_err(|e| Error::engine("instantiating", e))?;
-        let described = tokio::time::timeout(limits.timeout, sandbox.call_describe_tools(&mut store, &wit_tools(tools)))
-            .await
-            .map_err(|_| Error::engine("describing tools", "timed out"))?
-            .map_err(|e| Error::engine("describing tools", e))?
-            .map_err(Error::invalid)?;
+        let sandbox =
+            self.inner.pre.instantiate_async(&mut store).await.map_err(|e| Error::engine("instantiating", e))?;
+        let described =
+            tokio::time::timeout(limits.timeout, sandbox.call_describe_tools(&mut store, &wit_tools(tools)))
+                .await
+                .map_err(|_| Error::engine("describing tools", "timed out"))?
+                .map_err(|e| Error::engine("describing tools", e))?
+                .map_err(Error::invalid)?;
         Ok(ToolDescription {
             tools: described
                 .tools

@@ -7,8 +7,14 @@ use std::time::Duration;
 pub enum Event {
     /// Every call that was pending when the program blocked; answer any subset, in any order.
     /// `round` counts the batches handed out so far (1 for the first).
-    ToolCalls { round: u32, calls: Vec<ToolCall> },
-    Output { stream: OutputStream, data: Vec<u8> },
+    ToolCalls {
+        round: u32,
+        calls: Vec<ToolCall>,
+    },
+    Output {
+        stream: OutputStream,
+        data: Vec<u8>,
+    },
     Completed(Completion),
     Failed(Failure),
 }

@@ -241,8 +241,12 @@ mod tests {
         let x = exchange();
         x.register(1, [("a", "t"), ("b", "t"), ("c", "t")]);
         let big = format!("\"{}\"", "x".repeat(200));
-        x.submit(vec![ToolResult::ok_json("a", "{nope"), ToolResult::ok_json("b", big), ToolResult::ok_json("c", "[1]")])
-            .unwrap();
+        x.submit(vec![
+            ToolResult::ok_json("a", "{nope"),
+            ToolResult::ok_json("b", big),
+            ToolResult::ok_json("c", "[1]"),
+        ])
+        .unwrap();
         let Drained::Ready(got) = x.drain() else { panic!("answers arrived") };
         assert!(got[0].outcome.as_ref().unwrap_err().contains("malformed JSON"), "{got:?}");
         assert!(got[1].outcome.as_ref().unwrap_err().contains("202 bytes; the limit is 100"), "{got:?}");

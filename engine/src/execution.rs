@@ -3,8 +3,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tokio_util::sync::CancellationToken;
 use wasmtime::Store;
 
@@ -155,7 +155,7 @@ pub(crate) async fn drive(job: Job, mut store: Store<HostState>) {
     let mut stats = Stats {
         wall_time: job.started.elapsed(),
         instantiate_time: instantiate_time.unwrap_or_default(),
-        round_trips: data.broker.rounds.min(u32::MAX),
+        round_trips: data.broker.rounds,
         tool_calls: data.broker.calls,
         fuel_consumed: None,
         peak_memory_bytes: data.limiter.peak,
@@ -188,13 +188,9 @@ pub(crate) async fn drive(job: Job, mut store: Store<HostState>) {
             FailureKind::Timeout,
             format!("Execution timeout after {} ms", job.timeout.as_millis()),
         )),
-        Ending::Returned(Ok(Outcome::Completed(return_value))) => Event::Completed(Completion {
-            stdout,
-            stderr,
-            return_value,
-            tool_calls,
-            stats,
-        }),
+        Ending::Returned(Ok(Outcome::Completed(return_value))) => {
+            Event::Completed(Completion { stdout, stderr, return_value, tool_calls, stats })
+        }
         Ending::Returned(Ok(Outcome::Failed(f))) => {
             let kind = match f.kind {
                 bindings::FailureKind::PythonError => FailureKind::PythonError,

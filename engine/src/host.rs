@@ -173,7 +173,8 @@ impl Broker {
         let ready = match self.exchange.drain() {
             Drained::Ready(ready) => ready,
             Drained::Idle => {
-                let message = format!("guest waits for tool results but no call is outstanding (round {})", self.rounds);
+                let message =
+                    format!("guest waits for tool results but no call is outstanding (round {})", self.rounds);
                 return Err(HostTrap::raise(FailureKind::Internal, message));
             }
             Drained::Waiting => {

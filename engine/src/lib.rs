@@ -38,13 +38,11 @@ mod shares;
 mod wasm;
 
 pub use config::{
-    Ceilings, ComponentSource, EngineConfig, Limits, MIB, WhenBusy, cores, default_max_concurrent, default_memory_budget,
-    default_tenant_max_running,
+    Ceilings, ComponentSource, EngineConfig, Limits, MIB, WhenBusy, cores, default_max_concurrent,
+    default_memory_budget, default_tenant_max_running,
 };
 pub use engine::{DATA_DIR, DescribedTool, Engine, ToolDescription};
 pub use error::{Error, ErrorKind, Result};
-pub use events::{
-    Completion, Event, Failure, FailureKind, OutputStream, Stats, ToolCall, ToolCallRecord, ToolResult,
-};
+pub use events::{Completion, Event, Failure, FailureKind, OutputStream, Stats, ToolCall, ToolCallRecord, ToolResult};
 pub use execution::{Control, Execution};
 pub use request::{ExecutionRequest, ToolDef};

@@ -90,11 +90,7 @@ impl Output {
     /// (stdout, stderr, truncated) so far, as text (invalid UTF-8 replaced).
     pub(crate) fn snapshot(&self) -> (String, String, bool) {
         let b = self.0.lock().unwrap();
-        (
-            String::from_utf8_lossy(&b.stdout).into_owned(),
-            String::from_utf8_lossy(&b.stderr).into_owned(),
-            b.truncated,
-        )
+        (String::from_utf8_lossy(&b.stdout).into_owned(), String::from_utf8_lossy(&b.stderr).into_owned(), b.truncated)
     }
 
     pub(crate) fn sizes(&self) -> (u64, u64) {
@@ -158,5 +154,60 @@ impl tokio::io::AsyncWrite for Sink {
 
     fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::sync::mpsc;
+
+    use super::*;
+
+    fn output(cap: u64) -> (Output, mpsc::UnboundedReceiver<Event>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (Output::new(cap, tx), rx)
+    }
+
+    fn sent(rx: &mut mpsc::UnboundedReceiver<Event>) -> Vec<(OutputStream, String)> {
+        let mut out = Vec::new();
+        while let Ok(Event::Output { stream, data }) = rx.try_recv() {
+            out.push((stream, String::from_utf8(data).unwrap()));
+        }
+        out
+    }
+
+    #[test]
+    fn small_writes_are_coalesced_per_stream_until_a_flush() {
+        let (out, mut rx) = output(1000);
+        out.write(OutputStream::Stdout, b"a");
+        out.write(OutputStream::Stdout, b"b\n");
+        out.write(OutputStream::Stderr, b"oops\n");
+        out.write(OutputStream::Stdout, b"c");
+        assert!(sent(&mut rx).is_empty(), "nothing goes out before a flush");
+        out.flush();
+        let expected = [(OutputStream::Stdout, "ab\n"), (OutputStream::Stderr, "oops\n"), (OutputStream::Stdout, "c")];
+        assert_eq!(sent(&mut rx), expected.map(|(s, t)| (s, t.to_string())));
+        out.flush();
+        assert!(sent(&mut rx).is_empty(), "a flush with nothing new sends nothing");
+    }
+
+    #[test]
+    fn a_large_write_goes_out_without_waiting_for_a_flush() {
+        let (out, mut rx) = output(1 << 20);
+        out.write(OutputStream::Stdout, &vec![b'x'; FLUSH_AT]);
+        assert_eq!(sent(&mut rx).len(), 1);
+    }
+
+    #[test]
+    fn the_cap_covers_both_streams_and_flags_truncation() {
+        let (out, mut rx) = output(10);
+        out.write(OutputStream::Stdout, b"123456");
+        out.write(OutputStream::Stderr, b"abcdef");
+        out.write(OutputStream::Stdout, b"more");
+        out.flush();
+        assert_eq!(out.snapshot(), ("123456".into(), "abcd".into(), true));
+        assert_eq!(out.sizes(), (6, 4));
+        let streamed: String = sent(&mut rx).into_iter().map(|(_, t)| t).collect();
+        assert_eq!(streamed, "123456abcd", "only what is kept is streamed");
     }
 }

@@ -21,9 +21,8 @@ impl Schemas {
             let validator = match &tool.parameters {
                 None => None,
                 Some(schema) if schema.is_object() || schema.is_boolean() => Some(
-                    jsonschema::validator_for(schema).map_err(|e| {
-                        Error::invalid(format!("tool {:?} has an invalid JSON Schema: {e}", tool.name))
-                    })?,
+                    jsonschema::validator_for(schema)
+                        .map_err(|e| Error::invalid(format!("tool {:?} has an invalid JSON Schema: {e}", tool.name)))?,
                 ),
                 Some(_) => {
                     return Err(Error::invalid(format!(
@@ -58,5 +57,45 @@ impl Schemas {
         } else {
             Err(format!("invalid input for tool {name:?}: {}", problems.join("; ")))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn schemas() -> Schemas {
+        Schemas::compile(&[
+            ToolDef::new("add").with_parameters(json!({
+                "type": "object",
+                "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+                "required": ["a", "b"]
+            })),
+            ToolDef::new("free"),
+        ])
+        .unwrap()
+    }
+
+    #[test]
+    fn inputs_are_checked_against_their_tools_schema() {
+        let s = schemas();
+        assert_eq!(s.check("add", r#"{"a": 1, "b": 2}"#), Ok(()));
+        let err = s.check("add", r#"{"a": "x"}"#).unwrap_err();
+        assert!(err.starts_with("invalid input for tool \"add\""), "{err}");
+        assert!(err.contains("/a") && err.contains("\"b\" is a required property"), "{err}");
+        assert_eq!(s.check("free", r#"{"anything": [1, 2]}"#), Ok(()), "no schema: any JSON");
+        assert!(s.check("free", "{nope").unwrap_err().contains("is not JSON"));
+        assert_eq!(s.check("other", "{}"), Err("unknown tool \"other\"".into()));
+    }
+
+    #[test]
+    fn bad_schemas_are_refused_and_remote_refs_are_never_fetched() {
+        let refused = |parameters| Schemas::compile(&[ToolDef::new("t").with_parameters(parameters)]).err().unwrap();
+        assert!(refused(json!([1])).message().contains("must be a JSON Schema object"));
+        assert!(refused(json!({"type": 5})).message().contains("invalid JSON Schema"));
+        // Built without resolvers: a remote reference fails to compile instead of fetching.
+        assert!(refused(json!({"$ref": "http://127.0.0.1:9/schema.json"})).message().contains("invalid JSON Schema"));
     }
 }

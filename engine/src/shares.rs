@@ -52,7 +52,13 @@ struct TenantShare {
 
 impl Shares {
     pub(crate) fn new(budget: u64, tenant_budget: Option<u64>, tenant_running: Option<usize>) -> Arc<Self> {
-        Arc::new(Shares { budget, used: AtomicU64::new(0), tenant_budget, tenant_running, tenants: Mutex::new(HashMap::new()) })
+        Arc::new(Shares {
+            budget,
+            used: AtomicU64::new(0),
+            tenant_budget,
+            tenant_running,
+            tenants: Mutex::new(HashMap::new()),
+        })
     }
 
     /// Bytes of the budget in use now.
@@ -202,7 +208,7 @@ mod tests {
         a.grow(50 * MIB).unwrap();
         assert!(a.grow(20 * MIB).unwrap_err().contains("tenant \"a\""));
         b.grow(50 * MIB).unwrap();
-        assert!(b.grow(1 * MIB).unwrap_err().contains("server's memory budget"));
+        assert!(b.grow(MIB).unwrap_err().contains("server's memory budget"));
         assert_eq!(shares.used(), 100 * MIB);
         drop(a);
         assert_eq!(shares.used(), 50 * MIB);

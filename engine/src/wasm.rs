@@ -34,10 +34,9 @@ impl PoolShape {
     const FALLBACK: PoolShape = PoolShape { memories: 4, tables: 8 };
 
     fn of(component: &Component) -> PoolShape {
-        component.resources_required().map_or(Self::FALLBACK, |r| PoolShape {
-            memories: r.num_memories.max(1),
-            tables: r.num_tables.max(1),
-        })
+        component
+            .resources_required()
+            .map_or(Self::FALLBACK, |r| PoolShape { memories: r.num_memories.max(1), tables: r.num_tables.max(1) })
     }
 }
 

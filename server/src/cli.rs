@@ -21,7 +21,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Serve the gRPC API (with health and reflection) and Prometheus metrics.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Run a Python file, answering its tool calls with a command.
     Run(RunArgs),
 }

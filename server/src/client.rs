@@ -22,7 +22,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<i32> {
     };
     let tools = match &args.tools {
         None => vec![],
-        Some(path) => parse_tools(&std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?)?,
+        Some(path) => {
+            parse_tools(&std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?)?
+        }
     };
 
     let mut local = None;

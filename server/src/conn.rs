@@ -73,7 +73,9 @@ pub(crate) async fn read_body(limits: &HttpLimits, headers: &HeaderMap, mut body
         let mut seen = 0usize;
         let over_from_start = declared.is_some_and(|n| n > max as u64);
         while let Some(frame) = body.frame().await {
-            let Ok(frame) = frame else { return Err(json_error(StatusCode::BAD_REQUEST, "the request body could not be read".into())) };
+            let Ok(frame) = frame else {
+                return Err(json_error(StatusCode::BAD_REQUEST, "the request body could not be read".into()));
+            };
             let Ok(data) = frame.into_data() else { continue };
             seen = seen.saturating_add(data.len());
             if over_from_start || seen > max {

@@ -205,7 +205,11 @@ fn entry_of(meta: &cap_std::fs::Metadata) -> Entry {
     } else {
         Kind::Other
     };
-    Entry { kind, size: if kind == Kind::Dir { 0 } else { meta.len() }, modified: meta.modified().ok().map(|t| t.into_std()) }
+    Entry {
+        kind,
+        size: if kind == Kind::Dir { 0 } else { meta.len() },
+        modified: meta.modified().ok().map(|t| t.into_std()),
+    }
 }
 
 /// Walks `root` without following links, stopping after `limit` entries.
@@ -336,7 +340,8 @@ impl FileStore {
             }
             let not_found = || FilesError::Invalid(format!("file {name:?} not found in session {session_id:?}"));
             let (parent, file_name) = split(&rel);
-            let src_dir = open_dir_beneath(&session.tenant_dir, &Path::new(session_id).join(parent)).map_err(|_| not_found())?;
+            let src_dir =
+                open_dir_beneath(&session.tenant_dir, &Path::new(session_id).join(parent)).map_err(|_| not_found())?;
             let mut options = OpenOptions::new();
             options.read(true).follow(FollowSymlinks::No);
             let file = src_dir.open_with(file_name, &options).map_err(|_| not_found())?;
@@ -369,7 +374,10 @@ impl FileStore {
             // replaced, never written through.
             match dst_dir.symlink_metadata(file_name) {
                 Ok(meta) if meta.is_dir() => {
-                    return Err(FilesError::Invalid(format!("cannot import {}: a directory has that name", rel.display())));
+                    return Err(FilesError::Invalid(format!(
+                        "cannot import {}: a directory has that name",
+                        rel.display()
+                    )));
                 }
                 Ok(_) => dst_dir.remove_file_or_symlink(file_name).map_err(io_error("cannot replace a file"))?,
                 Err(_) => {}
@@ -404,7 +412,11 @@ impl FileStore {
     pub fn check(&self, session: &Session) -> Result<(), FilesError> {
         let scan = self.scan(session)?;
         let usage = self.tenant_usage_with(&session.tenant, &session.id, scan.usage);
-        if !scan.complete || self.over_quota(usage) { Err(FilesError::Quota(self.quota_message(usage))) } else { Ok(()) }
+        if !scan.complete || self.over_quota(usage) {
+            Err(FilesError::Quota(self.quota_message(usage)))
+        } else {
+            Ok(())
+        }
     }
 
     /// After a run, however it ended: the files it created or changed, or — if it leaves the

@@ -7,8 +7,8 @@
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
-use tokio_util::task::TaskTracker;
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::task::TaskTracker;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
@@ -82,7 +82,8 @@ impl sandbox_server::Sandbox for SandboxService {
         let limits = start.limits.unwrap_or_default().apply(&self.engine.config().default_limits);
         let admission = self.tenants.admit(&tenant, Some(&start.request_id)).map_err(refusal_status)?;
         let session_id = (!start.session_id.is_empty()).then_some(start.session_id);
-        let mut request = ExecutionRequest::new(start.code).with_tools(tools).with_limits(limits).with_tenant(tenant.clone());
+        let mut request =
+            ExecutionRequest::new(start.code).with_tools(tools).with_limits(limits).with_tenant(tenant.clone());
         request.session_id = session_id.clone();
         let execution = self.engine.start(request).await.map_err(status_from)?;
         admission.attach(execution.control());
@@ -91,7 +92,9 @@ impl sandbox_server::Sandbox for SandboxService {
             session = session_id.as_deref().unwrap_or(""));
         let (tx, rx) = mpsc::channel(64);
         let started = proto::ServerMessage {
-            message: Some(server_message::Message::Started(proto::Started { execution_id: execution.id().to_string() })),
+            message: Some(server_message::Message::Started(proto::Started {
+                execution_id: execution.id().to_string(),
+            })),
         };
         tx.send(Ok(started)).await.map_err(|_| Status::cancelled("client went away"))?;
         self.tasks.spawn(pump(execution, inbound, tx, admission, self.max_message_bytes).instrument(span));
@@ -176,7 +179,10 @@ fn inbound_status(status: Status, max_message_bytes: usize) -> Status {
     }
 }
 
-fn handle_client_message(execution: &ptc_engine::Execution, message: proto::ClientMessage) -> Option<proto::ServerMessage> {
+fn handle_client_message(
+    execution: &ptc_engine::Execution,
+    message: proto::ClientMessage,
+) -> Option<proto::ServerMessage> {
     match message.message {
         Some(client_message::Message::ToolResults(results)) => {
             match execution.submit(results.results.into_iter().map(Into::into).collect()) {

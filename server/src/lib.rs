@@ -26,8 +26,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::proto::sandbox_server::SandboxServer;
-use ptc_engine::{Engine, EngineConfig};
 use auth::ApiKeys;
+use ptc_engine::{Engine, EngineConfig};
 use tenants::{TenantLimits, Tenants};
 
 /// Everything `serve` needs; `ServerConfig::default()` is the embedded default (what
@@ -83,11 +83,8 @@ impl ServerConfig {
     /// The default configuration with every listener on a free port of 127.0.0.1 (`run
     /// --local`, tests, benches).
     pub fn ephemeral() -> Self {
-        let mut config = ServerConfig::default();
-        config.grpc_addr = ([127, 0, 0, 1], 0).into();
-        config.http_addr = ([127, 0, 0, 1], 0).into();
-        config.metrics_addr = ([127, 0, 0, 1], 0).into();
-        config
+        let free = SocketAddr::from(([127, 0, 0, 1], 0));
+        ServerConfig { grpc_addr: free, http_addr: free, metrics_addr: free, ..ServerConfig::default() }
     }
 }
 

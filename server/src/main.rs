@@ -17,7 +17,7 @@ fn main() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
         match cli.command {
-            Command::Serve(args) => serve(args).await,
+            Command::Serve(args) => serve(*args).await,
             Command::Run(args) => {
                 let code = ptc_server::client::run(args).await?;
                 std::process::exit(code);

@@ -14,7 +14,10 @@ pub fn handle() -> PrometheusHandle {
     HANDLE
         .get_or_init(|| {
             let recorder = PrometheusBuilder::new()
-                .set_buckets(&[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0])
+                .set_buckets(&[
+                    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+                    300.0,
+                ])
                 .expect("static buckets")
                 .build_recorder();
             let handle = recorder.handle();

@@ -33,14 +33,19 @@ impl Drop for Files {
 
 fn run(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(BIN).args(args).env("PTC_LOG", "warn").output().unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
 }
 
 #[test]
 fn run_local_answers_tools_with_the_handler() {
     let code = "r = await asyncio.gather(add(a=1, b=2), add(a=3, b=4))\nprint(r)\ntry:\n    await broken()\nexcept ToolError as e:\n    print('broken:', e)\nreturn sum(r)";
     let f = Files::new("local", code);
-    let (status, stdout, stderr) = run(&["run", &f.arg("prog.py"), "--tools", &f.arg("tools.json"), "--tool-handler", HANDLER, "--local"]);
+    let (status, stdout, stderr) =
+        run(&["run", &f.arg("prog.py"), "--tools", &f.arg("tools.json"), "--tool-handler", HANDLER, "--local"]);
     assert_eq!(status, 0, "{stderr}");
     assert_eq!(stdout, "[3, 7]\nbroken: no such tool: broken\n10\n");
 }
@@ -77,16 +82,18 @@ fn free_port() -> u16 {
 #[test]
 fn serve_takes_env_vars_serves_run_and_stops_on_sigterm() {
     let (grpc, metrics, http) = (free_port(), free_port(), free_port());
-    let mut child = KillOnDrop(Command::new(BIN)
-        .arg("serve")
-        .env("PTC_GRPC_ADDR", format!("127.0.0.1:{grpc}"))
-        .env("PTC_METRICS_ADDR", format!("127.0.0.1:{metrics}"))
-        .env("PTC_HTTP_ADDR", format!("127.0.0.1:{http}"))
-        .env("PTC_API_KEYS", "acme:s3cret")
-        .env("PTC_LOG", "info")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap());
+    let mut child = KillOnDrop(
+        Command::new(BIN)
+            .arg("serve")
+            .env("PTC_GRPC_ADDR", format!("127.0.0.1:{grpc}"))
+            .env("PTC_METRICS_ADDR", format!("127.0.0.1:{metrics}"))
+            .env("PTC_HTTP_ADDR", format!("127.0.0.1:{http}"))
+            .env("PTC_API_KEYS", "acme:s3cret")
+            .env("PTC_LOG", "info")
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let child = &mut child.0;
     let mut log = BufReader::new(child.stderr.take().unwrap());
     let t0 = Instant::now();
@@ -101,7 +108,8 @@ fn serve_takes_env_vars_serves_run_and_stops_on_sigterm() {
 
     let f = Files::new("remote", "print(await add(a=20, b=22))");
     let server = format!("http://127.0.0.1:{grpc}");
-    let args = ["run", &f.arg("prog.py"), "--tools", &f.arg("tools.json"), "--tool-handler", HANDLER, "--server", &server];
+    let args =
+        ["run", &f.arg("prog.py"), "--tools", &f.arg("tools.json"), "--tool-handler", HANDLER, "--server", &server];
     let (status, stdout, stderr) = run(&[&args[..], &["--api-key", "s3cret"]].concat());
     assert_eq!((status, stdout.as_str()), (0, "42\n"), "{stderr}");
     let (status, _, stderr) = run(&[&args[..], &["--api-key", "wrong"]].concat());
@@ -200,7 +208,16 @@ fn serve_runs_as_an_unprivileged_user_that_owns_only_its_files_dir() {
 fn help_lists_every_serve_option_with_its_env_var() {
     let (status, stdout, _) = run(&["serve", "--help"]);
     assert_eq!(status, 0);
-    for var in ["PTC_GRPC_ADDR", "PTC_HTTP_ADDR", "PTC_METRICS_ADDR", "PTC_API_KEYS", "PTC_MAX_CONCURRENT", "PTC_TENANT_MAX_PAUSED", "PTC_TIMEOUT_MS", "PTC_MAX_MEMORY_MIB"] {
+    for var in [
+        "PTC_GRPC_ADDR",
+        "PTC_HTTP_ADDR",
+        "PTC_METRICS_ADDR",
+        "PTC_API_KEYS",
+        "PTC_MAX_CONCURRENT",
+        "PTC_TENANT_MAX_PAUSED",
+        "PTC_TIMEOUT_MS",
+        "PTC_MAX_MEMORY_MIB",
+    ] {
         assert!(stdout.contains(var), "{var} missing from --help");
     }
 }

@@ -136,7 +136,8 @@ for name in ['secret', 'updir/f.txt', 'other/secret.txt']:
         refused.extend(["hard.txt", "ok.txt"]); // both names of a file with two links
     }
     for name in refused {
-        let r = run(addr, a, "victim", "import os\nprint(sorted(os.listdir('/mnt/data')))", import(name, "plant")).await;
+        let r =
+            run(addr, a, "victim", "import os\nprint(sorted(os.listdir('/mnt/data')))", import(name, "plant")).await;
         assert_eq!(r.status, 400, "importing {name:?}: {}", r.text);
         assert!(!r.text.contains("SECRET"), "{name}: {}", r.text);
     }
@@ -160,7 +161,14 @@ for name in ['secret', 'updir/f.txt', 'other/secret.txt']:
     let src = "import os\nopen('/mnt/data/ok2.txt', 'w').write('imported')\nos.makedirs('/mnt/data/real2', exist_ok=True)\nopen('/mnt/data/real2/ok.txt', 'w').write('imported')";
     let r = run(addr, a, "src", src, json!(null)).await;
     assert_eq!(r.body["status"], "completed", "{}", r.text);
-    let r = run(addr, a, "dst", "import os\nprint(os.path.islink('/mnt/data/ok2.txt'), open('/mnt/data/ok2.txt').read())", import("ok2.txt", "src")).await;
+    let r = run(
+        addr,
+        a,
+        "dst",
+        "import os\nprint(os.path.islink('/mnt/data/ok2.txt'), open('/mnt/data/ok2.txt').read())",
+        import("ok2.txt", "src"),
+    )
+    .await;
     assert_eq!(r.body["stdout"], "False imported\n", "the link was replaced, not written through: {}", r.text);
     assert!(!sentinels.write_target.exists(), "an import wrote a host file through a link");
     let r = run(addr, a, "dst", "pass", import("real2/ok.txt", "src")).await;
@@ -168,9 +176,19 @@ for name in ['secret', 'updir/f.txt', 'other/secret.txt']:
     assert_eq!(std::fs::read_to_string(sentinels.dir.join("ok.txt")).unwrap(), "HOST SECRET IN DIR");
 
     // A directory swapped for a link between two requests.
-    let r = run(addr, a, "swap", "import os\nos.makedirs('/mnt/data/d', exist_ok=True)\nopen('/mnt/data/d/f.txt', 'w').write('mine')", json!(null)).await;
+    let r = run(
+        addr,
+        a,
+        "swap",
+        "import os\nos.makedirs('/mnt/data/d', exist_ok=True)\nopen('/mnt/data/d/f.txt', 'w').write('mine')",
+        json!(null),
+    )
+    .await;
     assert_eq!(r.body["status"], "completed", "{}", r.text);
-    let swap = format!("import os, shutil\nshutil.rmtree('/mnt/data/d')\nos.symlink('{}', '/mnt/data/d')", Sentinels::rel(&sentinels.dir));
+    let swap = format!(
+        "import os, shutil\nshutil.rmtree('/mnt/data/d')\nos.symlink('{}', '/mnt/data/d')",
+        Sentinels::rel(&sentinels.dir)
+    );
     let r = run(addr, a, "swap", &swap, json!(null)).await;
     assert_eq!(r.body["status"], "completed", "{}", r.text);
     let r = run(addr, a, "victim2", "print(open('/mnt/data/d/f.txt').read())", import("d/f.txt", "swap")).await;
@@ -253,7 +271,11 @@ pub async fn http_connections(addr: SocketAddr) {
 
     // A body that never arrives: 408 with a JSON error.
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(b"POST /exec HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"code\":").await.unwrap();
+    s.write_all(
+        b"POST /exec HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"code\":",
+    )
+    .await
+    .unwrap();
     let mut buf = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut buf)).await;
     let text = String::from_utf8_lossy(&buf);

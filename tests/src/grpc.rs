@@ -50,7 +50,11 @@ pub struct Stream {
 }
 
 impl Stream {
-    pub async fn open(client: &mut SandboxClient<Channel>, start: proto::Start, key: Option<&str>) -> Result<Stream, tonic::Status> {
+    pub async fn open(
+        client: &mut SandboxClient<Channel>,
+        start: proto::Start,
+        key: Option<&str>,
+    ) -> Result<Stream, tonic::Status> {
         let (tx, rx) = mpsc::channel(16);
         tx.send(proto::ClientMessage { message: Some(client_message::Message::Start(start)) }).await.unwrap();
         let mut request = tonic::Request::new(ReceiverStream::new(rx));
@@ -91,7 +95,10 @@ impl Stream {
 
     /// Answers every call with `handler` until the end; returns the final message and the
     /// batches seen.
-    pub async fn drive(mut self, handler: impl Fn(&proto::ToolCall) -> Result<Value, String>) -> (Msg, Vec<proto::ToolCalls>) {
+    pub async fn drive(
+        mut self,
+        handler: impl Fn(&proto::ToolCall) -> Result<Value, String>,
+    ) -> (Msg, Vec<proto::ToolCalls>) {
         let mut rounds = vec![];
         loop {
             match self.next().await.expect("stream ended before the final message") {

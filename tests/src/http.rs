@@ -16,7 +16,10 @@ pub struct Reply {
 /// POSTs raw bytes with `headers`; the reply body is parsed as JSON when it is JSON.
 pub async fn post_raw(addr: SocketAddr, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Reply {
     let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let mut head = format!("POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nUser-Agent: LibreChat/1.0\r\nContent-Length: {}\r\nConnection: close\r\n", body.len());
+    let mut head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nUser-Agent: LibreChat/1.0\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
     for (k, v) in headers {
         head.push_str(&format!("{k}: {v}\r\n"));
     }
@@ -28,7 +31,8 @@ pub async fn post_raw(addr: SocketAddr, path: &str, headers: &[(&str, &str)], bo
     let _ = s.read_to_end(&mut raw).await;
     let raw = String::from_utf8_lossy(&raw).into_owned();
     let status = raw.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let (headers_text, mut text) = raw.split_once("\r\n\r\n").map(|(h, b)| (h.to_string(), b.to_string())).unwrap_or_default();
+    let (headers_text, mut text) =
+        raw.split_once("\r\n\r\n").map(|(h, b)| (h.to_string(), b.to_string())).unwrap_or_default();
     if headers_text.to_ascii_lowercase().contains("transfer-encoding: chunked") {
         text = dechunk(&text);
     }

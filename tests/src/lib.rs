@@ -11,8 +11,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use ptc_engine::{
-    Completion, Engine, EngineConfig, Event, Execution, ExecutionRequest, Failure, Limits, ToolCall,
-    ToolDef, ToolResult,
+    Completion, Engine, EngineConfig, Event, Execution, ExecutionRequest, Failure, Limits, ToolCall, ToolDef,
+    ToolResult,
 };
 use serde_json::{Value, json};
 
@@ -65,7 +65,8 @@ impl Run {
 /// Answers each call with `handler(call) -> Ok(value) | Err(message)`, all calls of a batch at
 /// once, and collects events until the execution ends.
 pub async fn drive(mut exec: Execution, handler: impl Fn(&ToolCall) -> Result<Value, String>) -> Run {
-    let mut run = Run { rounds: vec![], streamed_stdout: String::new(), streamed_stderr: String::new(), end: Err(dummy()) };
+    let mut run =
+        Run { rounds: vec![], streamed_stdout: String::new(), streamed_stderr: String::new(), end: Err(dummy()) };
     while let Some(event) = exec.next_event().await {
         match event {
             Event::ToolCalls { round, calls } => {

@@ -8,8 +8,15 @@ use ptc_tests::grpc::*;
 async fn disconnect_mid_pause_frees_the_instance() {
     let server = serve(config(&[])).await;
     let mut client = client(&server).await;
-    let mut s = Stream::open(&mut client, start_message("print('paused')\nawait wait(x=1)", vec![tool("wait", None)]), None).await.unwrap();
-    s.until(|m| match m { Msg::ToolCalls(b) => Some(b), _ => None }).await;
+    let mut s =
+        Stream::open(&mut client, start_message("print('paused')\nawait wait(x=1)", vec![tool("wait", None)]), None)
+            .await
+            .unwrap();
+    s.until(|m| match m {
+        Msg::ToolCalls(b) => Some(b),
+        _ => None,
+    })
+    .await;
     eventually("the execution is paused", || server.engine.paused_executions() == 1).await;
     assert!(metrics_text(&server).await.contains("ptc_paused_executions 1"));
     drop(s);
@@ -20,4 +27,3 @@ async fn disconnect_mid_pause_frees_the_instance() {
     assert!(text.contains("ptc_paused_executions 0"), "{text}");
     assert!(text.contains("ptc_executions_total{outcome=\"cancelled\"}"), "{text}");
 }
-

@@ -75,7 +75,8 @@ async fn the_release_binary_holds_against_every_attack() {
     // Files: links, and the quota on every ending and while running.
     let files_dir = base.join("files");
     let keys = "a:key-a,b:key-b,c:key-c,d:key-d";
-    let server = start(&bin, &files_dir, &["--api-keys", keys, "--files-quota-bytes", "10000", "--files-quota-files", "50"]);
+    let server =
+        start(&bin, &files_dir, &["--api-keys", keys, "--files-quota-bytes", "10000", "--files-quota-files", "50"]);
     attacks::links(server.http, &files_dir).await;
     attacks::quota_on_every_ending(server.http, Some("key-c")).await;
     attacks::quota_while_running(server.http, Some("key-d")).await;
@@ -84,8 +85,16 @@ async fn the_release_binary_holds_against_every_attack() {
 
     // Connections, bodies, the memory budget, and cancelling.
     let flags = [
-        "--http-max-connections", "4", "--http-header-timeout-secs", "1", "--http-body-timeout-secs", "1",
-        "--memory-budget-mib", "200", "--tenant-max-concurrent", "3",
+        "--http-max-connections",
+        "4",
+        "--http-header-timeout-secs",
+        "1",
+        "--http-body-timeout-secs",
+        "1",
+        "--memory-budget-mib",
+        "200",
+        "--tenant-max-concurrent",
+        "3",
     ];
     let server = start(&bin, &base.join("files2"), &flags);
     attacks::memory_budget(server.http, None).await;

@@ -25,7 +25,7 @@ PRELOADED = (
     # networks as data
     "ipaddress",
     # the language itself
-    "asyncio", "inspect", "traceback", "warnings", "keyword", "ast", "textwrap", "linecache",
+    "asyncio", "inspect", "traceback", "warnings", "keyword", "ast", "linecache",
     "importlib.resources",
 )
 
@@ -50,12 +50,14 @@ def _load_zones():
 
 
 def preload():
-    """Imports every module in PRELOADED; returns those that this CPython lacks."""
+    """Imports every module in PRELOADED. One this CPython lacks fails the build (raised during
+    pre-initialisation), so README.md's list is what programs get."""
     missing = []
     for name in PRELOADED:
         try:
             importlib.import_module(name)
         except ImportError:
             missing.append(name)
+    if missing:
+        raise ImportError(f"the sandbox's CPython lacks preloaded modules: {', '.join(missing)}")
     _load_zones()
-    return missing

@@ -190,7 +190,10 @@ impl From<FilesError> for ApiError {
             FilesError::Quota(m) => ApiError::new(StatusCode::INSUFFICIENT_STORAGE, m),
             FilesError::Io(m) => {
                 tracing::error!("session files: {m}");
-                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "the server could not prepare the session's files; try again")
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "the server could not prepare the session's files; try again",
+                )
             }
         }
     }
@@ -213,24 +216,40 @@ pub(crate) fn model_error(f: &Failure) -> (StatusCode, String, String) {
         FailureKind::Timeout => (
             StatusCode::OK,
             "Time limit exceeded".to_string(),
-            format!("{}: the program (tool waits included) ran out of time; do less per execution or ask for a longer timeout.", f.message),
+            format!(
+                "{}: the program (tool waits included) ran out of time; do less per execution or ask for a longer timeout.",
+                f.message
+            ),
         ),
         FailureKind::Fuel => (
             StatusCode::OK,
             "Time limit exceeded".to_string(),
             "The program used up its CPU budget; make it do less work.".to_string(),
         ),
-        FailureKind::Memory => (StatusCode::OK, "Out of memory".to_string(), format!("{}; use less memory (process data in smaller pieces).", f.message)),
+        FailureKind::Memory => (
+            StatusCode::OK,
+            "Out of memory".to_string(),
+            format!("{}; use less memory (process data in smaller pieces).", f.message),
+        ),
         FailureKind::Exit => {
             let code = f.exit_code.unwrap_or(1);
-            (StatusCode::OK, format!("Sandbox exited with code {code}"), format!("The program called sys.exit({code})."))
+            (
+                StatusCode::OK,
+                format!("Sandbox exited with code {code}"),
+                format!("The program called sys.exit({code})."),
+            )
         }
         FailureKind::RoundTrips => (
             StatusCode::OK,
             failed(),
-            format!("{}: batch independent tool calls with asyncio.gather so that each round asks for many at once.", f.message),
+            format!(
+                "{}: batch independent tool calls with asyncio.gather so that each round asks for many at once.",
+                f.message
+            ),
         ),
-        FailureKind::ToolCalls => (StatusCode::OK, failed(), format!("{}: call tools fewer times (filter or aggregate first).", f.message)),
+        FailureKind::ToolCalls => {
+            (StatusCode::OK, failed(), format!("{}: call tools fewer times (filter or aggregate first).", f.message))
+        }
         FailureKind::Cancelled => (StatusCode::OK, failed(), "The execution was cancelled.".to_string()),
         // The traceback is in stderr already, unless the instance died before printing it.
         FailureKind::PythonError => {

@@ -31,7 +31,9 @@ use crate::conn::HttpLimits;
 use crate::files::{FileStore, FilesError};
 use crate::tenants::Tenants;
 use crate::token::{Claims, Signer, TokenError, now_ms};
-use api::{ApiError, ApiJson, CancelRequest, ExecRequest, ProgrammaticRequest, RunOptions, Tenant, ToolCallOut, ToolResultSpec};
+use api::{
+    ApiError, ApiJson, CancelRequest, ExecRequest, ProgrammaticRequest, RunOptions, Tenant, ToolCallOut, ToolResultSpec,
+};
 use paused::{Paused, Registry};
 use ptc_engine::{Engine, ErrorKind, Event, Execution, ExecutionRequest, ToolCall, ToolDef, ToolResult};
 use run_files::RunFiles;
@@ -60,7 +62,16 @@ impl HttpState {
         limits: HttpLimits,
         tasks: TaskTracker,
     ) -> Arc<Self> {
-        Arc::new(HttpState { engine, keys, tenants, signer, files: Arc::new(files), limits, paused: Registry::default(), tasks })
+        Arc::new(HttpState {
+            engine,
+            keys,
+            tenants,
+            signer,
+            files: Arc::new(files),
+            limits,
+            paused: Registry::default(),
+            tasks,
+        })
     }
 
     /// Executions paused between two requests.
@@ -117,7 +128,8 @@ async fn programmatic(
     ApiJson(request): ApiJson<ProgrammaticRequest>,
 ) -> Result<Response, ApiError> {
     if let Some(token) = request.continuation_token {
-        let results = request.tool_results.ok_or_else(|| ApiError::bad_request("tool_results (an array) is required"))?;
+        let results =
+            request.tool_results.ok_or_else(|| ApiError::bad_request("tool_results (an array) is required"))?;
         return continuation(&state, tenant, &token, results).await;
     }
     let tools = request.tools.unwrap_or_default().into_iter().map(ToolDef::from).collect();
@@ -242,7 +254,9 @@ async fn continuation(
         Ok(_) | Err(TokenError::Invalid) => return Err(ApiError::bad_request("Invalid continuation token")),
         Err(TokenError::Expired) => return Err(ApiError::bad_request("Execution expired")),
     };
-    let Some(slot) = state.paused.get(&claims.execution_id) else { return Err(ApiError::bad_request("Execution expired")) };
+    let Some(slot) = state.paused.get(&claims.execution_id) else {
+        return Err(ApiError::bad_request("Execution expired"));
+    };
     // A second request racing on the same execution is a replay of the same token.
     let Ok(mut guard) = slot.try_lock() else { return Err(ApiError::bad_request("Invalid continuation token")) };
     let Some(paused) = guard.as_mut() else { return Err(ApiError::bad_request("Invalid continuation token")) };

@@ -102,7 +102,8 @@ print(await t)
 
 #[tokio::test]
 async fn asyncio_run_in_user_code_batches_too() {
-    let code = "async def main():\n    return await asyncio.gather(add(a=1, b=1), add(a=2, b=2))\nprint(asyncio.run(main()))";
+    let code =
+        "async def main():\n    return await asyncio.gather(add(a=1, b=1), add(a=2, b=2))\nprint(asyncio.run(main()))";
     let run = drive(start(code, standard_tools()).await, standard_handler).await;
     assert_eq!(run.rounds.len(), 1);
     assert_eq!(run.completed().stdout, "[2.0, 4.0]\n");

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use ptc_server::proto::FailureKind as WireKind;
 use ptc_engine::{Engine, EngineConfig, Event, ExecutionRequest, FailureKind, Limits, MIB, ToolDef};
+use ptc_server::proto::FailureKind as WireKind;
 use ptc_tests::grpc::*;
 use ptc_tests::http::post;
 use ptc_tests::{attacks, drive, engine_with, eventually};
@@ -79,7 +79,10 @@ for i in range(10):
     r = await echo(data='y' * 5_000)
 print(len(r['data']))
 "#;
-    let run = engine.start(ExecutionRequest::new(code).with_tools(vec![ToolDef::new("echo"), ToolDef::new("big")])).await.unwrap();
+    let run = engine
+        .start(ExecutionRequest::new(code).with_tools(vec![ToolDef::new("echo"), ToolDef::new("big")]))
+        .await
+        .unwrap();
     let done = drive(run, |c| match c.name.as_str() {
         "big" => Ok(json!("z".repeat(c.input_value()["n"].as_u64().unwrap() as usize))),
         _ => Ok(c.input_value()),
@@ -87,8 +90,16 @@ print(len(r['data']))
     .await
     .completed();
     let lines: Vec<&str> = done.stdout.lines().collect();
-    assert!(lines[0].starts_with("input: the input of tool \"echo\" is 20012 bytes; the limit is 10000: pass less data"), "{}", done.stdout);
-    assert!(lines[1].starts_with("result: tool \"big\" returned 30002 bytes; the limit is 20000: ask the tool for less"), "{}", done.stdout);
+    assert!(
+        lines[0].starts_with("input: the input of tool \"echo\" is 20012 bytes; the limit is 10000: pass less data"),
+        "{}",
+        done.stdout
+    );
+    assert!(
+        lines[1].starts_with("result: tool \"big\" returned 30002 bytes; the limit is 20000: ask the tool for less"),
+        "{}",
+        done.stdout
+    );
     assert_eq!(lines[2], "5000");
     // 12 calls with ~5-20 KB each, but the log keeps at most 30,000 bytes, then markers.
     assert_eq!(done.tool_calls.len(), 12);
@@ -109,8 +120,14 @@ async fn an_oversized_grpc_message_ends_the_stream_with_resource_exhausted() {
     cfg.grpc_max_message_bytes = 1 << 20;
     let server = serve(cfg).await;
     let mut client = client(&server).await;
-    let mut s = Stream::open(&mut client, start_message("print(await t())", vec![tool("t", None)]), None).await.unwrap();
-    let batch = s.until(|m| match m { Msg::ToolCalls(b) => Some(b), _ => None }).await;
+    let mut s =
+        Stream::open(&mut client, start_message("print(await t())", vec![tool("t", None)]), None).await.unwrap();
+    let batch = s
+        .until(|m| match m {
+            Msg::ToolCalls(b) => Some(b),
+            _ => None,
+        })
+        .await;
     s.send_results(vec![result(&batch.calls[0].id, Ok(json!("x".repeat(2 << 20))))]).await;
     let status = loop {
         match tokio::time::timeout(Duration::from_secs(30), s.rx.message()).await.expect("an answer") {
@@ -153,14 +170,19 @@ async fn a_tenants_running_executions_are_bounded_by_its_run_slots() {
     let engine = small_engine(|c| c.tenant_max_running = Some(1));
     // Three busy programs of tenant a: one runs, the others wait for its slot in turn, so
     // each gets CPU; they print a counter that must advance in all of them.
-    let code = "import time\nt0 = time.monotonic()\nn = 0\nwhile time.monotonic() - t0 < 1.5:\n    n += 1\nprint(n > 0)";
+    let code =
+        "import time\nt0 = time.monotonic()\nn = 0\nwhile time.monotonic() - t0 < 1.5:\n    n += 1\nprint(n > 0)";
     let mut runs = Vec::new();
     for _ in 0..3 {
-        let req = ExecutionRequest::new(code).with_tenant("a").with_limits(Limits::default().with_timeout(Duration::from_secs(30)));
+        let req = ExecutionRequest::new(code)
+            .with_tenant("a")
+            .with_limits(Limits::default().with_timeout(Duration::from_secs(30)));
         runs.push(tokio::spawn(drive(engine.start(req).await.unwrap(), |_| Ok(json!(null)))));
     }
     // Another tenant is not queued behind them.
-    let other = drive(engine.start(ExecutionRequest::new("print('b')").with_tenant("b")).await.unwrap(), |_| Ok(json!(null))).await;
+    let other =
+        drive(engine.start(ExecutionRequest::new("print('b')").with_tenant("b")).await.unwrap(), |_| Ok(json!(null)))
+            .await;
     assert_eq!(other.completed().stdout, "b\n");
     for run in runs {
         let done = run.await.unwrap().completed();

@@ -30,7 +30,8 @@ async fn keyboard_interrupt_and_base_exception_subclasses_are_python_errors() {
 
 #[tokio::test]
 async fn errors_in_del_do_not_break_the_run() {
-    let code = "class C:\n    def __del__(self):\n        raise ValueError('in del')\nc = C()\ndel c\nprint('still running')";
+    let code =
+        "class C:\n    def __del__(self):\n        raise ValueError('in del')\nc = C()\ndel c\nprint('still running')";
     let run = run_code(code).await.completed();
     assert_eq!(run.stdout, "still running\n");
     assert!(run.stderr.contains("ValueError: in del"), "{}", run.stderr);

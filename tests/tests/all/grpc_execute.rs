@@ -5,7 +5,12 @@ use ptc_tests::grpc::*;
 use serde_json::json;
 
 fn add_tool() -> proto::Tool {
-    tool("add", Some(json!({"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"]})))
+    tool(
+        "add",
+        Some(
+            json!({"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"]}),
+        ),
+    )
 }
 
 fn add(call: &proto::ToolCall) -> Result<serde_json::Value, String> {
@@ -53,7 +58,12 @@ async fn gather_is_one_batch_and_partial_answers_work() {
     let mut client = client(&server).await;
     let code = "r = await asyncio.gather(*[add(a=i, b=0) for i in range(10)])\nprint(r)";
     let mut s = Stream::open(&mut client, start_message(code, vec![add_tool()]), None).await.unwrap();
-    let batch = s.until(|m| match m { Msg::ToolCalls(b) => Some(b), _ => None }).await;
+    let batch = s
+        .until(|m| match m {
+            Msg::ToolCalls(b) => Some(b),
+            _ => None,
+        })
+        .await;
     assert_eq!(batch.calls.len(), 10);
     // Answer in two halves, in reverse order.
     let answers: Vec<_> = batch.calls.iter().rev().map(|c| result(&c.id, add(c))).collect();
@@ -98,15 +108,33 @@ for args in [dict(a=1, b=2), dict(a="x", b=2), dict(a=5, b=5)]:
         print("ToolError:", e)
 "#;
     let mut s = Stream::open(&mut client, start_message(code, vec![add_tool()]), None).await.unwrap();
-    let first = s.until(|m| match m { Msg::ToolCalls(b) => Some(b), _ => None }).await;
+    let first = s
+        .until(|m| match m {
+            Msg::ToolCalls(b) => Some(b),
+            _ => None,
+        })
+        .await;
     s.send_results(vec![result(&first.calls[0].id, Err("adder is down".into()))]).await;
-    let second = s.until(|m| match m { Msg::ToolCalls(b) => Some(b), _ => None }).await;
+    let second = s
+        .until(|m| match m {
+            Msg::ToolCalls(b) => Some(b),
+            _ => None,
+        })
+        .await;
     use proto::tool_result::Outcome;
-    s.send_results(vec![proto::ToolResult { call_id: second.calls[0].id.clone(), outcome: Some(Outcome::ResultJson("{oops".into())) }]).await;
+    s.send_results(vec![proto::ToolResult {
+        call_id: second.calls[0].id.clone(),
+        outcome: Some(Outcome::ResultJson("{oops".into())),
+    }])
+    .await;
     let c = completed(s.drive(add).await.0);
     let lines: Vec<_> = c.stdout.lines().collect();
     assert_eq!(lines[0], "ToolError: adder is down");
-    assert!(lines[1].starts_with("ToolError: invalid input for tool \"add\": /a: \"x\" is not of type \"number\""), "{}", c.stdout);
+    assert!(
+        lines[1].starts_with("ToolError: invalid input for tool \"add\": /a: \"x\" is not of type \"number\""),
+        "{}",
+        c.stdout
+    );
     assert!(lines[2].starts_with("ToolError: tool \"add\" returned malformed JSON"), "{}", c.stdout);
 }
 
@@ -114,10 +142,21 @@ for args in [dict(a=1, b=2), dict(a="x", b=2), dict(a=5, b=5)]:
 async fn unknown_and_repeated_result_ids_get_an_error_message_not_a_crash() {
     let server = serve(config(&[])).await;
     let mut client = client(&server).await;
-    let mut s = Stream::open(&mut client, start_message("print(await add(a=1, b=1))", vec![add_tool()]), None).await.unwrap();
-    let batch = s.until(|m| match m { Msg::ToolCalls(b) => Some(b), _ => None }).await;
+    let mut s =
+        Stream::open(&mut client, start_message("print(await add(a=1, b=1))", vec![add_tool()]), None).await.unwrap();
+    let batch = s
+        .until(|m| match m {
+            Msg::ToolCalls(b) => Some(b),
+            _ => None,
+        })
+        .await;
     s.send_results(vec![result("call_404", Ok(json!(1)))]).await;
-    let err = s.until(|m| match m { Msg::Error(e) => Some(e), _ => None }).await;
+    let err = s
+        .until(|m| match m {
+            Msg::Error(e) => Some(e),
+            _ => None,
+        })
+        .await;
     assert_eq!(err.code, "invalid_tool_result");
     assert!(err.message.contains("call_404"), "{}", err.message);
     s.send_results(vec![result(&batch.calls[0].id, Ok(json!(2)))]).await;
@@ -129,9 +168,19 @@ async fn cancel_message_ends_the_execution() {
     let server = serve(config(&[])).await;
     let mut client = client(&server).await;
     let mut s = Stream::open(&mut client, start_message("await add(a=1, b=1)", vec![add_tool()]), None).await.unwrap();
-    s.until(|m| match m { Msg::ToolCalls(b) => Some(b), _ => None }).await;
+    s.until(|m| match m {
+        Msg::ToolCalls(b) => Some(b),
+        _ => None,
+    })
+    .await;
     s.cancel().await;
-    let f = failed(s.until(|m| match m { m @ Msg::Failed(_) => Some(m), _ => None }).await);
+    let f = failed(
+        s.until(|m| match m {
+            m @ Msg::Failed(_) => Some(m),
+            _ => None,
+        })
+        .await,
+    );
     assert_eq!(f.kind, FailureKind::Cancelled as i32);
     ptc_tests::eventually("the instance is freed", || server.engine.live_instances() == 0).await;
 }
@@ -151,7 +200,9 @@ async fn bad_requests_are_invalid_argument() {
 
     // First message is not Start.
     let (tx, rx) = tokio::sync::mpsc::channel(1);
-    tx.send(proto::ClientMessage { message: Some(proto::client_message::Message::Cancel(proto::Cancel::default())) }).await.unwrap();
+    tx.send(proto::ClientMessage { message: Some(proto::client_message::Message::Cancel(proto::Cancel::default())) })
+        .await
+        .unwrap();
     let err = client.execute(tokio_stream::wrappers::ReceiverStream::new(rx)).await.err().unwrap();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
 }
@@ -177,7 +228,12 @@ async fn several_concurrent_streams() {
 async fn describe_tools_over_grpc() {
     let server = serve(config(&[])).await;
     let mut client = client(&server).await;
-    let tools = vec![tool("get-weather", Some(json!({"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city"]})))];
+    let tools = vec![tool(
+        "get-weather",
+        Some(
+            json!({"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city"]}),
+        ),
+    )];
     let d = client.describe_tools(proto::DescribeToolsRequest { tools }).await.unwrap().into_inner();
     assert_eq!(d.tools[0].python_name, "get_weather");
     assert_eq!(d.tools[0].signature, "get_weather(city: str, days?: int) -> Any");

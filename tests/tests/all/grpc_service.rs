@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use ptc_server::proto::{self, FailureKind};
-use ptc_tests::grpc::*;
 use ptc_tests::eventually;
+use ptc_tests::grpc::*;
 use serde_json::json;
 use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
 
@@ -40,7 +40,12 @@ async fn per_tenant_limits_are_resource_exhausted_not_a_hang() {
     let server = serve(cfg).await;
     let mut client = client(&server).await;
     let mut first = Stream::open(&mut client, wait_code(), Some("ka")).await.unwrap();
-    first.until(|m| match m { Msg::ToolCalls(b) => Some(b), _ => None }).await;
+    first
+        .until(|m| match m {
+            Msg::ToolCalls(b) => Some(b),
+            _ => None,
+        })
+        .await;
     eventually("the first execution is paused", || server.engine.paused_executions() == 1).await;
     let err = tokio::time::timeout(Duration::from_secs(5), Stream::open(&mut client, wait_code(), Some("ka")))
         .await
@@ -61,7 +66,12 @@ async fn duplicate_request_ids_are_refused_while_running() {
     let mut start = wait_code();
     start.request_id = "req-1".into();
     let mut first = Stream::open(&mut client, start.clone(), None).await.unwrap();
-    first.until(|m| match m { Msg::ToolCalls(b) => Some(b), _ => None }).await;
+    first
+        .until(|m| match m {
+            Msg::ToolCalls(b) => Some(b),
+            _ => None,
+        })
+        .await;
     let err = Stream::open(&mut client, start, None).await.err().unwrap();
     assert_eq!(err.code(), tonic::Code::AlreadyExists);
 }
@@ -73,8 +83,18 @@ async fn a_client_that_never_answers_hits_the_deadline() {
     let mut start = wait_code();
     start.limits = Some(proto::Limits { timeout_ms: Some(1000), ..Default::default() });
     let mut s = Stream::open(&mut client, start, None).await.unwrap();
-    s.until(|m| match m { Msg::ToolCalls(b) => Some(b), _ => None }).await;
-    let f = failed(s.until(|m| match m { m @ Msg::Failed(_) => Some(m), _ => None }).await);
+    s.until(|m| match m {
+        Msg::ToolCalls(b) => Some(b),
+        _ => None,
+    })
+    .await;
+    let f = failed(
+        s.until(|m| match m {
+            m @ Msg::Failed(_) => Some(m),
+            _ => None,
+        })
+        .await,
+    );
     assert_eq!(f.kind, FailureKind::Timeout as i32);
     assert_eq!(f.stdout, "paused\n");
 }
@@ -83,16 +103,30 @@ async fn a_client_that_never_answers_hits_the_deadline() {
 async fn shutdown_fails_paused_executions_and_reports_not_serving() {
     let server = serve(config(&[])).await;
     let mut client = client(&server).await;
-    let channel = tonic::transport::Channel::from_shared(format!("http://{}", server.grpc_addr)).unwrap().connect().await.unwrap();
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", server.grpc_addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
     let mut health = HealthClient::new(channel);
     let service = "ptc.v1.Sandbox".to_string();
     let status = health.check(HealthCheckRequest { service: service.clone() }).await.unwrap().into_inner().status;
     assert_eq!(status, ServingStatus::Serving as i32);
 
     let mut s = Stream::open(&mut client, wait_code(), None).await.unwrap();
-    s.until(|m| match m { Msg::ToolCalls(b) => Some(b), _ => None }).await;
+    s.until(|m| match m {
+        Msg::ToolCalls(b) => Some(b),
+        _ => None,
+    })
+    .await;
     server.shutdown();
-    let f = failed(s.until(|m| match m { m @ Msg::Failed(_) => Some(m), _ => None }).await);
+    let f = failed(
+        s.until(|m| match m {
+            m @ Msg::Failed(_) => Some(m),
+            _ => None,
+        })
+        .await,
+    );
     assert_eq!(f.kind, FailureKind::Shutdown as i32);
     assert_eq!(f.stdout, "paused\n");
     let engine = server.engine.clone();
@@ -106,10 +140,19 @@ async fn health_goes_not_serving_during_the_grace_period() {
     cfg.shutdown_grace = Duration::from_secs(5);
     let server = serve(cfg).await;
     let mut client = client(&server).await;
-    let channel = tonic::transport::Channel::from_shared(format!("http://{}", server.grpc_addr)).unwrap().connect().await.unwrap();
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", server.grpc_addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
     let mut health = HealthClient::new(channel);
     let mut s = Stream::open(&mut client, wait_code(), None).await.unwrap();
-    let batch = s.until(|m| match m { Msg::ToolCalls(b) => Some(b), _ => None }).await;
+    let batch = s
+        .until(|m| match m {
+            Msg::ToolCalls(b) => Some(b),
+            _ => None,
+        })
+        .await;
     server.shutdown();
     let service = "ptc.v1.Sandbox".to_string();
     let mut status = 0;
@@ -133,10 +176,19 @@ async fn health_goes_not_serving_during_the_grace_period() {
 async fn metrics_count_executions_round_trips_and_latency() {
     let server = serve(config(&[])).await;
     let mut client = client(&server).await;
-    let s = Stream::open(&mut client, start_message("await wait(x=1)\nawait wait(x=2)", vec![tool("wait", None)]), None).await.unwrap();
+    let s =
+        Stream::open(&mut client, start_message("await wait(x=1)\nawait wait(x=2)", vec![tool("wait", None)]), None)
+            .await
+            .unwrap();
     completed(s.drive(|_| Ok(json!(1))).await.0);
     let text = metrics_text(&server).await;
-    for needle in ["ptc_executions_total{outcome=\"completed\"}", "ptc_round_trips_total", "ptc_tool_calls_total", "ptc_execution_seconds_bucket", "ptc_instantiate_seconds_bucket"] {
+    for needle in [
+        "ptc_executions_total{outcome=\"completed\"}",
+        "ptc_round_trips_total",
+        "ptc_tool_calls_total",
+        "ptc_execution_seconds_bucket",
+        "ptc_instantiate_seconds_bucket",
+    ] {
         assert!(text.contains(needle), "missing {needle} in\n{text}");
     }
 }

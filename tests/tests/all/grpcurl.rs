@@ -30,7 +30,10 @@ async fn grpcurl_lists_describes_and_calls() {
 
     let (ok, described) = run(&[&addr, "describe", "ptc.v1.Sandbox"]).await.unwrap();
     assert!(ok, "{described}");
-    assert!(described.contains("rpc Execute ( stream .ptc.v1.ClientMessage ) returns ( stream .ptc.v1.ServerMessage );"), "{described}");
+    assert!(
+        described.contains("rpc Execute ( stream .ptc.v1.ClientMessage ) returns ( stream .ptc.v1.ServerMessage );"),
+        "{described}"
+    );
 
     let request = r#"{"tools": [{"name": "get-weather", "parametersJson": "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}"}]}"#;
     let (ok, reply) = run(&["-d", request, &addr, "ptc.v1.Sandbox/DescribeTools"]).await.unwrap();

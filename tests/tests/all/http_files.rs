@@ -26,7 +26,8 @@ async fn files_written_are_returned_and_can_be_used_by_a_later_session() {
     let call = &paused["tool_calls"][0];
     let done = post(addr, PATH, None, &json!({"continuation_token": paused["continuation_token"], "tool_results": [{"call_id": call["id"], "result": "ok", "is_error": false}]})).await;
     assert_eq!(done.body["stdout"], "Paris,18\n", "{}", done.text);
-    let names: Vec<_> = done.body["files"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap().to_string()).collect();
+    let names: Vec<_> =
+        done.body["files"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap().to_string()).collect();
     assert_eq!(names, ["summary.txt"], "only what the program wrote is returned, not the imported file");
 }
 
@@ -36,10 +37,22 @@ async fn path_traversal_is_refused() {
     let addr = server.http_addr;
     let r = post(addr, PATH, None, &json!({"code": "pass", "session_id": "../../etc"})).await;
     assert_eq!(r.status, 400, "{}", r.text);
-    let r = post(addr, PATH, None, &json!({"code": "pass", "files": [{"id": "x", "name": "../../secret", "session_id": "s1"}]})).await;
+    let r = post(
+        addr,
+        PATH,
+        None,
+        &json!({"code": "pass", "files": [{"id": "x", "name": "../../secret", "session_id": "s1"}]}),
+    )
+    .await;
     assert_eq!(r.status, 400);
     assert!(r.body["error"].as_str().unwrap().contains("invalid file name"), "{}", r.text);
-    let r = post(addr, PATH, None, &json!({"code": "pass", "files": [{"id": "x", "name": "f.txt", "session_id": "never-existed"}]})).await;
+    let r = post(
+        addr,
+        PATH,
+        None,
+        &json!({"code": "pass", "files": [{"id": "x", "name": "f.txt", "session_id": "never-existed"}]}),
+    )
+    .await;
     assert_eq!(r.status, 400);
     assert!(r.body["error"].as_str().unwrap().contains("not found"), "{}", r.text);
     // Another tenant's session is invisible (tenants have separate roots).
@@ -62,13 +75,29 @@ async fn tenant_quota_removes_the_files_of_a_run_that_exceeds_it() {
     cfg.files.quota_bytes = 10_000;
     let server = serve(cfg).await;
     let addr = server.http_addr;
-    let ok = post(addr, PATH, None, &json!({"code": "open('/mnt/data/small.bin', 'wb').write(b'x' * 5000)", "session_id": "q1"})).await;
+    let ok = post(
+        addr,
+        PATH,
+        None,
+        &json!({"code": "open('/mnt/data/small.bin', 'wb').write(b'x' * 5000)", "session_id": "q1"}),
+    )
+    .await;
     assert_eq!(ok.body["status"], "completed", "{}", ok.text);
-    let over = post(addr, PATH, None, &json!({"code": "open('/mnt/data/big.bin', 'wb').write(b'x' * 6000)\nprint('wrote')", "session_id": "q2"})).await;
+    let over = post(
+        addr,
+        PATH,
+        None,
+        &json!({"code": "open('/mnt/data/big.bin', 'wb').write(b'x' * 6000)\nprint('wrote')", "session_id": "q2"}),
+    )
+    .await;
     assert_eq!(over.status, 200, "{}", over.text);
-    assert_eq!((over.body["error"].as_str(), over.body["kind"].as_str()), (Some("Execution failed or timed out"), Some("file_quota")));
+    assert_eq!(
+        (over.body["error"].as_str(), over.body["kind"].as_str()),
+        (Some("Execution failed or timed out"), Some("file_quota"))
+    );
     assert!(over.body["stderr"].as_str().unwrap().starts_with("File quota exceeded"), "{}", over.text);
     assert_eq!(over.body["stdout"], "wrote\n");
-    let check = post(addr, PATH, None, &json!({"code": "import os\nprint(os.listdir('/mnt/data'))", "session_id": "q2"})).await;
+    let check =
+        post(addr, PATH, None, &json!({"code": "import os\nprint(os.listdir('/mnt/data'))", "session_id": "q2"})).await;
     assert_eq!(check.body["stdout"], "[]\n", "the over-quota file was removed");
 }

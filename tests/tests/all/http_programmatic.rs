@@ -16,7 +16,12 @@ fn weather_tools() -> Value {
 
 /// LibreChat's client loop: answer every call of each round until the status changes.
 /// `execute` returns the `result` to send (tools usually return JSON *text*) or an error.
-async fn client_loop(addr: std::net::SocketAddr, key: Option<&str>, first: Value, execute: impl Fn(&str, &Value) -> Result<Value, String>) -> (Reply, Vec<Vec<Value>>) {
+async fn client_loop(
+    addr: std::net::SocketAddr,
+    key: Option<&str>,
+    first: Value,
+    execute: impl Fn(&str, &Value) -> Result<Value, String>,
+) -> (Reply, Vec<Vec<Value>>) {
     let mut reply = post(addr, PATH, key, &first).await;
     let mut rounds = vec![];
     while reply.body["status"] == "tool_call_required" {
@@ -48,7 +53,9 @@ fn weather(name: &str, input: &Value) -> Result<Value, String> {
 async fn reference_example_sequential_calls() {
     let server = serve(config(&[])).await;
     let code = "weather = await get_weather(city=\"SF\")\nforecast = await get_forecast(city=\"SF\", days=7)\nprint(f\"Current: {weather['temp']}, 7-day: {len(forecast)} days, type {type(weather).__name__}\")";
-    let (reply, rounds) = client_loop(server.http_addr, None, json!({"code": code, "tools": weather_tools(), "timeout": 60000}), weather).await;
+    let (reply, rounds) =
+        client_loop(server.http_addr, None, json!({"code": code, "tools": weather_tools(), "timeout": 60000}), weather)
+            .await;
     assert_eq!(reply.status, 200, "{}", reply.text);
     assert_eq!(reply.body["status"], "completed");
     assert_eq!(reply.body["stdout"], "Current: 18, 7-day: 2 days, type dict\n");
@@ -70,7 +77,13 @@ for c in warm[:2]:
     if f[1]["temp"] > 20:
         print(c, "warming")
 "#;
-    let (reply, rounds) = client_loop(server.http_addr, None, json!({"code": code, "tools": weather_tools(), "session_id": "sess-1"}), weather).await;
+    let (reply, rounds) = client_loop(
+        server.http_addr,
+        None,
+        json!({"code": code, "tools": weather_tools(), "session_id": "sess-1"}),
+        weather,
+    )
+    .await;
     assert_eq!(reply.body["status"], "completed", "{}", reply.text);
     assert_eq!(reply.body["stdout"], "Paris warming\nOslo warming\n");
     assert_eq!(reply.body["session_id"], "sess-1");
@@ -90,13 +103,15 @@ except ToolError as e:
     print("error:", e)
 "#;
     let tools = json!([{"name": "t", "parameters": {"type": "object", "properties": {"kind": {"type": "string"}}}}, {"name": "nope"}]);
-    let (reply, _) = client_loop(server.http_addr, None, json!({"code": code, "tools": tools}), |name, input| match (name, input["kind"].as_str()) {
-        ("t", Some("json_text")) => Ok(json!("{\"a\": [1, 2]}")),
-        ("t", Some("plain")) => Ok(json!("just text")),
-        ("t", Some("object")) => Ok(json!({"b": true})),
-        ("t", Some("null")) => Ok(Value::Null),
-        ("t", Some("number_text")) => Ok(json!("42")),
-        (other, _) => Err(format!("Tool not found: {other}")),
+    let (reply, _) = client_loop(server.http_addr, None, json!({"code": code, "tools": tools}), |name, input| {
+        match (name, input["kind"].as_str()) {
+            ("t", Some("json_text")) => Ok(json!("{\"a\": [1, 2]}")),
+            ("t", Some("plain")) => Ok(json!("just text")),
+            ("t", Some("object")) => Ok(json!({"b": true})),
+            ("t", Some("null")) => Ok(Value::Null),
+            ("t", Some("number_text")) => Ok(json!("42")),
+            (other, _) => Err(format!("Tool not found: {other}")),
+        }
     })
     .await;
     assert_eq!(
@@ -111,7 +126,9 @@ except ToolError as e:
 async fn twenty_rounds_then_the_twenty_first_is_the_programs_error_not_a_4xx() {
     let server = serve(config(&[])).await;
     let code = "for i in range(25):\n    await t(i=i)\n    print(i)";
-    let (reply, rounds) = client_loop(server.http_addr, None, json!({"code": code, "tools": [{"name": "t"}]}), |_, _| Ok(json!("ok"))).await;
+    let (reply, rounds) =
+        client_loop(server.http_addr, None, json!({"code": code, "tools": [{"name": "t"}]}), |_, _| Ok(json!("ok")))
+            .await;
     assert_eq!(rounds.len(), 20);
     // LibreChat's client turns any 4xx into "check the tool input and try again": a program
     // that needs too many rounds must be told so, in stderr, with a 200.
@@ -142,7 +159,10 @@ async fn timeout_is_200_time_limit_exceeded_with_partial_output() {
     assert_eq!(reply.body["error"], "Time limit exceeded");
     assert_eq!(reply.body["stdout"], "partial\n");
     let stderr = reply.body["stderr"].as_str().unwrap();
-    assert!(stderr.starts_with("oops\nExecution timeout after 1000 ms: "), "the program's stderr, then what to do: {stderr}");
+    assert!(
+        stderr.starts_with("oops\nExecution timeout after 1000 ms: "),
+        "the program's stderr, then what to do: {stderr}"
+    );
 }
 
 #[tokio::test]
@@ -156,19 +176,30 @@ async fn malformed_requests() {
     let r = post(server.http_addr, PATH, None, &json!({"code": "pass", "timeout": 999})).await;
     assert_eq!(r.status, 400);
     assert!(r.body["error"].as_str().unwrap().contains("between 1000 and 300000"));
-    let r = post(server.http_addr, PATH, None, &json!({"code": "pass", "tools": [{"name": "a-b"}, {"name": "a b"}]})).await;
+    let r =
+        post(server.http_addr, PATH, None, &json!({"code": "pass", "tools": [{"name": "a-b"}, {"name": "a b"}]})).await;
     assert_eq!(r.status, 400, "{}", r.text);
     assert!(r.body["error"].as_str().unwrap().contains("both become the Python name"), "{}", r.text);
     let big = vec![b' '; ptc_server::conn::HttpLimits::default().max_body_bytes + 1];
     let r = post_raw(server.http_addr, PATH, &[], &big).await;
     assert_eq!(r.status, 413, "{}", r.text);
-    assert!(r.body["error"].as_str().unwrap().starts_with("Request body too large: the limit is 4194304 bytes"), "{}", r.text);
+    assert!(
+        r.body["error"].as_str().unwrap().starts_with("Request body too large: the limit is 4194304 bytes"),
+        "{}",
+        r.text
+    );
 }
 
 #[tokio::test]
 async fn exec_runs_tool_free_code_with_top_level_await() {
     let server = serve(config(&[])).await;
-    let reply = post(server.http_addr, "/exec", None, &json!({"lang": "py", "code": "import asyncio\nawait asyncio.sleep(0.01)\nprint('ok')"})).await;
+    let reply = post(
+        server.http_addr,
+        "/exec",
+        None,
+        &json!({"lang": "py", "code": "import asyncio\nawait asyncio.sleep(0.01)\nprint('ok')"}),
+    )
+    .await;
     assert_eq!(reply.status, 200, "{}", reply.text);
     assert_eq!((reply.body["status"].as_str(), reply.body["stdout"].as_str()), (Some("completed"), Some("ok\n")));
     let reply = post(server.http_addr, "/exec", None, &json!({"lang": "js", "code": "1"})).await;

@@ -37,22 +37,46 @@ async fn forged_replayed_and_cross_tenant_tokens_are_refused_without_harm() {
     let r = post(addr, PATH, Some("kg"), &json!({"continuation_token": token, "tool_results": results})).await;
     assert_eq!((r.status, r.body["error"].as_str()), (400, Some("Invalid continuation token")));
     // Unknown call ids and missing results are refused too, and change nothing.
-    let r = post(addr, PATH, Some("ka"), &json!({"continuation_token": token, "tool_results": [{"call_id": "call_99", "result": 1, "is_error": false}]})).await;
+    let r = post(
+        addr,
+        PATH,
+        Some("ka"),
+        &json!({"continuation_token": token, "tool_results": [{"call_id": "call_99", "result": 1, "is_error": false}]}),
+    )
+    .await;
     assert_eq!(r.status, 400);
     assert!(r.body["error"].as_str().unwrap().starts_with("Unknown call_id \"call_99\""), "{}", r.text);
     let r = post(addr, PATH, Some("ka"), &json!({"continuation_token": token, "tool_results": []})).await;
     assert!(r.body["error"].as_str().unwrap().starts_with("Missing tool results for: call_1"), "{}", r.text);
 
     // The paused execution is unharmed: the genuine continuation still works.
-    let second = post(addr, PATH, Some("ka"), &json!({"continuation_token": token, "tool_results": results})).await.body;
+    let second =
+        post(addr, PATH, Some("ka"), &json!({"continuation_token": token, "tool_results": results})).await.body;
     assert_eq!(second["status"], "tool_call_required", "{second}");
     // Replaying round 1's token now is refused; round 2's token finishes the run.
     let r = post(addr, PATH, Some("ka"), &json!({"continuation_token": token, "tool_results": results})).await;
     assert_eq!((r.status, r.body["error"].as_str()), (400, Some("Invalid continuation token")));
-    let done = post(addr, PATH, Some("ka"), &json!({"continuation_token": second["continuation_token"], "tool_results": results_for(&second)})).await;
-    assert_eq!((done.body["status"].as_str(), done.body["stdout"].as_str()), (Some("completed"), Some("2\n")), "{}", done.text);
+    let done = post(
+        addr,
+        PATH,
+        Some("ka"),
+        &json!({"continuation_token": second["continuation_token"], "tool_results": results_for(&second)}),
+    )
+    .await;
+    assert_eq!(
+        (done.body["status"].as_str(), done.body["stdout"].as_str()),
+        (Some("completed"), Some("2\n")),
+        "{}",
+        done.text
+    );
     // And the final token cannot be used again.
-    let r = post(addr, PATH, Some("ka"), &json!({"continuation_token": second["continuation_token"], "tool_results": results_for(&second)})).await;
+    let r = post(
+        addr,
+        PATH,
+        Some("ka"),
+        &json!({"continuation_token": second["continuation_token"], "tool_results": results_for(&second)}),
+    )
+    .await;
     assert_eq!(r.status, 400);
     eventually("the instance is freed", || server.engine.live_instances() == 0).await;
 }
@@ -61,11 +85,18 @@ async fn forged_replayed_and_cross_tenant_tokens_are_refused_without_harm() {
 async fn expired_tokens_and_paused_executions_are_freed() {
     let server = serve(config(&[])).await;
     let addr = server.http_addr;
-    let first = post(addr, PATH, None, &json!({"code": "await t()", "tools": [{"name": "t"}], "timeout": 1000})).await.body;
+    let first =
+        post(addr, PATH, None, &json!({"code": "await t()", "tools": [{"name": "t"}], "timeout": 1000})).await.body;
     assert_eq!(first["status"], "tool_call_required");
     assert_eq!(server.http.paused_count(), 1);
     tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
-    let r = post(addr, PATH, None, &json!({"continuation_token": first["continuation_token"], "tool_results": results_for(&first)})).await;
+    let r = post(
+        addr,
+        PATH,
+        None,
+        &json!({"continuation_token": first["continuation_token"], "tool_results": results_for(&first)}),
+    )
+    .await;
     assert_eq!((r.status, r.body["error"].as_str()), (400, Some("Execution expired")));
     eventually("the instance is freed", || server.engine.live_instances() == 0).await;
     for _ in 0..300 {
@@ -82,12 +113,19 @@ async fn cancel_by_request_id() {
     let server = serve(config(&[])).await;
     let addr = server.http_addr;
     let body = json!({"code": "await t()", "tools": [{"name": "t"}]}).to_string();
-    let first = ptc_tests::http::post_raw(addr, PATH, &[("X-LibreChat-Code-Request-ID", "req-7")], body.as_bytes()).await.body;
+    let first =
+        ptc_tests::http::post_raw(addr, PATH, &[("X-LibreChat-Code-Request-ID", "req-7")], body.as_bytes()).await.body;
     assert_eq!(first["status"], "tool_call_required");
     let r = post(addr, "/exec/programmatic/cancel", None, &json!({"request_id": "req-7"})).await;
     assert_eq!((r.status, r.body["status"].as_str()), (200, Some("cancelled")), "{}", r.text);
     eventually("the instance is freed", || server.engine.live_instances() == 0).await;
-    let r = post(addr, PATH, None, &json!({"continuation_token": first["continuation_token"], "tool_results": results_for(&first)})).await;
+    let r = post(
+        addr,
+        PATH,
+        None,
+        &json!({"continuation_token": first["continuation_token"], "tool_results": results_for(&first)}),
+    )
+    .await;
     assert_eq!((r.status, r.body["error"].as_str()), (400, Some("Execution expired")));
     let r = post(addr, "/exec/programmatic/cancel", None, &json!({"request_id": "unknown"})).await;
     assert_eq!(r.status, 404);

@@ -12,7 +12,10 @@ async fn a_vanished_http_client_frees_the_running_instance() {
     let server = serve(config(&[])).await;
     let body = serde_json::json!({"code": "while True: pass", "timeout": 60000}).to_string();
     let mut s = tokio::net::TcpStream::connect(server.http_addr).await.unwrap();
-    let head = format!("POST /exec/programmatic HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+    let head = format!(
+        "POST /exec/programmatic HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
     s.write_all(head.as_bytes()).await.unwrap();
     eventually("the program runs", || server.engine.live_instances() == 1).await;
     let t0 = Instant::now();

@@ -59,13 +59,24 @@ async fn librechats_client_shows_the_model_what_happened_and_what_to_do() {
         for part in parts {
             assert!(content.contains(part), "{name}: the model should see {part:?} in:\n{content}");
         }
-        assert!(!content.contains("rejected"), "{name}: a program's failure must not read as a rejected request:\n{content}");
+        assert!(
+            !content.contains("rejected"),
+            "{name}: a program's failure must not read as a rejected request:\n{content}"
+        );
     };
     expect("gather", "success", &["stdout:\n[3, 7]"]);
     expect("tool_error", "success", &["caught: the weather service is down"]);
     expect("python_error", "error", &["ZeroDivisionError: division by zero", "line 2"]);
-    expect("timeout", "error", &["Execution exceeded the time limit", "Execution timeout after 2000 ms", "do less per execution"]);
-    expect("memory", "error", &["Execution exceeded the memory limit", "memory limit exceeded (256 MiB)", "use less memory"]);
+    expect(
+        "timeout",
+        "error",
+        &["Execution exceeded the time limit", "Execution timeout after 2000 ms", "do less per execution"],
+    );
+    expect(
+        "memory",
+        "error",
+        &["Execution exceeded the memory limit", "memory limit exceeded (256 MiB)", "use less memory"],
+    );
     expect("exit", "error", &["Execution exited with code 3", "sys.exit(3)"]);
     expect("round_trips", "error", &["Exceeded maximum round trips (20)", "asyncio.gather"]);
     expect("recursion", "error", &["RecursionError: maximum recursion depth exceeded"]);

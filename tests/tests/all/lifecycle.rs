@@ -68,7 +68,10 @@ async fn dropping_the_handle_stops_a_running_loop() {
 async fn bad_result_ids_are_refused_without_harming_the_execution() {
     let engine = own_engine(10, WhenBusy::Queue);
     let mut exec = engine
-        .start(ExecutionRequest::new("r = await asyncio.gather(add(a=1, b=1), add(a=2, b=2))\nprint(r)").with_tools(standard_tools()))
+        .start(
+            ExecutionRequest::new("r = await asyncio.gather(add(a=1, b=1), add(a=2, b=2))\nprint(r)")
+                .with_tools(standard_tools()),
+        )
         .await
         .unwrap();
     let Some(Event::ToolCalls { calls, .. }) = exec.next_event().await else { panic!() };

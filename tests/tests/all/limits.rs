@@ -8,7 +8,12 @@ use ptc_tests::*;
 #[tokio::test]
 async fn infinite_loop_is_stopped_by_the_deadline_keeping_partial_output() {
     let t0 = Instant::now();
-    let exec = start_with("print('working', end='')\nwhile True:\n    pass", vec![], limits_with_timeout(Duration::from_secs(1))).await;
+    let exec = start_with(
+        "print('working', end='')\nwhile True:\n    pass",
+        vec![],
+        limits_with_timeout(Duration::from_secs(1)),
+    )
+    .await;
     let f = drive(exec, echo).await.failed();
     assert_eq!(f.kind, FailureKind::Timeout);
     assert_eq!(f.stdout, "working");
@@ -17,7 +22,12 @@ async fn infinite_loop_is_stopped_by_the_deadline_keeping_partial_output() {
 
 #[tokio::test]
 async fn deadline_expires_while_suspended() {
-    let exec = start_with("print('asked')\nawait add(a=1, b=2)\nprint('never')", standard_tools(), limits_with_timeout(Duration::from_secs(1))).await;
+    let exec = start_with(
+        "print('asked')\nawait add(a=1, b=2)\nprint('never')",
+        standard_tools(),
+        limits_with_timeout(Duration::from_secs(1)),
+    )
+    .await;
     let mut exec = exec;
     let mut saw_calls = false;
     let f = loop {
@@ -36,11 +46,13 @@ async fn deadline_expires_while_suspended() {
 #[tokio::test]
 async fn memory_bomb_fails_with_kind_memory() {
     let limits = Limits::default().with_max_memory_bytes(64 * ptc_engine::MIB);
-    let exec = start_with("print('start')\nx = []\nwhile True:\n    x.append(bytearray(1 << 20))", vec![], limits).await;
+    let exec =
+        start_with("print('start')\nx = []\nwhile True:\n    x.append(bytearray(1 << 20))", vec![], limits).await;
     let f = drive(exec, echo).await.failed();
     assert_eq!(f.kind, FailureKind::Memory, "{}", f.message);
     assert_eq!(f.stdout, "start\n");
-    let exec = start_with("s = 'a' * (1 << 30)", vec![], Limits::default().with_max_memory_bytes(64 * ptc_engine::MIB)).await;
+    let exec =
+        start_with("s = 'a' * (1 << 30)", vec![], Limits::default().with_max_memory_bytes(64 * ptc_engine::MIB)).await;
     assert_eq!(drive(exec, echo).await.failed().kind, FailureKind::Memory);
 }
 

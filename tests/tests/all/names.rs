@@ -23,7 +23,11 @@ async fn colliding_names_are_rejected_before_anything_runs() {
     let run = drive(start("print('ran')", tools).await, echo).await;
     let f = run.failed();
     assert_eq!(f.kind, FailureKind::InvalidTools);
-    assert!(f.message.contains("'get-weather' and 'get weather' both become the Python name 'get_weather'"), "{}", f.message);
+    assert!(
+        f.message.contains("'get-weather' and 'get weather' both become the Python name 'get_weather'"),
+        "{}",
+        f.message
+    );
     assert_eq!(f.stdout, "");
 }
 

@@ -7,9 +7,11 @@ use ptc_tests::grpc::{config, serve};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn example_python_client_runs_a_program_with_python_tools() {
-    let venv = tokio::task::spawn_blocking(|| ptc_tests::python::venv("grpc-example", &["grpcio==1.85.1", "grpcio-tools==1.85.1"]))
-        .await
-        .unwrap();
+    let venv = tokio::task::spawn_blocking(|| {
+        ptc_tests::python::venv("grpc-example", &["grpcio==1.85.1", "grpcio-tools==1.85.1"])
+    })
+    .await
+    .unwrap();
     let server = serve(config(&["acme:secret"])).await;
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/python");
     let addr = server.grpc_addr.to_string();

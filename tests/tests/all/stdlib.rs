@@ -19,10 +19,7 @@ print(list(graphlib.TopologicalSorter({"b": {"a"}}).static_order()))
 print(datetime.datetime.now(datetime.timezone.utc).year >= 2024)
 "#;
     let done = run_code(code).await.completed();
-    assert_eq!(
-        done.stdout,
-        "2 3.30\nba7816bf8f01cfea aGk=\n36 x\nTrue 1\n2024-02-29 q=1\n['a', 'b']\nTrue\n"
-    );
+    assert_eq!(done.stdout, "2 3.30\nba7816bf8f01cfea aGk=\n36 x\nTrue 1\n2024-02-29 q=1\n['a', 'b']\nTrue\n");
 }
 
 #[tokio::test]

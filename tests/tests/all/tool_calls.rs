@@ -120,7 +120,8 @@ async fn describe_tools_gives_names_signatures_and_stub() {
         ]
     );
     assert!(d.stub.contains("async def get_weather(city: str, days: int = ..., **kwargs: Any) -> Any:"), "{}", d.stub);
-    let err = engine().describe_tools(&[ptc_engine::ToolDef::new("a-b"), ptc_engine::ToolDef::new("a b")]).await.unwrap_err();
+    let err =
+        engine().describe_tools(&[ptc_engine::ToolDef::new("a-b"), ptc_engine::ToolDef::new("a b")]).await.unwrap_err();
     assert!(err.message().contains("both become the Python name 'a_b'"), "{err}");
 }
 

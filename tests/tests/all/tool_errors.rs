@@ -43,7 +43,11 @@ print((await get_weather(city="SF"))["temp"])
     assert_eq!(run.rounds.len(), 1, "only the valid call leaves the sandbox");
     let done = run.completed();
     let lines: Vec<_> = done.stdout.lines().collect();
-    assert!(lines[0].starts_with("invalid: invalid input for tool \"get-weather\": /city: 42 is not of type \"string\""), "{}", done.stdout);
+    assert!(
+        lines[0].starts_with("invalid: invalid input for tool \"get-weather\": /city: 42 is not of type \"string\""),
+        "{}",
+        done.stdout
+    );
     assert!(lines[1].contains("/days") && lines[1].contains("minimum"), "{}", done.stdout);
     assert_eq!(lines[2], "21");
     assert_eq!(done.stats.round_trips, 1);

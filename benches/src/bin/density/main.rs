@@ -19,8 +19,8 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::Semaphore;
 use tonic::transport::Channel;
 
-use ptc_benches::grpc::{self, Exec};
 use procfs::Memory;
+use ptc_benches::grpc::{self, Exec};
 use report::{Step, Throughput, percentile};
 
 #[derive(Parser, Debug)]
@@ -206,11 +206,20 @@ async fn harness(args: Args) -> anyhow::Result<()> {
     }
     let throughput = if args.throughput_secs > 0 {
         eprintln!("density: throughput, {} clients for {} s ...", args.throughput_clients, args.throughput_secs);
-        Some(throughput(&channels, key.as_deref(), args.throughput_clients, Duration::from_secs(args.throughput_secs)).await)
+        Some(
+            throughput(&channels, key.as_deref(), args.throughput_clients, Duration::from_secs(args.throughput_secs))
+                .await,
+        )
     } else {
         None
     };
-    let report = report::Report { machine: procfs::machine(), steps, throughput, stopped, serve_flags: args.serve_flags.clone() };
+    let report = report::Report {
+        machine: procfs::machine(),
+        steps,
+        throughput,
+        stopped,
+        serve_flags: args.serve_flags.clone(),
+    };
     print!("{}", report.table());
     if let Some(dir) = args.json.parent() {
         std::fs::create_dir_all(dir)?;
@@ -295,7 +304,12 @@ async fn run_step(
         None => None,
     };
     if args.hold_secs > 0 {
-        eprintln!("density: {} executions paused in server pid {}; resuming in {} s", paused.len(), server.pid, args.hold_secs);
+        eprintln!(
+            "density: {} executions paused in server pid {}; resuming in {} s",
+            paused.len(),
+            server.pid,
+            args.hold_secs
+        );
         tokio::time::sleep(Duration::from_secs(args.hold_secs)).await;
     }
 
@@ -381,7 +395,12 @@ async fn trivial(client: &mut SandboxClient<Channel>, key: Option<&str>) -> Resu
 }
 
 /// Back-to-back trivial executions from `clients` tasks for `duration`.
-async fn throughput(channels: &[SandboxClient<Channel>], key: Option<&str>, clients: usize, duration: Duration) -> Throughput {
+async fn throughput(
+    channels: &[SandboxClient<Channel>],
+    key: Option<&str>,
+    clients: usize,
+    duration: Duration,
+) -> Throughput {
     let started = Instant::now();
     let deadline = started + duration;
     let mut tasks = tokio::task::JoinSet::new();
