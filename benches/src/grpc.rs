@@ -1,20 +1,17 @@
-//! One `Execute` stream as the benchmarks and the density harness drive it: start, read tool
-//! calls, answer, finish. Every wait has a deadline, so a stuck server is reported as an
-//! error instead of hanging the run.
+//! One `Execute` stream as the benchmarks and the density harness drive it (the server's
+//! [`ExecuteStream`]): start, read tool calls, answer, finish. Every wait has a deadline, so a
+//! stuck server is reported as an error instead of hanging the run.
 
 use std::time::Duration;
 
-use ptc_server::proto::{self, client_message, sandbox_client::SandboxClient, server_message::Message};
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
+use ptc_server::execute::ExecuteStream;
+use ptc_server::proto::{self, sandbox_client::SandboxClient, server_message::Message};
 use tonic::transport::Channel;
 
 const WAIT: Duration = Duration::from_secs(120);
 
-pub struct Exec {
-    tx: mpsc::Sender<proto::ClientMessage>,
-    rx: tonic::Streaming<proto::ServerMessage>,
-}
+/// An [`ExecuteStream`] whose every wait has a deadline and whose errors are strings.
+pub struct Exec(ExecuteStream);
 
 /// A `Start` with the named tools (no schema), the longest deadline (an execution may wait
 /// while thousands of others are started) and room for the 100-round workload.
@@ -40,27 +37,19 @@ impl Exec {
         start: proto::Start,
         key: Option<&str>,
     ) -> Result<Exec, String> {
-        let (tx, rx) = mpsc::channel(4);
-        tx.send(proto::ClientMessage { message: Some(client_message::Message::Start(start)) })
+        let opened = tokio::time::timeout(WAIT, ExecuteStream::open(client, start, key))
             .await
-            .map_err(|e| e.to_string())?;
-        let mut request = tonic::Request::new(ReceiverStream::new(rx));
-        if let Some(key) = key {
-            request.metadata_mut().insert("x-api-key", key.parse().map_err(|_| "API key is not ASCII".to_string())?);
-        }
-        let response = tokio::time::timeout(WAIT, client.execute(request)).await.map_err(|_| "no response to Start")?;
-        let rx = response.map_err(|s| format!("{:?}: {}", s.code(), s.message()))?.into_inner();
-        Ok(Exec { tx, rx })
+            .map_err(|_| "no response to Start")?;
+        opened.map(Exec).map_err(|s| format!("{:?}: {}", s.code(), s.message()))
     }
 
     async fn next(&mut self) -> Result<Message, String> {
         loop {
-            let msg = tokio::time::timeout(WAIT, self.rx.message()).await.map_err(|_| "no server message in 120 s")?;
+            let msg = tokio::time::timeout(WAIT, self.0.message()).await.map_err(|_| "no server message in 120 s")?;
             match msg.map_err(|s| format!("{:?}: {}", s.code(), s.message()))? {
                 None => return Err("stream ended".into()),
-                Some(proto::ServerMessage { message: Some(Message::Started(_) | Message::Output(_)) }) => continue,
-                Some(proto::ServerMessage { message: Some(m) }) => return Ok(m),
-                Some(_) => continue,
+                Some(Message::Started(_) | Message::Output(_)) => continue,
+                Some(m) => return Ok(m),
             }
         }
     }
@@ -90,8 +79,7 @@ impl Exec {
     }
 
     pub async fn send_results(&self, results: Vec<proto::ToolResult>) -> Result<(), String> {
-        let m = client_message::Message::ToolResults(proto::ToolResults { results });
-        self.tx.send(proto::ClientMessage { message: Some(m) }).await.map_err(|_| "stream closed".to_string())
+        self.0.send_results(results).await.map_err(|s| s.message().to_string())
     }
 }
 

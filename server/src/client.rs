@@ -5,11 +5,10 @@ use std::process::Stdio;
 
 use anyhow::{Context, bail};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 
 use crate::cli::RunArgs;
-use crate::proto::{self, client_message, sandbox_client::SandboxClient, server_message};
+use crate::execute::ExecuteStream;
+use crate::proto::{self, sandbox_client::SandboxClient, server_message::Message};
 
 /// Runs the program; returns the process exit code.
 pub async fn run(args: RunArgs) -> anyhow::Result<i32> {
@@ -38,24 +37,18 @@ pub async fn run(args: RunArgs) -> anyhow::Result<i32> {
     };
 
     let mut client = SandboxClient::connect(server.clone()).await.with_context(|| format!("connecting to {server}"))?;
-    let (tx, rx) = mpsc::channel(16);
     let start = proto::Start {
         code,
         tools,
         limits: Some(proto::Limits { timeout_ms: args.timeout_ms, ..Default::default() }),
         ..Default::default()
     };
-    tx.send(proto::ClientMessage { message: Some(client_message::Message::Start(start)) }).await?;
-    let mut request = tonic::Request::new(ReceiverStream::new(rx));
-    if let Some(key) = &args.api_key {
-        request.metadata_mut().insert("x-api-key", key.parse().context("API key is not valid metadata")?);
-    }
-    let mut events = client.execute(request).await?.into_inner();
+    let mut stream = ExecuteStream::open(&mut client, start, args.api_key.as_deref()).await?;
 
     let mut exit = 1;
-    while let Some(message) = events.message().await? {
-        match message.message {
-            Some(server_message::Message::Output(o)) => {
+    while let Some(message) = stream.message().await? {
+        match message {
+            Message::Output(o) => {
                 // Plain blocking writes: small, and they keep output in stream order.
                 use std::io::Write;
                 if o.stream == proto::OutputStream::Stderr as i32 {
@@ -66,30 +59,29 @@ pub async fn run(args: RunArgs) -> anyhow::Result<i32> {
                     out.flush()?;
                 }
             }
-            Some(server_message::Message::ToolCalls(batch)) => {
+            Message::ToolCalls(batch) => {
                 let handler = args.tool_handler.clone();
                 let results = futures_join(batch.calls.into_iter().map(|c| answer(handler.clone(), c))).await;
-                let msg = client_message::Message::ToolResults(proto::ToolResults { results });
-                tx.send(proto::ClientMessage { message: Some(msg) }).await?;
+                stream.send_results(results).await?;
             }
-            Some(server_message::Message::Completed(c)) => {
+            Message::Completed(c) => {
                 if c.return_value_json != "null" {
                     println!("{}", c.return_value_json);
                 }
                 exit = 0;
             }
-            Some(server_message::Message::Failed(f)) => {
+            Message::Failed(f) => {
                 let kind = proto::FailureKind::try_from(f.kind).unwrap_or(proto::FailureKind::Internal);
                 if kind != proto::FailureKind::PythonError {
                     eprintln!("ptc-engine: {} ({})", f.message, kind.as_str_name());
                 }
                 exit = f.exit_code.unwrap_or(1);
             }
-            Some(server_message::Message::Error(e)) => eprintln!("ptc-engine: {}: {}", e.code, e.message),
-            Some(server_message::Message::Started(_)) | None => {}
+            Message::Error(e) => eprintln!("ptc-engine: {}: {}", e.code, e.message),
+            Message::Started(_) => {}
         }
     }
-    drop(tx);
+    drop(stream);
     if let Some(server) = local {
         server.shutdown();
         server.wait().await;

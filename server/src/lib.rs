@@ -8,6 +8,7 @@ pub mod auth;
 pub mod cli;
 pub mod client;
 pub mod conn;
+pub mod execute;
 pub mod files;
 pub mod grpc;
 pub mod http;

@@ -2,11 +2,10 @@
 
 use std::time::Duration;
 
-use ptc_server::proto::{self, client_message, sandbox_client::SandboxClient, server_message};
+use ptc_server::execute::ExecuteStream;
+use ptc_server::proto::{self, sandbox_client::SandboxClient, server_message};
 use ptc_server::{RunningServer, ServerConfig, auth::ApiKeys};
 use serde_json::Value;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 
 pub use server_message::Message as Msg;
@@ -43,11 +42,9 @@ pub fn start_message(code: &str, tools: Vec<proto::Tool>) -> proto::Start {
     proto::Start { code: code.into(), tools, ..Default::default() }
 }
 
-/// One open `Execute` stream.
-pub struct Stream {
-    pub tx: mpsc::Sender<proto::ClientMessage>,
-    pub rx: tonic::Streaming<proto::ServerMessage>,
-}
+/// One open `Execute` stream ([`ExecuteStream`]) with test-sized waits: every message must
+/// come within 30 s, and a broken stream fails the test.
+pub struct Stream(pub ExecuteStream);
 
 impl Stream {
     pub async fn open(
@@ -55,22 +52,16 @@ impl Stream {
         start: proto::Start,
         key: Option<&str>,
     ) -> Result<Stream, tonic::Status> {
-        let (tx, rx) = mpsc::channel(16);
-        tx.send(proto::ClientMessage { message: Some(client_message::Message::Start(start)) }).await.unwrap();
-        let mut request = tonic::Request::new(ReceiverStream::new(rx));
-        if let Some(key) = key {
-            request.metadata_mut().insert("x-api-key", key.parse().unwrap());
-        }
-        let rx = client.execute(request).await?.into_inner();
-        Ok(Stream { tx, rx })
+        ExecuteStream::open(client, start, key).await.map(Stream)
+    }
+
+    /// The next message or the status that ended the stream, within 30 s.
+    pub async fn message(&mut self) -> Result<Option<Msg>, tonic::Status> {
+        tokio::time::timeout(Duration::from_secs(30), self.0.message()).await.expect("a server message within 30 s")
     }
 
     pub async fn next(&mut self) -> Option<Msg> {
-        tokio::time::timeout(Duration::from_secs(30), self.rx.message())
-            .await
-            .expect("a server message within 30 s")
-            .expect("stream ok")
-            .and_then(|m| m.message)
+        self.message().await.expect("stream ok")
     }
 
     /// Skips Started/Output until a message `pick` accepts.
@@ -84,13 +75,11 @@ impl Stream {
     }
 
     pub async fn send_results(&self, results: Vec<proto::ToolResult>) {
-        let msg = client_message::Message::ToolResults(proto::ToolResults { results });
-        self.tx.send(proto::ClientMessage { message: Some(msg) }).await.unwrap();
+        self.0.send_results(results).await.expect("the stream is open");
     }
 
     pub async fn cancel(&self) {
-        let msg = client_message::Message::Cancel(proto::Cancel { reason: "test".into() });
-        self.tx.send(proto::ClientMessage { message: Some(msg) }).await.unwrap();
+        self.0.cancel("test").await.expect("the stream is open");
     }
 
     /// Answers every call with `handler` until the end; returns the final message and the
