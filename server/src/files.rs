@@ -59,6 +59,10 @@ pub struct FileRef {
     pub size: u64,
 }
 
+/// Linux's "too many levels of symbolic links": what opening a link with `O_NOFOLLOW` gives
+/// (`io::ErrorKind::FilesystemLoop` is not stable yet).
+const ELOOP: i32 = 40;
+
 /// Why a file operation was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FilesError {
@@ -368,8 +372,18 @@ impl FileStore {
         }
         for (rel, src, len) in sources {
             let (parent, file_name) = split(&rel);
-            let dst_dir = create_dir_beneath(&session.dir, parent)
-                .map_err(|e| FilesError::Invalid(format!("cannot import {}: {e}", rel.display())))?;
+            let dst_dir = create_dir_beneath(&session.dir, parent).map_err(|e| {
+                // Something the program made stands in the way (a file, or a link, which is
+                // never followed): the request's to change. Anything else is the host's failure.
+                let message = format!("cannot import {}: {e}", rel.display());
+                if matches!(e.kind(), io::ErrorKind::NotADirectory | io::ErrorKind::AlreadyExists)
+                    || e.raw_os_error() == Some(ELOOP)
+                {
+                    FilesError::Invalid(message)
+                } else {
+                    FilesError::Io(message)
+                }
+            })?;
             // Whatever stands at the destination (a file, or a link the program planted) is
             // replaced, never written through.
             match dst_dir.symlink_metadata(file_name) {

@@ -1,10 +1,15 @@
 //! A minimal HTTP/1.1 client over a TCP socket (one request per connection), enough to drive
-//! the Code API the way LibreChat's client does.
+//! the Code API the way LibreChat's client does; and [`call`], which hands one request straight
+//! to the server's router (`tower::ServiceExt::oneshot`) for tests that need no socket.
 
 use std::net::SocketAddr;
 
+use axum::body::Body;
+use axum::http::Request;
+use ptc_server::RunningServer;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tower::ServiceExt;
 
 #[derive(Debug)]
 pub struct Reply {
@@ -38,6 +43,20 @@ pub async fn post_raw(addr: SocketAddr, path: &str, headers: &[(&str, &str)], bo
     }
     let body = serde_json::from_str(&text).unwrap_or(Value::Null);
     Reply { status, body, text }
+}
+
+/// POSTs `body` to the HTTP API's router without a socket, with `headers`.
+pub async fn call(server: &RunningServer, path: &str, headers: &[(&str, &str)], body: impl Into<Body>) -> Reply {
+    let mut request = Request::post(path).header("content-type", "application/json");
+    for (k, v) in headers {
+        request = request.header(*k, *v);
+    }
+    let router = ptc_server::http::router(server.http.clone());
+    let response = router.oneshot(request.body(body.into()).unwrap()).await.expect("the router answers");
+    let status = response.status().as_u16();
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.expect("the whole body");
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    Reply { status, body: serde_json::from_str(&text).unwrap_or(Value::Null), text }
 }
 
 pub async fn post(addr: SocketAddr, path: &str, key: Option<&str>, body: &Value) -> Reply {

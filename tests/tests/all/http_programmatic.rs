@@ -2,7 +2,7 @@
 //! reference design, multi-round execution on the live instance, and its errors.
 
 use ptc_tests::grpc::{config, serve};
-use ptc_tests::http::{Reply, post, post_raw};
+use ptc_tests::http::{Reply, call, post, post_raw};
 use serde_json::{Value, json};
 
 const PATH: &str = "/exec/programmatic";
@@ -166,28 +166,54 @@ async fn timeout_is_200_time_limit_exceeded_with_partial_output() {
 }
 
 #[tokio::test]
-async fn malformed_requests() {
+async fn malformed_requests_get_a_400_that_says_what_is_wrong() {
     let server = serve(config(&[])).await;
-    let r = post_raw(server.http_addr, PATH, &[], b"{not json").await;
+    let error = |r: &Reply| r.body["error"].as_str().unwrap_or_default().to_string();
+    let r = call(&server, PATH, &[], "{not json").await;
     assert_eq!(r.status, 400);
-    assert!(r.body["error"].as_str().unwrap().starts_with("Invalid JSON: key must be a string"), "{}", r.text);
-    let r = post(server.http_addr, PATH, None, &json!({"tools": []})).await;
-    assert_eq!((r.status, r.body["error"].as_str()), (400, Some("code (a string) is required")));
-    let r = post(server.http_addr, PATH, None, &json!({"code": "pass", "timeout": 999})).await;
+    assert!(error(&r).starts_with("Invalid JSON: key must be a string"), "{}", r.text);
+    let r = call(&server, PATH, &[], "[1, 2]").await;
+    assert_eq!((r.status, error(&r)), (400, "the request body must be a JSON object".into()));
+    let r = call(&server, PATH, &[], json!({"tools": []}).to_string()).await;
+    assert_eq!((r.status, error(&r)), (400, "code (a string) is required".into()));
+    let r = call(&server, PATH, &[], json!({"code": 5}).to_string()).await;
     assert_eq!(r.status, 400);
-    assert!(r.body["error"].as_str().unwrap().contains("between 1000 and 300000"));
-    let r =
-        post(server.http_addr, PATH, None, &json!({"code": "pass", "tools": [{"name": "a-b"}, {"name": "a b"}]})).await;
+    assert!(error(&r).starts_with("Invalid request: invalid type: integer `5`, expected a string"), "{}", r.text);
+    let r = call(&server, PATH, &[], json!({"code": "pass", "tools": [{"description": "x"}]}).to_string()).await;
+    assert!(error(&r).starts_with("Invalid request: missing field `name`"), "{}", r.text);
+    let r = call(&server, PATH, &[], json!({"code": "pass", "timeout": 999}).to_string()).await;
+    assert_eq!(r.status, 400);
+    assert!(error(&r).contains("between 1000 and 300000"), "{}", r.text);
+    let r = call(&server, PATH, &[], json!({"code": "pass", "tools": [{"name": "a-b"}, {"name": "a b"}]}).to_string())
+        .await;
     assert_eq!(r.status, 400, "{}", r.text);
-    assert!(r.body["error"].as_str().unwrap().contains("both become the Python name"), "{}", r.text);
+    assert!(error(&r).contains("both become the Python name"), "{}", r.text);
+    let r = call(&server, PATH, &[], json!({"continuation_token": "x"}).to_string()).await;
+    assert_eq!((r.status, error(&r)), (400, "tool_results (an array) is required".into()));
+    let r = call(&server, "/exec", &[], json!({"lang": "js", "code": "1"}).to_string()).await;
+    assert_eq!(r.status, 400);
+    assert!(error(&r).starts_with("unsupported language \"js\""), "{}", r.text);
+    let r = call(&server, "/exec/programmatic/cancel", &[], "{}").await;
+    assert_eq!((r.status, error(&r)), (400, "request_id is required".into()));
+    let r = call(&server, "/exec/programmatic/cancel", &[], json!({"request_id": "nope"}).to_string()).await;
+    assert_eq!(r.status, 404, "{}", r.text);
+    let r = call(&server, "/v1/other", &[], "{}").await;
+    assert_eq!(r.status, 404);
+    assert!(error(&r).starts_with("Not found: this server answers POST /exec"), "{}", r.text);
     let big = vec![b' '; ptc_server::conn::HttpLimits::default().max_body_bytes + 1];
     let r = post_raw(server.http_addr, PATH, &[], &big).await;
     assert_eq!(r.status, 413, "{}", r.text);
-    assert!(
-        r.body["error"].as_str().unwrap().starts_with("Request body too large: the limit is 4194304 bytes"),
-        "{}",
-        r.text
-    );
+    assert!(error(&r).starts_with("Request body too large: the limit is 4194304 bytes"), "{}", r.text);
+}
+
+#[tokio::test]
+async fn requests_without_a_valid_key_are_refused_before_their_body_is_read() {
+    let server = serve(config(&["acme:k1"])).await;
+    for headers in [&[][..], &[("X-API-Key", "nope")][..]] {
+        let r = call(&server, PATH, headers, "{not json").await;
+        assert_eq!(r.status, 401, "{}", r.text);
+        assert_eq!(r.body["status"], "error", "{}", r.text);
+    }
 }
 
 #[tokio::test]
