@@ -179,9 +179,10 @@ pub enum WhenBusy {
 pub struct EngineConfig {
     pub component: ComponentSource,
     /// Directory that caches the compiled component (`.cwasm`, ~50 MB): loading it takes
-    /// milliseconds, compiling ~8 s. It must be private to this user (a planted file there is
-    /// loaded as native code). Default `None`: compile at every [`crate::Engine::new`], cache
-    /// nothing.
+    /// milliseconds, compiling ~8 s. A file there is loaded as native code, so the directory
+    /// is created with mode 0700 and used only while it is this user's, not a link, and not
+    /// writable by others (otherwise a warning, and the component is compiled in memory).
+    /// Default `None`: compile at every [`crate::Engine::new`], cache nothing.
     pub cache_dir: Option<PathBuf>,
     /// Executions alive at once (running or paused). Default: what the memory budget holds
     /// at 3 MiB per paused execution, at most 12,000 (about where `vm.max_map_count`'s default

@@ -129,9 +129,10 @@ impl Artifact {
     /// a new wasmtime or different settings never load a stale artifact. Loading through
     /// `deserialize_file` maps the file, which is what lets instances share its memory image.
     fn get(engine: &Engine, bytes: &[u8], cache_dir: Option<&Path>) -> Result<Self> {
-        let path = cache_dir.map(|dir| cache_path(engine, bytes, dir));
+        let path = cache_dir.filter(|dir| usable_cache_dir(dir)).map(|dir| cache_path(engine, bytes, dir));
         if let Some(path) = &path
             && path.exists()
+            && private(path)
         {
             // SAFETY: the file was written by `Component::serialize` of this very engine
             // configuration (the name carries its compatibility hash) into our own cache
@@ -169,6 +170,36 @@ impl Artifact {
     }
 }
 
+/// A cache directory is only used if it is private to this user: a file planted there would be
+/// loaded as native code into this process. It is created (mode 0700) if missing; one that is
+/// not private is skipped with a warning (the component is then compiled in memory).
+fn usable_cache_dir(dir: &Path) -> bool {
+    use std::os::unix::fs::DirBuilderExt;
+    if !dir.exists()
+        && let Err(e) = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+    {
+        tracing::warn!(dir = %dir.display(), "cannot create the cache directory, compiling in memory: {e}");
+        return false;
+    }
+    if !private(dir) {
+        tracing::warn!(
+            dir = %dir.display(),
+            "the cache directory is not private to this user (owned by another user, a link, or writable by others); \
+             compiling in memory instead"
+        );
+        return false;
+    }
+    true
+}
+
+/// Owned by this user, not a link, and writable by no one else.
+fn private(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path).is_ok_and(|m| {
+        !m.file_type().is_symlink() && m.uid() == rustix::process::geteuid().as_raw() && m.mode() & 0o022 == 0
+    })
+}
+
 fn cache_path(engine: &Engine, bytes: &[u8], dir: &Path) -> PathBuf {
     let digest = hex::encode(&Sha256::digest(bytes)[..12]);
     // DefaultHasher::new() uses fixed keys, so the value is stable for one build of the binary,
@@ -181,16 +212,13 @@ fn cache_path(engine: &Engine, bytes: &[u8], dir: &Path) -> PathBuf {
 fn write_atomically(path: &Path, data: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().expect("cache path has a directory");
     std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(".{}.{}.tmp", std::process::id(), rand_suffix()));
+    let mut suffix = [0u8; 8];
+    getrandom::fill(&mut suffix).map_err(|e| std::io::Error::other(e.to_string()))?;
+    let tmp = dir.join(format!(".{}.{}.tmp", std::process::id(), hex::encode(suffix)));
     std::fs::write(&tmp, data)?;
     std::fs::rename(&tmp, path).inspect_err(|_| {
         let _ = std::fs::remove_file(&tmp);
     })
-}
-
-fn rand_suffix() -> u64 {
-    use std::hash::BuildHasher;
-    std::collections::hash_map::RandomState::new().hash_one(std::time::Instant::now())
 }
 
 /// Advances the engine's epoch every `tick` until dropped.
@@ -218,5 +246,33 @@ impl EpochTicker {
 impl Drop for EpochTicker {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    #[test]
+    fn only_a_private_cache_directory_is_used() {
+        let base = std::env::temp_dir().join(format!("ptc-cache-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let fresh = base.join("a").join("cache");
+        assert!(usable_cache_dir(&fresh), "a missing directory is created");
+        assert_eq!(std::fs::metadata(&fresh).unwrap().permissions().mode() & 0o777, 0o700);
+        let shared = base.join("shared");
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(!usable_cache_dir(&shared), "a directory others may write to is not used");
+        let link = base.join("link");
+        std::os::unix::fs::symlink(&fresh, &link).unwrap();
+        assert!(!usable_cache_dir(&link), "a link is not used");
+        let planted = fresh.join("planted.cwasm");
+        std::fs::write(&planted, b"x").unwrap();
+        std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert!(!private(&planted), "a file others may write to is not loaded");
+        std::fs::remove_dir_all(&base).unwrap();
     }
 }
