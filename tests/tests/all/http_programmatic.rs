@@ -243,3 +243,40 @@ async fn api_keys_in_every_librechat_form() {
     assert_eq!(post_raw(server.http_addr, PATH, &[], body.as_bytes()).await.status, 401);
     assert_eq!(post_raw(server.http_addr, PATH, &[("X-API-Key", "nope")], body.as_bytes()).await.status, 401);
 }
+
+#[tokio::test]
+async fn a_batch_made_while_paused_is_answered_in_a_round_of_its_own() {
+    // The program stops waiting for `get_weather` after 50 ms and asks `get_forecast` while the
+    // first call is still unanswered. The client answers the calls it was shown, one round at
+    // a time: the continuation of round 1 needs only get_weather's result, and round 2 asks
+    // for get_forecast.
+    let server = serve(config(&[])).await;
+    let code = r#"
+import asyncio
+first = asyncio.ensure_future(get_weather(city="SF"))
+try:
+    await asyncio.wait_for(asyncio.shield(first), 0.05)
+except TimeoutError:
+    print("still waiting")
+forecast = await get_forecast(city="SF", days=2)
+weather = await first
+print(weather["temp"], len(forecast))
+"#;
+    let reply = post(server.http_addr, PATH, None, &json!({"code": code, "tools": weather_tools()})).await;
+    assert_eq!(reply.body["status"], "tool_call_required", "{}", reply.text);
+    assert_eq!(reply.body["tool_calls"][0]["name"], "get_weather");
+    // Long enough for the program to time out its wait and ask for the forecast.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let (reply, rounds) = client_loop(
+        server.http_addr,
+        None,
+        json!({"continuation_token": reply.body["continuation_token"], "tool_results": [
+            {"call_id": reply.body["tool_calls"][0]["id"], "result": "{\"temp\": 18}"}]}),
+        weather,
+    )
+    .await;
+    assert_eq!(reply.body["status"], "completed", "{}", reply.text);
+    assert_eq!(reply.body["stdout"], "still waiting\n18 2\n");
+    let names: Vec<&Value> = rounds.iter().flatten().map(|c| &c["name"]).collect();
+    assert_eq!(names, [&json!("get_forecast")], "round 2 holds only the call made while paused");
+}
