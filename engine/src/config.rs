@@ -8,8 +8,10 @@ use crate::error::{Error, Result};
 pub const MIB: u64 = 1024 * 1024;
 
 /// Limits of one execution. Every field has a default ([`Limits::default`]); a request may
-/// lower or raise them within the engine's ceilings ([`EngineConfig::max_limits`]).
+/// lower or raise them within the engine's ceilings ([`EngineConfig::ceilings`]). Build one
+/// from the default: `Limits::default().with_timeout(Duration::from_secs(5))`.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Limits {
     /// Total wall-clock time, suspended time included. Default 60 s, allowed 1–300 s.
     pub timeout: Duration,

@@ -44,7 +44,7 @@ pub struct ServeArgs {
     /// Secret for signing HTTP continuation tokens (default: random per process).
     #[arg(long, env = "PTC_TOKEN_SECRET", hide_env_values = true)]
     pub token_secret: Option<String>,
-    /// Where HTTP session files (`/mnt/data`) live (default: <temp dir>/ptc-engine-files).
+    /// Where HTTP session files (`/mnt/data`) live (default: `ptc-engine-files` in the temp dir).
     #[arg(long, env = "PTC_FILES_DIR")]
     pub files_dir: Option<PathBuf>,
     /// Seconds a session's files are kept after its last change.
@@ -136,7 +136,7 @@ pub struct ServeArgs {
     #[arg(long, env = "PTC_MEMORY_RESERVATION_MIB")]
     pub memory_reservation_mib: Option<u64>,
     /// Directory for the compiled component cache, private to this user (default:
-    /// `$XDG_CACHE_HOME/ptc-engine`, else `~/.cache/ptc-engine`, else <temp dir>/ptc-engine).
+    /// `$XDG_CACHE_HOME/ptc-engine`, else `~/.cache/ptc-engine`, else `ptc-engine` in the temp dir).
     #[arg(long, env = "PTC_CACHE_DIR")]
     pub cache_dir: Option<PathBuf>,
     /// Load the sandbox component from this file instead of the embedded one.
