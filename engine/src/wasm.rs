@@ -96,8 +96,7 @@ pub(crate) fn wasmtime_config(cfg: &EngineConfig, pool: Option<PoolShape>) -> Co
 /// engines share one compiled artifact and the second load is only a file mapping.
 pub(crate) fn build_engine(cfg: &EngineConfig, bytes: &[u8]) -> Result<(Engine, Component, bool)> {
     let on_demand = Engine::new(&wasmtime_config(cfg, None)).map_err(|e| Error::engine("wasmtime engine", e))?;
-    let artifact = Artifact::get(&on_demand, bytes, cfg.cache_dir.as_deref())?;
-    let component = artifact.load(&on_demand)?;
+    let (artifact, component) = Artifact::get(&on_demand, bytes, cfg.cache_dir.as_deref())?;
     if !cfg.pooling {
         return Ok((on_demand, component, false));
     }
@@ -123,12 +122,13 @@ enum Artifact {
 }
 
 impl Artifact {
-    /// Finds the component in the cache, compiling and storing it on a miss.
+    /// Finds the component in the cache, compiling and storing it on a miss; returns it with
+    /// the component loaded for `engine`.
     ///
     /// The key combines the component's SHA-256 with `Engine::precompile_compatibility_hash`, so
     /// a new wasmtime or different settings never load a stale artifact. Loading through
     /// `deserialize_file` maps the file, which is what lets instances share its memory image.
-    fn get(engine: &Engine, bytes: &[u8], cache_dir: Option<&Path>) -> Result<Self> {
+    fn get(engine: &Engine, bytes: &[u8], cache_dir: Option<&Path>) -> Result<(Self, Component)> {
         let path = cache_dir.filter(|dir| usable_cache_dir(dir)).map(|dir| cache_path(engine, bytes, dir));
         if let Some(path) = &path
             && path.exists()
@@ -138,21 +138,25 @@ impl Artifact {
             // configuration (the name carries its compatibility hash) into our own cache
             // directory (`EngineConfig::cache_dir` says it must be private).
             match unsafe { Component::deserialize_file(engine, path) } {
-                Ok(_) => return Ok(Artifact::File(path.clone())),
+                Ok(component) => return Ok((Artifact::File(path.clone()), component)),
                 Err(e) => tracing::warn!(path = %path.display(), "discarding unusable cache entry: {e:#}"),
             }
         }
         let started = std::time::Instant::now();
         let compiled = engine.precompile_component(bytes).map_err(|e| Error::engine("compiling the component", e))?;
         tracing::info!(elapsed = ?started.elapsed(), "compiled the sandbox component");
-        let Some(path) = path else { return Ok(Artifact::Memory(compiled)) };
-        match write_atomically(&path, &compiled) {
-            Ok(()) => Ok(Artifact::File(path)),
-            Err(e) => {
-                tracing::warn!(path = %path.display(), "cannot cache the compiled component: {e}");
-                Ok(Artifact::Memory(compiled))
-            }
-        }
+        let artifact = match path {
+            None => Artifact::Memory(compiled),
+            Some(path) => match write_atomically(&path, &compiled) {
+                Ok(()) => Artifact::File(path),
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), "cannot cache the compiled component: {e}");
+                    Artifact::Memory(compiled)
+                }
+            },
+        };
+        let component = artifact.load(engine)?;
+        Ok((artifact, component))
     }
 
     /// The component for `engine`, which must share the compiling engine's compatibility hash
@@ -210,8 +214,8 @@ fn cache_path(engine: &Engine, bytes: &[u8], dir: &Path) -> PathBuf {
 }
 
 fn write_atomically(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    // The directory exists: `usable_cache_dir` made (or found) it.
     let dir = path.parent().expect("cache path has a directory");
-    std::fs::create_dir_all(dir)?;
     let mut suffix = [0u8; 8];
     getrandom::fill(&mut suffix).map_err(|e| std::io::Error::other(e.to_string()))?;
     let tmp = dir.join(format!(".{}.{}.tmp", std::process::id(), hex::encode(suffix)));

@@ -127,14 +127,17 @@ impl<T: DeserializeOwned> FromRequest<Arc<HttpState>> for ApiJson<T> {
     async fn from_request(req: Request, state: &Arc<HttpState>) -> Result<Self, Response> {
         let (parts, body) = req.into_parts();
         let bytes = read_body(&state.limits, &parts.headers, body).await?;
-        let value: Value = serde_json::from_slice(&bytes)
-            .map_err(|e| ApiError::bad_request(format!("Invalid JSON: {e}")).into_response())?;
-        if !value.is_object() {
-            return Err(ApiError::bad_request("the request body must be a JSON object").into_response());
-        }
-        serde_json::from_value(value)
-            .map(ApiJson)
-            .map_err(|e| ApiError::bad_request(format!("Invalid request: {e}")).into_response())
+        // One parse straight into `T`; its error says whether the text or the shape was wrong.
+        serde_json::from_slice(&bytes).map(ApiJson).map_err(|e| {
+            let message = if e.is_syntax() || e.is_eof() {
+                format!("Invalid JSON: {e}")
+            } else if bytes.trim_ascii_start().first() != Some(&b'{') {
+                "the request body must be a JSON object".to_string()
+            } else {
+                format!("Invalid request: {e}")
+            };
+            ApiError::bad_request(message).into_response()
+        })
     }
 }
 
