@@ -18,7 +18,12 @@ pub struct Exec(ExecuteStream);
 pub fn start(code: &str, tools: &[&str]) -> proto::Start {
     let tools = tools
         .iter()
-        .map(|name| proto::Tool { name: (*name).into(), description: String::new(), parameters_json: String::new() })
+        .map(|name| proto::Tool {
+            name: (*name).into(),
+            description: String::new(),
+            parameters_json: String::new(),
+            ..Default::default()
+        })
         .collect();
     let limits = proto::Limits { timeout_ms: Some(300_000), max_round_trips: Some(1000), ..Default::default() };
     proto::Start { code: code.into(), tools, limits: Some(limits), ..Default::default() }

@@ -62,6 +62,8 @@ pub struct ToolDescription {
 #[derive(Debug, Clone, PartialEq)]
 pub struct DescribedTool {
     pub name: String,
+    pub namespace: Option<String>,
+    /// How a program calls it: `get_weather`, or `github.create_issue` in a namespace.
     pub python_name: String,
     /// `get_weather(city: str, days?: int) -> Any`
     pub signature: String,
@@ -224,7 +226,13 @@ impl Engine {
             tools: described
                 .tools
                 .into_iter()
-                .map(|t| DescribedTool { name: t.name, python_name: t.python_name, signature: t.signature })
+                .zip(tools)
+                .map(|(t, def)| DescribedTool {
+                    name: t.name,
+                    namespace: def.namespace.clone(),
+                    python_name: t.python_name,
+                    signature: t.signature,
+                })
                 .collect(),
             stub: described.stub,
         })
@@ -301,6 +309,7 @@ fn wit_tools(tools: &[ToolDef]) -> Vec<bindings::ToolDef> {
             name: t.name.clone(),
             description: t.description.clone(),
             parameters: t.parameters.as_ref().map(|p| p.to_string()).unwrap_or_default(),
+            namespace: t.namespace.clone().unwrap_or_default(),
         })
         .collect()
 }

@@ -30,6 +30,8 @@ pub struct ToolCall {
     pub id: String,
     /// The tool's original name, as in its definition.
     pub name: String,
+    /// The tool's namespace, as in its definition.
+    pub namespace: Option<String>,
     /// The keyword arguments as JSON text (an object), already valid against the schema.
     pub input: String,
 }
@@ -67,6 +69,7 @@ impl ToolResult {
 pub struct ToolCallRecord {
     pub id: String,
     pub name: String,
+    pub namespace: Option<String>,
     pub input: String,
     /// `None` while unanswered (the execution ended first).
     pub outcome: Option<Result<String, String>>,

@@ -69,10 +69,10 @@ impl Exchange {
     }
 
     /// Guest side: these calls (id, tool name), handed out in `round`, now await answers.
-    pub(crate) fn register<'a>(&self, round: u32, calls: impl IntoIterator<Item = (&'a str, &'a str)>) {
+    pub(crate) fn register<'a>(&self, round: u32, calls: impl IntoIterator<Item = (&'a str, impl Into<String>)>) {
         let mut state = self.state();
         for (id, name) in calls {
-            state.pending.insert(id.to_string(), (name.to_string(), round));
+            state.pending.insert(id.to_string(), (name.into(), round));
         }
     }
 

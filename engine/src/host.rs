@@ -94,6 +94,7 @@ impl Broker {
         self.log.push(ToolCallRecord {
             id: call.id.clone(),
             name: call.name.clone(),
+            namespace: namespace(&call.namespace),
             input,
             outcome: None,
             round,
@@ -133,12 +134,12 @@ impl Broker {
             let checked = if call.input.len() > self.max_input_bytes {
                 Err(format!(
                     "the input of tool {:?} is {} bytes; the limit is {}: pass less data per call (filter it first, or split it over several calls)",
-                    call.name,
+                    label(&call.namespace, &call.name),
                     call.input.len(),
                     self.max_input_bytes
                 ))
             } else {
-                self.schemas.check(&call.name, &call.input)
+                self.schemas.check(&call.namespace, &call.name, &call.input)
             };
             match checked {
                 Ok(()) => valid.push(call),
@@ -157,11 +158,14 @@ impl Broker {
                 return Err(HostTrap::raise(FailureKind::RoundTrips, format!("Exceeded maximum round trips ({max})")));
             }
             let round = self.rounds;
-            self.exchange.register(round, valid.iter().map(|c| (c.id.as_str(), c.name.as_str())));
+            self.exchange.register(round, valid.iter().map(|c| (c.id.as_str(), label(&c.namespace, &c.name))));
             for call in &valid {
                 self.record(call, round);
             }
-            let calls = valid.into_iter().map(|c| ToolCall { id: c.id, name: c.name, input: c.input }).collect();
+            let calls = valid
+                .into_iter()
+                .map(|c| ToolCall { id: c.id, namespace: namespace(&c.namespace), name: c.name, input: c.input })
+                .collect();
             let _ = self.events.send(Event::ToolCalls { round, calls });
         }
         if !immediate.is_empty() {
@@ -193,6 +197,16 @@ impl Broker {
         }
         Ok(out)
     }
+}
+
+/// The guest's "" for no namespace as the API's `None`.
+fn namespace(ns: &str) -> Option<String> {
+    (!ns.is_empty()).then(|| ns.to_string())
+}
+
+/// How messages name a tool: `name`, or `namespace.name`.
+pub(crate) fn label(namespace: &str, name: &str) -> String {
+    if namespace.is_empty() { name.to_string() } else { format!("{namespace}.{name}") }
 }
 
 fn to_wit(id: String, outcome: Result<String, String>) -> wit::ToolResult {

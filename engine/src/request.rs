@@ -3,8 +3,9 @@
 use crate::config::{Ceilings, Limits};
 use crate::error::{Error, Result};
 
-/// A tool the program may call.
+/// A tool the program may call: `ToolDef::new(name)` and the `with_*` methods.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
 pub struct ToolDef {
     pub name: String,
     #[serde(default)]
@@ -12,11 +13,21 @@ pub struct ToolDef {
     /// JSON Schema of the tool's input object; `None` accepts any input.
     #[serde(default)]
     pub parameters: Option<serde_json::Value>,
+    /// A namespace makes the tool an attribute of one object per namespace instead of a
+    /// global: `await github.create_issue(...)`. Names are unique within a namespace, so two
+    /// servers' `search` tools never collide; calls come back with both names.
+    #[serde(default)]
+    pub namespace: Option<String>,
 }
 
 impl ToolDef {
     pub fn new(name: impl Into<String>) -> Self {
-        ToolDef { name: name.into(), description: String::new(), parameters: None }
+        ToolDef { name: name.into(), description: String::new(), parameters: None, namespace: None }
+    }
+
+    pub fn with_namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = Some(namespace.into());
+        self
     }
 
     pub fn with_description(mut self, description: impl Into<String>) -> Self {
@@ -97,8 +108,10 @@ pub(crate) fn check_tools_size(tools: &[ToolDef], ceilings: &Ceilings) -> Result
         return Err(Error::invalid(format!("{} tools given; the limit is {}", tools.len(), ceilings.max_tools)));
     }
     for tool in tools {
-        let size =
-            tool.name.len() + tool.description.len() + tool.parameters.as_ref().map_or(0, |p| p.to_string().len());
+        let size = tool.name.len()
+            + tool.description.len()
+            + tool.namespace.as_ref().map_or(0, String::len)
+            + tool.parameters.as_ref().map_or(0, |p| p.to_string().len());
         if size > ceilings.max_tool_def_bytes {
             return Err(Error::invalid(format!(
                 "tool {:?} is {size} bytes; the limit is {}",

@@ -8,10 +8,12 @@ use std::collections::HashMap;
 use jsonschema::Validator;
 
 use crate::error::{Error, Result};
+use crate::host::label;
 use crate::request::ToolDef;
 
 pub(crate) struct Schemas {
-    validators: HashMap<String, Option<Validator>>,
+    /// By (namespace or "", name): names are unique only within a namespace.
+    validators: HashMap<(String, String), Option<Validator>>,
 }
 
 impl Schemas {
@@ -31,16 +33,17 @@ impl Schemas {
                     )));
                 }
             };
-            validators.insert(tool.name.clone(), validator);
+            validators.insert((tool.namespace.clone().unwrap_or_default(), tool.name.clone()), validator);
         }
         Ok(Schemas { validators })
     }
 
     /// `Err(message)` for the program's `ToolError` when the call must not leave the sandbox.
-    pub(crate) fn check(&self, name: &str, input: &str) -> std::result::Result<(), String> {
-        let Some(validator) = self.validators.get(name) else {
-            return Err(format!("unknown tool {name:?}"));
+    pub(crate) fn check(&self, namespace: &str, name: &str, input: &str) -> std::result::Result<(), String> {
+        let Some(validator) = self.validators.get(&(namespace.to_string(), name.to_string())) else {
+            return Err(format!("unknown tool {:?}", label(namespace, name)));
         };
+        let name = label(namespace, name);
         let value: serde_json::Value =
             serde_json::from_str(input).map_err(|e| format!("input of {name:?} is not JSON: {e}"))?;
         let Some(validator) = validator else { return Ok(()) };
@@ -74,6 +77,9 @@ mod tests {
                 "required": ["a", "b"]
             })),
             ToolDef::new("free"),
+            ToolDef::new("add")
+                .with_namespace("calc")
+                .with_parameters(json!({"type": "object", "properties": {"x": {}}, "required": ["x"]})),
         ])
         .unwrap()
     }
@@ -81,13 +87,17 @@ mod tests {
     #[test]
     fn inputs_are_checked_against_their_tools_schema() {
         let s = schemas();
-        assert_eq!(s.check("add", r#"{"a": 1, "b": 2}"#), Ok(()));
-        let err = s.check("add", r#"{"a": "x"}"#).unwrap_err();
+        assert_eq!(s.check("", "add", r#"{"a": 1, "b": 2}"#), Ok(()));
+        let err = s.check("", "add", r#"{"a": "x"}"#).unwrap_err();
         assert!(err.starts_with("invalid input for tool \"add\""), "{err}");
         assert!(err.contains("/a") && err.contains("\"b\" is a required property"), "{err}");
-        assert_eq!(s.check("free", r#"{"anything": [1, 2]}"#), Ok(()), "no schema: any JSON");
-        assert!(s.check("free", "{nope").unwrap_err().contains("is not JSON"));
-        assert_eq!(s.check("other", "{}"), Err("unknown tool \"other\"".into()));
+        assert_eq!(s.check("", "free", r#"{"anything": [1, 2]}"#), Ok(()), "no schema: any JSON");
+        assert!(s.check("", "free", "{nope").unwrap_err().contains("is not JSON"));
+        assert_eq!(s.check("", "other", "{}"), Err("unknown tool \"other\"".into()));
+        // Same name, another namespace: its own schema.
+        assert_eq!(s.check("calc", "add", r#"{"x": 1}"#), Ok(()));
+        assert!(s.check("calc", "add", r#"{"a": 1, "b": 2}"#).unwrap_err().contains("tool \"calc.add\""));
+        assert_eq!(s.check("calc", "sub", "{}"), Err("unknown tool \"calc.sub\"".into()));
     }
 
     #[test]

@@ -76,7 +76,7 @@ class _Buffer(io.RawIOBase):
 
 
 def _wait_for_tools(calls, timeout_ms):
-    results = host.wait_for_tools([host.ToolCall(i, n, a) for i, n, a in calls], timeout_ms)
+    results = host.wait_for_tools([host.ToolCall(i, n, a, ns) for i, n, a, ns in calls], timeout_ms)
     return [
         (r.id, isinstance(r.outcome, host.ToolOutcome_Ok), r.outcome.value)
         for r in results
@@ -84,7 +84,7 @@ def _wait_for_tools(calls, timeout_ms):
 
 
 def _defs(tools):
-    return [(t.name, t.description, t.parameters) for t in tools]
+    return [(t.name, t.description, t.parameters, t.namespace) for t in tools]
 
 
 def _outcome(o):

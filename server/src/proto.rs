@@ -53,6 +53,7 @@ impl From<ptc_engine::ToolCallRecord> for ToolCallRecord {
         ToolCallRecord {
             id: r.id,
             name: r.name,
+            namespace: r.namespace.unwrap_or_default(),
             input_json: r.input,
             outcome: r.outcome.map(|o| match o {
                 Ok(json) => tool_call_record::Outcome::ResultJson(json),
@@ -87,7 +88,7 @@ impl From<ToolResult> for ptc_engine::ToolResult {
 
 impl From<ptc_engine::ToolCall> for ToolCall {
     fn from(c: ptc_engine::ToolCall) -> Self {
-        ToolCall { id: c.id, name: c.name, input_json: c.input }
+        ToolCall { id: c.id, name: c.name, input_json: c.input, namespace: c.namespace.unwrap_or_default() }
     }
 }
 
@@ -139,7 +140,12 @@ pub fn tool_defs(tools: Vec<Tool>) -> Result<Vec<ptc_engine::ToolDef>, String> {
                         .map_err(|e| format!("parameters_json of tool {:?} is not valid JSON: {e}", t.name))?,
                 )
             };
-            Ok(ptc_engine::ToolDef { name: t.name, description: t.description, parameters })
+            let mut def = ptc_engine::ToolDef::new(t.name).with_description(t.description);
+            def.parameters = parameters;
+            if !t.namespace.is_empty() {
+                def = def.with_namespace(t.namespace);
+            }
+            Ok(def)
         })
         .collect()
 }

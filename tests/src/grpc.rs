@@ -35,6 +35,7 @@ pub fn tool(name: &str, schema: Option<Value>) -> proto::Tool {
         name: name.into(),
         description: format!("The {name} tool."),
         parameters_json: schema.map(|s| s.to_string()).unwrap_or_default(),
+        ..Default::default()
     }
 }
 

@@ -23,7 +23,7 @@ class Deadlock(RuntimeError):
 class Broker:
     """Tool calls made by the program, and the exchange with the host.
 
-    `wait_for_tools(calls, timeout_ms)` takes a list of (id, name, input_json) and returns a list
+    `wait_for_tools(calls, timeout_ms)` takes a list of (id, name, input_json, namespace) and returns a list
     of (id, ok, payload): payload is JSON text when ok, the error message otherwise. It may be
     set after construction, as long as it is set before the first exchange.
     """
@@ -35,21 +35,22 @@ class Broker:
         self._seq = 0
         self.rounds = 0
 
-    def call(self, name, args):
+    def call(self, name, args, namespace=""):
         loop = asyncio.get_running_loop()
+        label = f"{namespace}.{name}" if namespace else name
         try:
             payload = json.dumps(args, allow_nan=False, ensure_ascii=False)
         except (TypeError, ValueError) as e:
-            raise TypeError(f"arguments to tool {name!r} must be JSON-serialisable: {e}") from None
+            raise TypeError(f"arguments to tool {label!r} must be JSON-serialisable: {e}") from None
         self._seq += 1
         call_id = f"call_{self._seq}"
         fut = loop.create_future()
-        self._new.append((call_id, name, payload))
-        self._outstanding[call_id] = (fut, name)
+        self._new.append((call_id, name, payload, namespace))
+        self._outstanding[call_id] = (fut, label)
         return fut
 
-    async def call_tool(self, name, args):
-        return await self.call(name, args)
+    async def call_tool(self, name, args, namespace=""):
+        return await self.call(name, args, namespace)
 
     def waiting(self):
         """Whether a live task waits on a call (abandoned calls, e.g. after a timeout, do not count)."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from .errors import InvalidTools, ToolError
 from .loop import BatchingEventLoop, Broker
-from .stubs import make_stub, parse_tools
+from .stubs import bind_tools, parse_tools, where_is
 
 FILENAME = "<code>"
 
@@ -109,7 +109,7 @@ def prepare():
     global _prepared
 
     def answer(calls, timeout_ms):
-        return [(call_id, True, '{"ok": true}') for call_id, _, _ in calls]
+        return [(call[0], True, '{"ok": true}') for call in calls]
 
     warm_up = (
         "import io\n"
@@ -170,6 +170,14 @@ def _failure(kind, exc, exit_code=None):
     return Outcome(False, kind=kind, message=_describe(exc), traceback=tb, exit_code=exit_code)
 
 
+def _point_to_namespace(exc, specs):
+    """A NameError on a namespaced tool's bare name says where the tool is."""
+    if type(exc) is NameError and isinstance(exc.name, str) and len(exc.args) == 1:
+        hint = where_is(specs, exc.name)
+        if hint:
+            exc.args = (f"{exc.args[0]}; {hint}",)
+
+
 def _exit_outcome(exc):
     code = exc.code
     if code is None or code == 0 or code is False:
@@ -204,8 +212,7 @@ def run_program(code, tool_defs, wait_for_tools):
         "json": json,
         "ToolError": ToolError,
     }
-    for spec in specs:
-        namespace[spec.python_name] = make_stub(spec, broker.call_tool)
+    namespace.update(bind_tools(specs, broker.call_tool))
 
     linecache.cache[FILENAME] = (len(code), None, code.splitlines(True), FILENAME)
     _set_policy(session.policy)
@@ -225,6 +232,7 @@ def run_program(code, tool_defs, wait_for_tools):
         except SystemExit as e:
             return _exit_outcome(e)
         except BaseException as e:
+            _point_to_namespace(e, specs)
             return _failure("python-error", e)
     finally:
         _close(loop)

@@ -3,6 +3,9 @@
 A stub takes the schema's properties as arguments (required first, in schema order; positional
 or keyword), plus `**kwargs` for properties that are not identifiers or when the schema allows
 extra properties. Calling it sends the arguments as a JSON object; the host validates them.
+
+Tools with a namespace (one per MCP server) are attributes of one `ToolNamespace` object per
+namespace, `await github.create_issue(...)`, so tools of different servers never collide.
 """
 
 import inspect
@@ -10,6 +13,7 @@ import json
 import keyword
 from dataclasses import dataclass, field
 
+from .errors import InvalidTools
 from .names import assign_python_names
 
 _JSON_TO_PY = {
@@ -34,6 +38,14 @@ class ToolSpec:
     python_name: str
     description: str = ""
     parameters: dict = field(default_factory=dict)
+    # The namespace's original name and its Python identifier ("" for a top-level tool).
+    namespace: str = ""
+    python_namespace: str = ""
+
+    @property
+    def qualified(self):
+        """How a program reaches the tool: `name` or `namespace.name`."""
+        return f"{self.python_namespace}.{self.python_name}" if self.python_namespace else self.python_name
 
     @property
     def properties(self):
@@ -47,21 +59,96 @@ class ToolSpec:
 
 
 def parse_tools(defs):
-    """`defs`: iterable of (name, description, parameters) with parameters as JSON text or dict."""
-    defs = list(defs)
-    mapping = assign_python_names([d[0] for d in defs])
+    """`defs`: iterable of (name, description, parameters[, namespace]) with parameters as JSON
+    text or dict and namespace "" for a top-level tool."""
+    defs = [tuple(d) + ("",) * (4 - len(d)) for d in defs]
+    top = [d[0] for d in defs if not d[3]]
+    spaces = list(dict.fromkeys(d[3] for d in defs if d[3]))
+    top_names = assign_python_names(top)
+    space_names = assign_python_names(spaces, what="namespace")
+    taken = {ident: name for name, ident in top_names.items()}
+    for space, ident in space_names.items():
+        if ident in taken:
+            raise InvalidTools(
+                f"namespace {space!r} and tool {taken[ident]!r} both become the Python name {ident!r}; "
+                "rename one of them"
+            )
+    members = {
+        space: assign_python_names([d[0] for d in defs if d[3] == space], member=True) for space in spaces
+    }
     specs = []
-    for name, description, parameters in defs:
+    for name, description, parameters, space in defs:
         if isinstance(parameters, str):
             try:
                 parameters = json.loads(parameters) if parameters.strip() else {}
             except ValueError as e:
-                from .errors import InvalidTools
                 raise InvalidTools(f"parameters of tool {name!r} are not valid JSON: {e}") from None
         if not isinstance(parameters, dict):
             parameters = {}
-        specs.append(ToolSpec(name, mapping[name], description or "", parameters))
+        python_name = members[space][name] if space else top_names[name]
+        specs.append(
+            ToolSpec(name, python_name, description or "", parameters, space, space_names.get(space, ""))
+        )
     return specs
+
+
+def _listing(names, limit=60):
+    names = sorted(names)
+    shown = ", ".join(names[:limit])
+    return shown + (f", … and {len(names) - limit} more" if len(names) > limit else "") if names else "none"
+
+
+class ToolNamespace:
+    """The tools of one namespace (one MCP server) as attributes: `await fs.read_file(path=...)`."""
+
+    def __init__(self, name, stubs):
+        self.__dict__.update(stubs)
+        object.__setattr__(self, "_ToolNamespace__name", name)
+
+    def __getattr__(self, attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        name = self.__dict__.get("_ToolNamespace__name", "?")
+        tools = [k for k in self.__dict__ if not k.startswith("_ToolNamespace")]
+        raise AttributeError(
+            f"{name} has no callable tool {attr!r}; its callable tools are: {_listing(tools)}",
+            name=attr, obj=self,
+        )
+
+    def __setattr__(self, attr, value):
+        raise AttributeError(f"the tools of {self.__name} cannot be replaced or added to")
+
+    def __dir__(self):
+        return sorted(k for k in self.__dict__ if not k.startswith("_ToolNamespace"))
+
+    def __repr__(self):
+        return f"<tools {self.__name}: {_listing(self.__dir__(), 20)}>"
+
+
+def bind_tools(specs, call_tool):
+    """The program's globals for `specs`: one stub per top-level tool and one ToolNamespace per
+    namespace."""
+    bound = {}
+    spaces = {}
+    for spec in specs:
+        stub = make_stub(spec, call_tool)
+        if spec.python_namespace:
+            spaces.setdefault(spec.python_namespace, {})[spec.python_name] = stub
+        else:
+            bound[spec.python_name] = stub
+    for ident, stubs in spaces.items():
+        bound[ident] = ToolNamespace(ident, stubs)
+    return bound
+
+
+def where_is(specs, name):
+    """For a NameError on `name`: where a tool of that Python name lives, if it is namespaced."""
+    found = [s.qualified for s in specs if s.python_namespace and s.python_name == name]
+    if not found:
+        return None
+    return f"it is a tool in a namespace: call it as `await {found[0]}(...)`" + (
+        f" (also: {', '.join(found[1:])})" if len(found) > 1 else ""
+    )
 
 
 def type_hint(schema):
@@ -144,9 +231,12 @@ def make_stub(spec, call_tool):
                 payload.update(value)
             elif value is not OMITTED:
                 payload[key] = value
+        if spec.namespace:
+            return await call_tool(spec.name, payload, spec.namespace)
         return await call_tool(spec.name, payload)
 
-    stub.__name__ = stub.__qualname__ = spec.python_name
+    stub.__name__ = spec.python_name
+    stub.__qualname__ = spec.qualified
     stub.__doc__ = docstring(spec)
     stub.__signature__ = sig
     return stub
@@ -160,30 +250,48 @@ def signature_line(spec):
         schema = spec.properties[prop]
         mark = "" if prop in req else "?"
         parts.append(f"{prop}{mark}: {type_hint(schema)}")
-    return f"{spec.python_name}({', '.join(parts)}) -> Any"
+    return f"{spec.qualified}({', '.join(parts)}) -> Any"
+
+
+def _stub_def(spec, indent):
+    req = set(spec.required)
+    params = []
+    for p in signature(spec).parameters.values():
+        schema = spec.properties.get(p.name, {})
+        if p.kind is p.VAR_KEYWORD:
+            params.append(f"**{p.name}: Any")
+        elif p.name in req:
+            params.append(f"{p.name}: {type_hint(schema)}")
+        else:
+            params.append(f"{p.name}: {type_hint(schema)} = ...")
+    doc = docstring(spec).replace('"""', '\\"\\"\\"')
+    pad = indent + "    "
+    body = "\n".join(pad + line if line else "" for line in doc.splitlines())
+    return [
+        f"{indent}async def {spec.python_name}({', '.join(params)}) -> Any:",
+        f'{pad}"""{body.lstrip()}\n{pad}"""',
+    ]
 
 
 def stub_text(specs):
-    """A `.pyi`-style module describing every tool."""
+    """A `.pyi`-style module describing every tool; a namespace's tools are static methods of a
+    class named after it (call them as `await namespace.tool(...)`)."""
     out = ["from typing import Any, Literal", "", "class ToolError(Exception): ...", ""]
+    spaces = {}
     for spec in specs:
-        req = set(spec.required)
-        params = []
-        for p in signature(spec).parameters.values():
-            schema = spec.properties.get(p.name, {})
-            if p.kind is p.VAR_KEYWORD:
-                params.append(f"**{p.name}: Any")
-            elif p.name in req:
-                params.append(f"{p.name}: {type_hint(schema)}")
-            else:
-                params.append(f"{p.name}: {type_hint(schema)} = ...")
-        doc = docstring(spec).replace('"""', '\\"\\"\\"')
-        body = "\n".join("    " + line if line else "" for line in doc.splitlines())
-        out.append(f"async def {spec.python_name}({', '.join(params)}) -> Any:")
-        out.append(f'    """{body.lstrip()}\n    """')
+        if spec.python_namespace:
+            spaces.setdefault(spec.python_namespace, []).append(spec)
+        else:
+            out += _stub_def(spec, "")
+            out.append("")
+    for ident, members in spaces.items():
+        out.append(f"class {ident}:")
+        for spec in members:
+            out.append("    @staticmethod")
+            out += _stub_def(spec, "    ")
         out.append("")
     return "\n".join(out)
 
 
 def describe(specs):
-    return [(s.name, s.python_name, signature_line(s)) for s in specs], stub_text(specs)
+    return [(s.name, s.qualified, signature_line(s)) for s in specs], stub_text(specs)

@@ -18,12 +18,12 @@ class ScriptedHost:
         self.pending = []
 
     def __call__(self, calls, timeout_ms):
-        self.rounds.append([(n, json.loads(a)) for _, n, a in calls])
+        self.rounds.append([(n, json.loads(a)) for _, n, a, _ in calls])
         self.pending.extend(calls)
         take = len(self.pending) if self.per_round is None else self.per_round
         answered, self.pending = self.pending[:take], self.pending[take:]
         results = []
-        for call_id, name, args in answered:
+        for call_id, name, args, _ in answered:
             try:
                 results.append((call_id, True, json.dumps(self.handler(name, json.loads(args)))))
             except Exception as e:  # the client's tool failed

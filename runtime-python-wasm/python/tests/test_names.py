@@ -37,6 +37,13 @@ class NormalizeTest(unittest.TestCase):
         with self.assertRaises(InvalidTools):
             assign_python_names(["a", "a"])
 
+    def test_members_of_a_namespace_only_avoid_keywords(self):
+        self.assertEqual(normalize_name("open", member=True), "open")
+        self.assertEqual(normalize_name("print", member=True), "print")
+        self.assertEqual(normalize_name("class", member=True), "class_tool")
+        self.assertEqual(normalize_name("__init__", member=True), "__init___tool")
+        self.assertEqual(normalize_name("open"), "open_tool")
+
     def test_mapping(self):
         self.assertEqual(assign_python_names(["a-b", "c"]), {"a-b": "a_b", "c": "c"})
 

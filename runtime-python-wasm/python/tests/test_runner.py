@@ -154,6 +154,36 @@ class RunnerTest(unittest.TestCase):
         o, out, _, _ = run("print('ran')", tools=[("a-b", "", ""), ("a b", "", "")])
         self.assertEqual((o.ok, o.kind, out), (False, "invalid-tools", ""))
 
+    def test_namespaces_keep_servers_apart(self):
+        tools = [("read", "", "", "fs"), ("read", "", "", "web-search"), ("open", "", "", "fs"), ("add", "", "")]
+        code = (
+            "r = await asyncio.gather(fs.read(p=1), web_search.read(q=2), fs.open(), add(a=1, b=2))\n"
+            "return [r[0]['args'], r[1]['args'], r[2]['tool'], r[3]]"
+        )
+        host = ScriptedHost(lambda name, args: args["a"] + args["b"] if name == "add" else {"tool": name, "args": args})
+        o, _, _, host = run(code, host, tools)
+        self.assertTrue(o.ok, o)
+        self.assertEqual(json.loads(o.value_json), [{"p": 1}, {"q": 2}, "open", 3])
+        self.assertEqual(len(host.rounds), 1, "calls across namespaces are one batch")
+
+    def test_unknown_and_misplaced_tools_say_what_exists(self):
+        tools = [("read_file", "", "", "fs"), ("list_dir", "", "", "fs")]
+        o, _, err, _ = run("await fs.delete_file(path='x')", tools=tools)
+        self.assertIn("fs has no callable tool 'delete_file'; its callable tools are: list_dir, read_file", o.message)
+        self.assertIn("line 1", err)
+        o, _, _, _ = run("await read_file(path='x')", tools=tools)
+        self.assertEqual(o.message, "NameError: name 'read_file' is not defined; it is a tool in a namespace: "
+                                    "call it as `await fs.read_file(...)`")
+        o, _, _, _ = run("fs.read_file = print", tools=tools)
+        self.assertIn("cannot be replaced", o.message)
+        o, _, _, _ = run("return [hasattr(fs, 'nope'), sorted(dir(fs))]", tools=tools)
+        self.assertEqual(json.loads(o.value_json), [False, ["list_dir", "read_file"]])
+
+    def test_a_namespace_cannot_collide_with_a_tool(self):
+        o, _, _, _ = run("pass", tools=[("fs", "", ""), ("read", "", "", "fs")])
+        self.assertEqual((o.ok, o.kind), (False, "invalid-tools"))
+        self.assertIn("namespace 'fs' and tool 'fs'", o.message)
+
     def test_unserialisable_arguments(self):
         o, _, _, _ = run("await add(a=object(), b=1)")
         self.assertIn("JSON-serialisable", o.message)

@@ -67,7 +67,9 @@ pub(crate) struct ToolSpec {
 
 impl From<ToolSpec> for ToolDef {
     fn from(t: ToolSpec) -> Self {
-        ToolDef { name: t.name, description: t.description.unwrap_or_default(), parameters: t.parameters }
+        let mut def = ToolDef::new(t.name).with_description(t.description.unwrap_or_default());
+        def.parameters = t.parameters;
+        def
     }
 }
 

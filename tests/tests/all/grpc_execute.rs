@@ -189,7 +189,12 @@ async fn cancel_message_ends_the_execution() {
 async fn bad_requests_are_invalid_argument() {
     let server = serve(config(&[])).await;
     let mut client = client(&server).await;
-    let bad_schema = proto::Tool { name: "t".into(), description: String::new(), parameters_json: "{not json".into() };
+    let bad_schema = proto::Tool {
+        name: "t".into(),
+        description: String::new(),
+        parameters_json: "{not json".into(),
+        ..Default::default()
+    };
     let err = Stream::open(&mut client, start_message("pass", vec![bad_schema]), None).await.err().unwrap();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
     assert!(err.message().contains("parameters_json of tool \"t\" is not valid JSON"), "{}", err.message());

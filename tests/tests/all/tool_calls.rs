@@ -1,5 +1,6 @@
 //! Sequential calls, loops, return values and the call log, through the real component.
 
+use ptc_engine::ToolDef;
 use ptc_tests::*;
 use serde_json::json;
 
@@ -159,4 +160,43 @@ async fn a_component_can_be_loaded_from_a_file() {
     let err = ptc_engine::Engine::new(missing).err().unwrap();
     assert!(err.message().contains("missing.wasm"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test]
+async fn namespaces_keep_same_named_tools_apart() {
+    let schema =
+        |field: &str| json!({"type": "object", "properties": {field: {"type": "string"}}, "required": [field]});
+    let tools = vec![
+        ToolDef::new("search").with_namespace("web-search").with_parameters(schema("query")),
+        ToolDef::new("search").with_namespace("files").with_parameters(schema("pattern")),
+        ToolDef::new("open").with_namespace("files"),
+    ];
+    let code = r#"
+r = await asyncio.gather(web_search.search(query="rust"), files.search(pattern="*.rs"), files.open())
+print(r)
+try:
+    await files.search(pattern=5)
+except ToolError as e:
+    print("refused:", e)
+await search(query="x")
+"#;
+    let run =
+        drive(start(code, tools).await, |c| Ok(json!(format!("{}:{}", c.namespace.as_deref().unwrap_or(""), c.name))))
+            .await;
+    assert_eq!(run.rounds.len(), 1, "calls to several namespaces are one batch");
+    let seen: Vec<_> = run.rounds[0].iter().map(|c| (c.namespace.clone().unwrap(), c.name.clone())).collect();
+    assert_eq!(
+        seen,
+        [("web-search".into(), "search".into()), ("files".into(), "search".into()), ("files".into(), "open".into())]
+    );
+    let failed = run.end.unwrap_err();
+    assert_eq!(failed.stdout.lines().next().unwrap(), "['web-search:search', 'files:search', 'files:open']");
+    assert!(failed.stdout.contains("refused: invalid input for tool \"files.search\""), "{}", failed.stdout);
+    assert!(
+        failed.message.contains("it is a tool in a namespace: call it as `await web_search.search(...)`"),
+        "{}",
+        failed.message
+    );
+    assert_eq!(failed.tool_calls[3].namespace.as_deref(), Some("files"));
+    assert_eq!(failed.tool_calls[3].round, 0, "schema refusals never leave the sandbox");
 }
