@@ -20,8 +20,12 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Serve the gRPC API (with health and reflection) and Prometheus metrics.
+    /// Serve the gRPC API (with health and reflection), the HTTP Code API, MCP at `/mcp` and
+    /// Prometheus metrics.
     Serve(Box<ServeArgs>),
+    /// Be an MCP server on stdin/stdout whose `execute_code` tool runs Python that calls the
+    /// tools of the MCP servers in `--config` (for Claude Desktop, Claude Code, Cursor, ...).
+    Mcp(McpArgs),
     /// Run a Python file, answering its tool calls with a command.
     Run(RunArgs),
 }
@@ -145,6 +149,49 @@ pub struct ServeArgs {
     /// Seconds running executions get to finish after SIGINT/SIGTERM.
     #[arg(long, env = "PTC_SHUTDOWN_GRACE_SECS", default_value_t = defaults().shutdown_grace.as_secs())]
     pub shutdown_grace_secs: u64,
+    /// Downstream MCP servers for `/mcp`, as desktop clients write them:
+    /// `{"mcpServers": {"NAME": {"command", "args", "env"} | {"url", "headers"}}}`.
+    #[arg(long, env = "PTC_MCP_CONFIG")]
+    pub mcp_config: Option<PathBuf>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct McpArgs {
+    /// The downstream MCP servers: `{"mcpServers": {"NAME": {"command", "args", "env"} |
+    /// {"url", "headers"}}}`, each optionally with `"allow"` or `"deny"` (tool names) and
+    /// `"timeoutMs"` (per call). Without it, programs have no tools.
+    #[arg(long, env = "PTC_MCP_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Default execution deadline in ms (`execute_code(timeout_ms=...)` may ask for another
+    /// within 1000-300000).
+    #[arg(long, env = "PTC_TIMEOUT_MS", default_value_t = defaults().engine.default_limits.timeout.as_millis() as u64)]
+    pub timeout_ms: u64,
+    /// Memory limit per execution, MiB.
+    #[arg(long, env = "PTC_MAX_MEMORY_MIB", default_value_t = defaults().engine.default_limits.max_memory_bytes / MIB)]
+    pub max_memory_mib: u64,
+    /// Directory for the compiled component cache (as for `serve`).
+    #[arg(long, env = "PTC_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+}
+
+impl McpArgs {
+    /// The engine configuration and the downstream servers.
+    pub fn configs(&self) -> Result<(ptc_engine::EngineConfig, crate::mcp::McpConfig), String> {
+        let mut engine = defaults().engine.clone();
+        // One client, which waits for its answer: queue rather than refuse when busy.
+        engine.when_busy = ptc_engine::WhenBusy::Queue;
+        engine.default_limits.timeout = Duration::from_millis(self.timeout_ms);
+        engine.default_limits.max_memory_bytes = self.max_memory_mib * MIB;
+        if let Some(dir) = &self.cache_dir {
+            engine.cache_dir = Some(dir.clone());
+        }
+        engine.ceilings.check(&engine.default_limits, engine.fuel).map_err(|e| format!("default limits: {e}"))?;
+        let mcp = match &self.config {
+            Some(path) => crate::mcp::McpConfig::load(path)?,
+            None => crate::mcp::McpConfig::default(),
+        };
+        Ok((engine, mcp))
+    }
 }
 
 /// The embedded defaults, computed once (the memory budget reads the machine).
@@ -212,6 +259,9 @@ impl ServeArgs {
         config.tenant_limits.max_paused = self.tenant_max_paused;
         config.grpc_max_message_bytes = self.grpc_max_message_bytes;
         config.shutdown_grace = Duration::from_secs(self.shutdown_grace_secs);
+        if let Some(path) = &self.mcp_config {
+            config.mcp = crate::mcp::McpConfig::load(path)?;
+        }
         Ok(config)
     }
 }

@@ -1,7 +1,8 @@
 //! ptc-server: the front ends of ptc-engine and the `ptc-engine` binary (`serve`, `run`).
 //!
 //! `ptc-engine serve` runs the gRPC service with health and reflection, the LibreChat-compatible
-//! HTTP Code API, and Prometheus metrics, with graceful shutdown. Every front end is a thin
+//! HTTP Code API, the MCP endpoint (`/mcp`), and Prometheus metrics, with graceful shutdown;
+//! `ptc-engine mcp` is the MCP front end on stdio. Every front end is a thin
 //! layer over the library's [`ptc_engine::Engine`] and uses only its public API.
 
 pub mod auth;
@@ -12,6 +13,7 @@ pub mod execute;
 pub mod files;
 pub mod grpc;
 pub mod http;
+pub mod mcp;
 pub mod metrics;
 pub mod proto;
 pub mod tenants;
@@ -54,6 +56,8 @@ pub struct ServerConfig {
     /// How long running executions may finish after a shutdown signal before they fail with
     /// kind `shutdown`.
     pub shutdown_grace: Duration,
+    /// Downstream MCP servers whose tools programs run through `/mcp` may call.
+    pub mcp: mcp::McpConfig,
 }
 
 impl Default for ServerConfig {
@@ -76,6 +80,7 @@ impl Default for ServerConfig {
                 engine
             },
             shutdown_grace: Duration::from_secs(10),
+            mcp: mcp::McpConfig::default(),
         }
     }
 }
@@ -162,6 +167,13 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
     let keys = Arc::new(config.api_keys);
+    let downstream = mcp::Downstream::new(&config.mcp);
+    let mcp_shared = Arc::new(mcp::Shared {
+        engine: engine.clone(),
+        downstream: downstream.clone(),
+        tenants: Some(tenants.clone()),
+        limits: config.engine.default_limits.clone(),
+    });
     // Work started on behalf of requests: gRPC stream pumps and HTTP file watchers.
     let request_tasks = TaskTracker::new();
     let service = grpc::SandboxService {
@@ -175,7 +187,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         .map_err(|e| anyhow::anyhow!("cannot open the files directory {}: {e}", config.files.dir.display()))?;
     let http_state = http::HttpState::new(
         engine.clone(),
-        keys,
+        keys.clone(),
         tenants.clone(),
         token::Signer::new(config.token_secret.as_deref()),
         files,
@@ -210,7 +222,8 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     });
 
     let (stop, limits) = (stop_serving.clone(), config.http_limits.clone());
-    tasks.spawn(conn::serve(http_listener, http::router(http_state.clone()), limits, stop));
+    let app = http::router(http_state.clone()).merge(mcp::router(mcp_shared, keys, stop_serving.clone()));
+    tasks.spawn(conn::serve(http_listener, app, limits, stop));
     tasks.spawn(http::sweep(http_state.clone(), stop_serving.clone()));
 
     let stop = stop_serving.clone();
@@ -235,6 +248,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
             eng.drained().await;
         }
         http.clear();
+        downstream.close().await;
         request_tasks.close();
         if tokio::time::timeout(FINAL_EVENTS_GRACE, request_tasks.wait()).await.is_err() {
             tracing::warn!("some clients did not take their final events in time");

@@ -1,4 +1,4 @@
-//! The `ptc-engine` binary: `serve` and `run`.
+//! The `ptc-engine` binary: `serve`, `mcp` and `run`.
 
 use clap::Parser;
 use ptc_server::cli::{Cli, Command};
@@ -6,7 +6,12 @@ use ptc_server::cli::{Cli, Command};
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     // `run` is a client: its own output matters, so only errors are logged unless asked.
-    let default_level = if matches!(cli.command, Command::Run(_)) { "error" } else { "info" };
+    // `mcp` speaks on stdout and its client shows stderr as a log: warnings only.
+    let default_level = match cli.command {
+        Command::Run(_) => "error",
+        Command::Mcp(_) => "warn",
+        Command::Serve(_) => "info",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("PTC_LOG").unwrap_or_else(|_| default_level.into()),
@@ -18,6 +23,7 @@ fn main() -> anyhow::Result<()> {
     runtime.block_on(async {
         match cli.command {
             Command::Serve(args) => serve(*args).await,
+            Command::Mcp(args) => mcp(args).await,
             Command::Run(args) => {
                 let code = ptc_server::client::run(args).await?;
                 std::process::exit(code);
@@ -36,6 +42,19 @@ async fn serve(args: ptc_server::cli::ServeArgs) -> anyhow::Result<()> {
     server.wait().await;
     tracing::info!("stopped");
     Ok(())
+}
+
+async fn mcp(args: ptc_server::cli::McpArgs) -> anyhow::Result<()> {
+    let (engine_config, mcp_config) = args.configs().map_err(anyhow::Error::msg)?;
+    let engine = tokio::task::spawn_blocking(move || ptc_engine::Engine::new(engine_config)).await??;
+    let limits = engine.config().default_limits.clone();
+    let shared = std::sync::Arc::new(ptc_server::mcp::Shared {
+        engine,
+        downstream: ptc_server::mcp::Downstream::new(&mcp_config),
+        tenants: None,
+        limits,
+    });
+    ptc_server::mcp::serve_stdio(shared).await
 }
 
 async fn server_shutdown_signal() {

@@ -2,6 +2,7 @@
 //! client that answers calls the way a real agent platform would.
 
 pub mod attacks;
+pub mod binary;
 pub mod grpc;
 pub mod http;
 pub mod node;

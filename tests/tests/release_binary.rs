@@ -4,24 +4,10 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use ptc_tests::attacks;
-
-/// `target/release/ptc-engine`, built (or found up to date) by cargo.
-fn release_binary() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let ok = Command::new(cargo)
-        .args(["build", "--release", "-p", "ptc-server", "--bin", "ptc-engine"])
-        .current_dir(&root)
-        .status()
-        .expect("cargo")
-        .success();
-    assert!(ok, "building the release binary");
-    root.join("target").join("release").join("ptc-engine")
-}
 
 /// A server process, killed when dropped.
 struct Server {
@@ -68,7 +54,7 @@ fn start(bin: &Path, files_dir: &Path, flags: &[&str]) -> Server {
 
 #[tokio::test]
 async fn the_release_binary_holds_against_every_attack() {
-    let bin = tokio::task::spawn_blocking(release_binary).await.unwrap();
+    let bin = tokio::task::spawn_blocking(ptc_tests::binary::release).await.unwrap();
     let base = std::env::temp_dir().join(format!("ptc-release-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&base);
 

@@ -9,7 +9,7 @@
 //! caused answers 200 with `status: "error"`, one of those strings, and a line in `stderr` that
 //! says what happened and what to do; 4xx is kept for malformed requests, auth and tokens.
 
-mod api;
+pub(crate) mod api;
 mod paused;
 mod run_files;
 

@@ -18,6 +18,7 @@ mod http_vanish;
 mod librechat;
 mod lifecycle;
 mod limits;
+mod mcp;
 mod names;
 mod python_client;
 mod reservation;

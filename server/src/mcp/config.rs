@@ -1,0 +1,230 @@
+//! The downstream servers of the MCP front end, in the format desktop clients already use
+//! (`{"mcpServers": {"NAME": {...}}}`), plus which of their tools programs may call.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// A per-call timeout unless a server sets `timeoutMs`: long enough for a slow search, short
+/// enough that a hung server cannot hold an execution for its whole deadline.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long connecting to a server (starting it and the MCP handshake) may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct McpConfig {
+    /// By name; the name is the tools' namespace in programs (`await NAME.tool(...)`).
+    pub servers: BTreeMap<String, ServerSpec>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerSpec {
+    pub transport: Transport,
+    pub callable: Callable,
+    pub call_timeout: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Transport {
+    /// A child process speaking MCP on its stdin/stdout.
+    Stdio { command: String, args: Vec<String>, env: HashMap<String, String>, cwd: Option<PathBuf> },
+    /// A Streamable HTTP endpoint (http or https).
+    Http { url: String, headers: HashMap<String, String> },
+}
+
+/// Which of a server's tools programs may call.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Callable {
+    /// The default: the tools annotated `readOnlyHint: true` if the server annotates any tool
+    /// with `readOnlyHint`, else every tool.
+    ReadOnlyIfAnnotated,
+    /// Exactly these (`"allow": ["a", "b"]`); `["*"]` is every tool.
+    Allow(Vec<String>),
+    /// Every tool but these (`"deny": ["x"]`).
+    Deny(Vec<String>),
+}
+
+impl Callable {
+    /// Whether `tool` (with its `readOnlyHint`, if any) is callable, given whether the server
+    /// annotates any of its tools.
+    pub fn allows(&self, tool: &str, read_only: Option<bool>, server_annotates: bool) -> bool {
+        match self {
+            Callable::ReadOnlyIfAnnotated => !server_annotates || read_only == Some(true),
+            Callable::Allow(names) => names.iter().any(|n| n == "*" || n == tool),
+            Callable::Deny(names) => !names.iter().any(|n| n == tool),
+        }
+    }
+
+    /// Why a tool is not callable, in words for a model.
+    pub fn why_not(&self) -> &'static str {
+        match self {
+            Callable::ReadOnlyIfAnnotated => {
+                "it is not marked read-only (only read-only tools are callable by default)"
+            }
+            Callable::Allow(_) => "it is not in the server's allow list",
+            Callable::Deny(_) => "it is in the server's deny list",
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(rename = "mcpServers")]
+    mcp_servers: BTreeMap<String, RawServer>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawServer {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    command: Option<String>,
+    #[serde(default)]
+    args: Vec<String>,
+    #[serde(default)]
+    env: HashMap<String, String>,
+    cwd: Option<PathBuf>,
+    url: Option<String>,
+    #[serde(default)]
+    headers: HashMap<String, String>,
+    allow: Option<Vec<String>>,
+    deny: Option<Vec<String>>,
+    timeout_ms: Option<u64>,
+    /// Desktop clients' switch; a disabled server is skipped.
+    #[serde(default)]
+    disabled: bool,
+    // Other clients' approval lists: accepted so their files load, meaningless here.
+    #[serde(rename = "alwaysAllow")]
+    _always_allow: Option<serde_json::Value>,
+    #[serde(rename = "autoApprove")]
+    _auto_approve: Option<serde_json::Value>,
+}
+
+impl McpConfig {
+    pub fn load(path: &Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        Self::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let file: File = serde_json::from_str(text).map_err(|e| format!("not a valid MCP servers file: {e}"))?;
+        let mut servers = BTreeMap::new();
+        for (name, raw) in file.mcp_servers {
+            if raw.disabled {
+                continue;
+            }
+            let spec = server(&name, raw).map_err(|e| format!("server {name:?}: {e}"))?;
+            servers.insert(name, spec);
+        }
+        Ok(McpConfig { servers })
+    }
+}
+
+fn server(name: &str, raw: RawServer) -> Result<ServerSpec, String> {
+    if name.is_empty() || !name.chars().any(|c| c.is_ascii_alphanumeric()) {
+        return Err("a server's name becomes its namespace in programs; it needs a letter or digit".into());
+    }
+    let transport = match (raw.kind.as_deref(), raw.command, raw.url) {
+        (Some("sse"), _, _) => {
+            return Err(
+                "the SSE transport is deprecated and not supported; use the server's Streamable HTTP URL".into()
+            );
+        }
+        (None | Some("stdio"), Some(command), None) => {
+            if !raw.headers.is_empty() {
+                return Err("\"headers\" apply to a \"url\" server, not a \"command\"".into());
+            }
+            Transport::Stdio { command, args: raw.args, env: raw.env, cwd: raw.cwd }
+        }
+        (None | Some("http" | "streamable-http" | "streamableHttp"), None, Some(url)) => {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(format!("url {url:?} must start with http:// or https://"));
+            }
+            if !raw.args.is_empty() || !raw.env.is_empty() || raw.cwd.is_some() {
+                return Err("\"args\", \"env\" and \"cwd\" apply to a \"command\" server, not a \"url\"".into());
+            }
+            for (k, v) in &raw.headers {
+                axum::http::HeaderName::try_from(k.as_str()).map_err(|_| format!("header name {k:?} is not valid"))?;
+                axum::http::HeaderValue::try_from(v.as_str())
+                    .map_err(|_| format!("the value of header {k:?} is not valid"))?;
+            }
+            Transport::Http { url, headers: raw.headers }
+        }
+        (_, Some(_), Some(_)) => return Err("give either \"command\" or \"url\", not both".into()),
+        (Some(kind), _, _) if !matches!(kind, "stdio" | "http" | "streamable-http" | "streamableHttp") => {
+            return Err(format!("unknown \"type\" {kind:?}; use \"stdio\" or \"http\""));
+        }
+        _ => return Err("needs \"command\" (a program speaking MCP on stdio) or \"url\" (Streamable HTTP)".into()),
+    };
+    let callable = match (raw.allow, raw.deny) {
+        (Some(_), Some(_)) => return Err("give \"allow\" or \"deny\", not both".into()),
+        (Some(allow), None) => Callable::Allow(allow),
+        (None, Some(deny)) => Callable::Deny(deny),
+        (None, None) => Callable::ReadOnlyIfAnnotated,
+    };
+    let call_timeout = match raw.timeout_ms {
+        Some(0) => return Err("\"timeoutMs\" must be positive".into()),
+        Some(ms) => Duration::from_millis(ms),
+        None => DEFAULT_CALL_TIMEOUT,
+    };
+    Ok(ServerSpec { transport, callable, call_timeout })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_desktop_client_files() {
+        let config = McpConfig::parse(
+            r#"{"mcpServers": {
+                "fs": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/tmp"]},
+                "web": {"type": "http", "url": "https://example.com/mcp", "headers": {"Authorization": "Bearer x"},
+                        "allow": ["search"], "timeoutMs": 5000},
+                "gh": {"command": "gh-mcp", "env": {"TOKEN": "t"}, "deny": ["delete_repo"], "alwaysAllow": []},
+                "off": {"command": "nothing", "disabled": true}
+            }}"#,
+        )
+        .unwrap();
+        assert_eq!(config.servers.keys().collect::<Vec<_>>(), ["fs", "gh", "web"]);
+        let fs = &config.servers["fs"];
+        assert!(matches!(&fs.transport, Transport::Stdio { command, args, .. } if command == "npx" && args.len() == 3));
+        assert_eq!(fs.callable, Callable::ReadOnlyIfAnnotated);
+        assert_eq!(fs.call_timeout, DEFAULT_CALL_TIMEOUT);
+        let web = &config.servers["web"];
+        assert!(
+            matches!(&web.transport, Transport::Http { url, headers } if url.starts_with("https") && headers.len() == 1)
+        );
+        assert_eq!(web.call_timeout, Duration::from_secs(5));
+        assert!(web.callable.allows("search", None, false) && !web.callable.allows("fetch", None, false));
+        assert!(!config.servers["gh"].callable.allows("delete_repo", Some(true), true));
+    }
+
+    #[test]
+    fn the_default_takes_read_only_tools_when_the_server_annotates() {
+        let c = Callable::ReadOnlyIfAnnotated;
+        assert!(c.allows("read", Some(true), true));
+        assert!(!c.allows("write", Some(false), true));
+        assert!(!c.allows("unmarked", None, true), "a server that annotates: unmarked is not read-only");
+        assert!(c.allows("anything", None, false), "a server that annotates nothing: all");
+        assert!(Callable::Allow(vec!["*".into()]).allows("write", Some(false), true));
+    }
+
+    #[test]
+    fn mistakes_are_named() {
+        let err = |text: &str| McpConfig::parse(text).unwrap_err();
+        assert!(err(r#"{"mcpServers": {"a": {}}}"#).contains("server \"a\": needs \"command\""));
+        assert!(err(r#"{"mcpServers": {"a": {"command": "x", "url": "http://y"}}}"#).contains("not both"));
+        assert!(err(r#"{"mcpServers": {"a": {"url": "ftp://y"}}}"#).contains("must start with http"));
+        assert!(err(r#"{"mcpServers": {"a": {"type": "sse", "url": "http://y"}}}"#).contains("SSE"));
+        assert!(err(r#"{"mcpServers": {"a": {"command": "x", "allow": [], "deny": []}}}"#).contains("not both"));
+        assert!(err(r#"{"mcpServers": {"a": {"command": "x", "alow": []}}}"#).contains("unknown field `alow`"));
+        assert!(err(r#"{"mcpServers": {"a": {"url": "http://y", "headers": {"a b": "c"}}}}"#).contains("header name"));
+        assert!(err(r#"{"mcpServers": {"--": {"command": "x"}}}"#).contains("letter or digit"));
+        assert!(err(r#"{"servers": {}}"#).contains("not a valid MCP servers file"));
+    }
+}

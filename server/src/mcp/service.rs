@@ -1,0 +1,531 @@
+//! The code-mode MCP server: `execute_code` runs a program whose tool calls go to the
+//! downstream servers; `describe_tools` gives a tool's full stub. Served on stdio
+//! (`ptc-engine mcp`) and over Streamable HTTP (`/mcp` on the HTTP port).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ptc_engine::{
+    Engine, Event, ExecutionRequest, FailureKind, Limits, OutputStream, ToolCallRecord, ToolDef, ToolResult,
+};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, JsonObject, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities, ServerConfig, SubscriptionFilter, Tool,
+};
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+use serde_json::{Value, json};
+use tokio::task::JoinSet;
+
+use super::downstream::{Downstream, Listing};
+use crate::http::api::model_error;
+use crate::tenants::Tenants;
+
+/// How many calls the `tool_calls` of a result lists (a program may make thousands; the
+/// model needs a sample and the count, not all of them), and how much of each one's input.
+const LISTED_CALLS: usize = 20;
+const LISTED_INPUT_CHARS: usize = 200;
+
+/// Printed output is sent as progress at most this often while a program runs.
+const PROGRESS_EVERY: Duration = Duration::from_millis(250);
+
+/// The tenant an authenticated HTTP request runs for (put there by the `/mcp` route's auth).
+#[derive(Debug, Clone)]
+pub struct McpTenant(pub String);
+
+/// What every connection of the front end shares.
+pub struct Shared {
+    pub engine: Engine,
+    pub downstream: Arc<Downstream>,
+    /// Per-tenant caps (the HTTP endpoint); `None` on stdio, where one client owns the server.
+    pub tenants: Option<Arc<Tenants>>,
+    /// Defaults of every execution; `execute_code(timeout_ms=...)` may change the deadline
+    /// within the engine's ceilings.
+    pub limits: Limits,
+}
+
+/// One MCP connection's handler (cheap to clone: everything is shared).
+#[derive(Clone)]
+pub struct CodeMode {
+    shared: Arc<Shared>,
+}
+
+/// The callable tools as a program sees them, and what the model is told about them.
+struct Catalog {
+    defs: Vec<ToolDef>,
+    /// `execute_code`'s description.
+    description: String,
+}
+
+impl CodeMode {
+    pub fn new(shared: Arc<Shared>) -> Self {
+        CodeMode { shared }
+    }
+
+    async fn catalog(&self) -> Result<Catalog, String> {
+        let listings = self.shared.downstream.listings().await;
+        let mut defs = Vec::new();
+        let mut not_callable = Vec::new();
+        let mut unavailable = Vec::new();
+        for Listing { server, tools } in &listings {
+            match tools {
+                Ok(tools) => {
+                    for t in tools {
+                        match t.not_callable {
+                            None => defs.push(tool_def(server, &t.tool)),
+                            Some(why) => not_callable.push(format!("{server}.{} ({why})", t.tool.name)),
+                        }
+                    }
+                }
+                Err(e) => unavailable.push(format!("{server}: {e}")),
+            }
+        }
+        let described = self
+            .shared
+            .engine
+            .describe_tools(&defs)
+            .await
+            .map_err(|e| format!("the downstream tools cannot be offered to programs: {}", e.message()))?;
+        let mut text = String::from(EXECUTE_CODE_INTRO);
+        text.push_str("\n\nTools (call as `await server.tool(...)`):\n");
+        for (d, def) in described.tools.iter().zip(&defs) {
+            text.push_str(&d.signature);
+            let summary = summary(&def.description);
+            if !summary.is_empty() {
+                text.push_str("  # ");
+                text.push_str(&summary);
+            }
+            text.push('\n');
+        }
+        if defs.is_empty() {
+            text.push_str("(none)\n");
+        }
+        if !not_callable.is_empty() {
+            text.push_str(&format!("\nNot callable from code: {}\n", not_callable.join(", ")));
+        }
+        if !unavailable.is_empty() {
+            text.push_str(&format!("\nUnavailable now: {}\n", unavailable.join("; ")));
+        }
+        Ok(Catalog { defs, description: text })
+    }
+
+    async fn describe(&self, args: &JsonObject) -> Result<CallToolResult, McpError> {
+        let names: Option<Vec<String>> = match args.get("names") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(serde_json::from_value(v.clone()).map_err(|_| {
+                McpError::invalid_params(
+                    "describe_tools: \"names\" must be a list of tool names like \"server.tool\"",
+                    None,
+                )
+            })?),
+        };
+        let catalog = self.catalog().await.map_err(|e| McpError::internal_error(e, None))?;
+        let qualified = |d: &ToolDef| format!("{}.{}", d.namespace.as_deref().unwrap_or_default(), d.name);
+        let chosen: Vec<ToolDef> = match &names {
+            None => catalog.defs.clone(),
+            Some(names) => {
+                let unknown: Vec<&String> =
+                    names.iter().filter(|n| !catalog.defs.iter().any(|d| &qualified(d) == *n)).collect();
+                if !unknown.is_empty() {
+                    let known: Vec<String> = catalog.defs.iter().map(qualified).collect();
+                    return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+                        "no callable tool named {}; the callable tools are: {}",
+                        unknown.iter().map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", "),
+                        known.join(", ")
+                    ))]));
+                }
+                catalog.defs.iter().filter(|d| names.contains(&qualified(d))).cloned().collect()
+            }
+        };
+        let described = self
+            .shared
+            .engine
+            .describe_tools(&chosen)
+            .await
+            .map_err(|e| McpError::internal_error(e.message().to_string(), None))?;
+        Ok(CallToolResult::success(vec![ContentBlock::text(described.stub)]))
+    }
+
+    async fn execute(&self, args: &JsonObject, ctx: RequestContext<RoleServer>) -> Result<CallToolResult, McpError> {
+        let Some(code) = args.get("code").and_then(Value::as_str) else {
+            return Err(McpError::invalid_params("execute_code needs \"code\": the Python program to run", None));
+        };
+        let mut limits = self.shared.limits.clone();
+        match args.get("timeout_ms") {
+            None | Some(Value::Null) => {}
+            Some(v) => match v.as_u64() {
+                Some(ms) if ms > 0 => limits = limits.with_timeout(Duration::from_millis(ms)),
+                _ => return Err(McpError::invalid_params("\"timeout_ms\" must be a positive integer", None)),
+            },
+        }
+        let timeout_limit = limits.timeout;
+        let catalog = match self.catalog().await {
+            Ok(c) => c,
+            Err(e) => return Ok(failed_before_start(e)),
+        };
+        let tenant = ctx
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|p| p.extensions.get::<McpTenant>())
+            .map(|t| t.0.clone());
+        let admission = match (&self.shared.tenants, &tenant) {
+            (Some(tenants), Some(tenant)) => match tenants.admit(tenant, None) {
+                Ok(a) => Some(a),
+                Err(refusal) => return Ok(failed_before_start(refusal.message().to_string())),
+            },
+            _ => None,
+        };
+        let mut request = ExecutionRequest::new(code).with_tools(catalog.defs).with_limits(limits);
+        if let Some(tenant) = tenant {
+            request = request.with_tenant(tenant);
+        }
+        let started = Instant::now();
+        let mut exec = match self.shared.engine.start(request).await {
+            Ok(exec) => exec,
+            Err(e) => return Ok(failed_before_start(e.message().to_string())),
+        };
+        if let Some(a) = &admission {
+            a.attach(exec.control());
+        }
+        let progress = ctx.meta.get_progress_token();
+        let mut printed = String::new();
+        let mut progress_count = 0u32;
+        let mut last_progress = Instant::now();
+        let mut calls: JoinSet<ToolResult> = JoinSet::new();
+        let mut cancelled = false;
+        let end = loop {
+            tokio::select! {
+                _ = ctx.ct.cancelled(), if !cancelled => {
+                    // notifications/cancelled: the instance is freed; its final event follows.
+                    cancelled = true;
+                    exec.cancel();
+                }
+                Some(done) = calls.join_next(), if !calls.is_empty() => {
+                    if let Ok(result) = done {
+                        // The execution may have ended meanwhile; its end event follows.
+                        let _ = exec.submit(vec![result]);
+                    }
+                }
+                event = exec.next_event() => match event {
+                    Some(Event::ToolCalls { calls: batch, .. }) => {
+                        for call in batch {
+                            let downstream = self.shared.downstream.clone();
+                            calls.spawn(async move {
+                                let server = call.namespace.as_deref().and_then(|ns| downstream.server(ns)).cloned();
+                                let outcome = match server {
+                                    Some(server) => server.call(&call.name, call.input_value()).await,
+                                    None => Err(format!("no downstream server for tool {:?}", call.name)),
+                                };
+                                match outcome {
+                                    Ok(value) => ToolResult::ok(call.id, &value),
+                                    Err(message) => ToolResult::error(call.id, message),
+                                }
+                            });
+                        }
+                    }
+                    Some(Event::Output { stream: OutputStream::Stdout, data }) => {
+                        if let Some(token) = &progress {
+                            printed.push_str(&String::from_utf8_lossy(&data));
+                            if last_progress.elapsed() >= PROGRESS_EVERY {
+                                progress_count += 1;
+                                last_progress = Instant::now();
+                                let message = tail(&std::mem::take(&mut printed), 1000);
+                                let param = ProgressNotificationParam::new(token.clone(), progress_count.into()).with_message(message);
+                                let _ = ctx.peer.notify_progress(param).await;
+                            }
+                        }
+                    }
+                    Some(Event::Output { .. }) => {}
+                    Some(Event::Completed(done)) => break Ok(done),
+                    Some(Event::Failed(failure)) => break Err(failure),
+                    None => break Err(ptc_engine::Failure {
+                        kind: FailureKind::Internal, message: "the execution ended without a result".into(),
+                        traceback: String::new(), exit_code: None, stdout: String::new(), stderr: String::new(),
+                        tool_calls: vec![], stats: Default::default(),
+                    }),
+                },
+            }
+        };
+        // Calls still running downstream are abandoned (their futures dropped).
+        calls.abort_all();
+        drop(admission);
+        let elapsed = started.elapsed();
+        Ok(match end {
+            Ok(done) => {
+                let return_value: Value = serde_json::from_str(&done.return_value).unwrap_or(Value::Null);
+                let structured = report(
+                    true,
+                    elapsed,
+                    timeout_limit,
+                    &done.stdout,
+                    &done.stderr,
+                    &return_value,
+                    Value::Null,
+                    &done.tool_calls,
+                );
+                let mut text = done.stdout.clone();
+                if !done.stderr.is_empty() {
+                    text.push_str(&format!("{}[stderr]\n{}", newline_if_needed(&text), done.stderr));
+                }
+                if !return_value.is_null() {
+                    text.push_str(&format!("{}[return value] {}", newline_if_needed(&text), return_value));
+                }
+                if text.is_empty() {
+                    text.push_str("(the program printed nothing)");
+                }
+                let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+                result.structured_content = Some(structured);
+                result
+            }
+            Err(f) => {
+                let (_, error, hint) = model_error(&f);
+                let error_value = json!({"kind": f.kind.as_str(), "message": f.message});
+                let structured = report(
+                    false,
+                    elapsed,
+                    timeout_limit,
+                    &f.stdout,
+                    &f.stderr,
+                    &Value::Null,
+                    error_value,
+                    &f.tool_calls,
+                );
+                let mut text = f.stdout.clone();
+                if !f.stderr.is_empty() {
+                    text.push_str(&format!("{}[stderr]\n{}", newline_if_needed(&text), f.stderr));
+                }
+                text.push_str(&format!("{}[error] {error}", newline_if_needed(&text)));
+                if !hint.is_empty() && hint != error {
+                    text.push_str(&format!("\n{hint}"));
+                }
+                let mut result = CallToolResult::error(vec![ContentBlock::text(text)]);
+                result.structured_content = Some(structured);
+                result
+            }
+        })
+    }
+}
+
+const EXECUTE_CODE_INTRO: &str = "Run a Python 3.14 program in a sandbox (standard library only, no network; files only in /mnt/data). \
+The tools below are async functions grouped by server: `await server.tool(arg=...)`; run independent calls at once with \
+`await asyncio.gather(...)`. Results arrive as Python values (dicts, lists, strings); a failing tool raises ToolError, \
+which you can catch. Top-level await and `return value` work. Only what the program prints and returns comes back to you, \
+so filter and summarise in code. `describe_tools(names)` gives a tool's full documentation.";
+
+fn tool_def(server: &str, tool: &Tool) -> ToolDef {
+    let description = tool.description.as_deref().or(tool.title.as_deref()).unwrap_or_default();
+    ToolDef::new(tool.name.to_string())
+        .with_namespace(server)
+        .with_description(description)
+        .with_parameters(Value::Object((*tool.input_schema).clone()))
+}
+
+/// The first sentence of a description, at most 100 characters.
+fn summary(description: &str) -> String {
+    let first = description.trim().lines().next().unwrap_or_default();
+    let sentence = match first.find(". ") {
+        Some(i) => &first[..=i],
+        None => first,
+    };
+    if sentence.chars().count() > 100 {
+        format!("{}…", sentence.chars().take(99).collect::<String>())
+    } else {
+        sentence.to_string()
+    }
+}
+
+fn tail(text: &str, max_chars: usize) -> String {
+    let n = text.chars().count();
+    if n <= max_chars {
+        text.to_string()
+    } else {
+        format!("…{}", text.chars().skip(n - max_chars).collect::<String>())
+    }
+}
+
+fn newline_if_needed(text: &str) -> &'static str {
+    if text.is_empty() || text.ends_with('\n') { "" } else { "\n" }
+}
+
+fn failed_before_start(message: String) -> CallToolResult {
+    let mut result = CallToolResult::error(vec![ContentBlock::text(format!("[error] {message}"))]);
+    result.structured_content = Some(json!({
+        "success": false, "stdout": "", "stderr": "", "return_value": null,
+        "error": {"kind": "not_started", "message": message}, "tool_calls": [], "tool_calls_total": 0,
+        "execution_time_seconds": 0.0,
+    }));
+    result
+}
+
+/// The structured result (reference 001's shape).
+fn report(
+    success: bool,
+    elapsed: Duration,
+    timeout: Duration,
+    stdout: &str,
+    stderr: &str,
+    return_value: &Value,
+    error: Value,
+    calls: &[ToolCallRecord],
+) -> Value {
+    let listed: Vec<Value> = calls
+        .iter()
+        .take(LISTED_CALLS)
+        .map(|c| {
+            let name = match &c.namespace {
+                Some(ns) => format!("{ns}.{}", c.name),
+                None => c.name.clone(),
+            };
+            let args: Value = serde_json::from_str(&c.input)
+                .ok()
+                .filter(|_| c.input.chars().count() <= LISTED_INPUT_CHARS)
+                .unwrap_or_else(|| Value::String(tail(&c.input, LISTED_INPUT_CHARS)));
+            json!({
+                "tool_name": name,
+                "args": args,
+                "tool_call_id": c.id,
+                "has_error": !matches!(c.outcome, Some(Ok(_))),
+                "duration_ms": c.duration.as_secs_f64() * 1000.0,
+            })
+        })
+        .collect();
+    json!({
+        "success": success,
+        "execution_time_seconds": elapsed.as_secs_f64(),
+        "timeout_limit_seconds": timeout.as_secs_f64(),
+        "stdout": stdout,
+        "stderr": stderr,
+        "return_value": return_value,
+        "error": error,
+        "tool_calls": listed,
+        "tool_calls_total": calls.len(),
+    })
+}
+
+fn object(value: Value) -> Arc<JsonObject> {
+    match value {
+        Value::Object(map) => Arc::new(map),
+        _ => Arc::new(JsonObject::new()),
+    }
+}
+
+fn output_schema() -> Arc<JsonObject> {
+    object(json!({
+        "type": "object",
+        "properties": {
+            "success": {"type": "boolean"},
+            "execution_time_seconds": {"type": "number"},
+            "timeout_limit_seconds": {"type": "number"},
+            "stdout": {"type": "string"},
+            "stderr": {"type": "string"},
+            "return_value": {"description": "The program's top-level `return` value (JSON)."},
+            "error": {
+                "description": "null on success",
+                "anyOf": [{"type": "null"}, {"type": "object", "properties": {"kind": {"type": "string"}, "message": {"type": "string"}}}]
+            },
+            "tool_calls": {
+                "type": "array",
+                "description": "The first 20 calls the program made.",
+                "items": {"type": "object", "properties": {
+                    "tool_name": {"type": "string"}, "args": {}, "tool_call_id": {"type": "string"},
+                    "has_error": {"type": "boolean"}, "duration_ms": {"type": "number"}
+                }}
+            },
+            "tool_calls_total": {"type": "integer"}
+        },
+        "required": ["success", "stdout", "stderr", "error", "tool_calls"]
+    }))
+}
+
+impl ServerHandler for CodeMode {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_tool_list_changed().build())
+            .with_server_info(Implementation::new("ptc-engine", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Call execute_code with one Python program that calls the downstream tools as async functions; \
+                 only what it prints or returns comes back.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let description = match self.catalog().await {
+            Ok(catalog) => catalog.description,
+            Err(e) => format!("{EXECUTE_CODE_INTRO}\n\nNo tools can be offered now: {e}"),
+        };
+        let mut execute = Tool::new(
+            "execute_code",
+            description,
+            object(json!({
+                "type": "object",
+                "properties": {
+                    "code": {"type": "string", "description": "The Python program."},
+                    "timeout_ms": {"type": "integer", "minimum": 1, "description": "Deadline for the whole run, tool calls included."}
+                },
+                "required": ["code"]
+            })),
+        );
+        execute.output_schema = Some(output_schema());
+        let describe = Tool::new(
+            "describe_tools",
+            "The full Python stub (docstrings, every parameter) of the named tools, e.g. [\"github.create_issue\"]; all tools if no names are given.",
+            object(json!({
+                "type": "object",
+                "properties": {"names": {"type": "array", "items": {"type": "string"}}}
+            })),
+        );
+        Ok(ListToolsResult::with_all_items(vec![execute, describe]))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let args = request.arguments.unwrap_or_default();
+        let result = match request.name.as_ref() {
+            "execute_code" => self.execute(&args, ctx).await?,
+            "describe_tools" => self.describe(&args).await?,
+            other => {
+                return Err(McpError::invalid_params(
+                    format!("unknown tool {other:?}; this server has execute_code and describe_tools"),
+                    None,
+                ));
+            }
+        };
+        Ok(result.into())
+    }
+
+    async fn on_initialized(&self, ctx: NotificationContext<RoleServer>) {
+        // A downstream tool list changed: so did execute_code's description.
+        let mut changes = self.shared.downstream.subscribe();
+        tokio::spawn(async move {
+            while changes.recv().await.is_ok() {
+                if ctx.peer.notify_tool_list_changed().await.is_err() {
+                    break;
+                }
+            }
+        });
+    }
+
+    fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+        Some(requested.clone())
+    }
+
+    async fn listen(&self, ctx: SubscriptionContext) -> Result<(), McpError> {
+        let mut changes = self.shared.downstream.subscribe();
+        loop {
+            tokio::select! {
+                _ = ctx.cancelled() => return Ok(()),
+                changed = changes.recv() => {
+                    if changed.is_err() || ctx.sink().notify_tool_list_changed().await.is_err() {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,182 @@
+"""Drives ptc-engine's MCP front end with the official MCP Python SDK's client (`mcp` on PyPI),
+as an agent platform would: over stdio (`ptc-engine mcp --config FILE`) or Streamable HTTP.
+
+    python drive.py --fs-root DIR stdio BINARY mcp --config FILE
+    python drive.py --fs-root DIR http URL KEY
+
+Each scenario asserts what a model would see; a failed assertion exits non-zero. With
+`--pause`, after cancelling an execution it prints `MARK cancelled` and waits for a line on
+stdin, so the test can check the instance was freed while this session is still open.
+"""
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+
+import httpx2
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+
+def log(*args):
+    print(*args, flush=True)
+
+
+def text_of(result):
+    return "\n".join(c.text for c in result.content if getattr(c, "type", "") == "text")
+
+
+async def run(client, code, **kwargs):
+    result = await client.call_tool("execute_code", {"code": code}, **kwargs)
+    return result, text_of(result), result.structured_content
+
+
+async def scenarios(client, fs_root, pause):
+    # The tool list: execute_code's description is the model's only view of the tools.
+    tools = {t.name: t for t in (await client.list_tools()).tools}
+    assert set(tools) == {"execute_code", "describe_tools"}, tools
+    desc = tools["execute_code"].description
+    assert tools["execute_code"].output_schema is not None
+    for line in ["notes.search_notes(query: str)", "notes.get_body(id: int)", "web.pid()", "fs.read_text_file(path: str"]:
+        assert line in desc, f"{line!r} missing from:\n{desc}"
+    assert "Not callable from code:" in desc and "notes.delete_note (it is not marked read-only" in desc, desc
+    assert "fs.write_file" in desc.split("Not callable from code:")[1], desc
+    log(f"description: {len(desc)} chars")
+
+    # Gather over three servers (stdio Python, Streamable HTTP Python, npm filesystem).
+    code = f"""
+found, stats, body, text, far = await asyncio.gather(
+    notes.search_notes(query="rust"), notes.note_stats(), notes.get_body(id=2),
+    fs.read_text_file(path={fs_root + '/hello.txt'!r}), web.search_notes(query="python"))
+print(len(found["result"]), stats["count"], body)
+print(text if isinstance(text, str) else text["content"].strip())
+print(far["result"][0]["title"])
+return {{"ids": [n["id"] for n in found["result"]]}}
+"""
+    result, text, sc = await run(client, code)
+    assert not result.is_error, text
+    assert sc["stdout"] == "2 3 gather independent awaits\nhello from the filesystem\npython tips\n", sc
+    assert sc["return_value"] == {"ids": [1, 3]}, sc
+    assert sc["success"] is True and sc["error"] is None
+    names = sorted(c["tool_name"] for c in sc["tool_calls"])
+    assert names == ["fs.read_text_file", "notes.get_body", "notes.note_stats", "notes.search_notes", "web.search_notes"], names
+    assert "[return value]" in text
+    log("gather: ok")
+
+    # A tool error is a ToolError the program can catch.
+    result, text, sc = await run(client, 'try:\n    await notes.fail(message="boom")\nexcept ToolError as e:\n    print("caught:", e)')
+    assert not result.is_error and "caught:" in sc["stdout"] and "boom" in sc["stdout"], sc
+    assert sc["tool_calls"][0]["has_error"] is True
+    log("tool error: ok")
+
+    # A tool that is not callable: a clear error naming what is.
+    result, text, sc = await run(client, "await notes.delete_note(id=1)")
+    assert result.is_error, text
+    assert "notes has no callable tool 'delete_note'" in text and "search_notes" in text, text
+    assert sc["error"]["kind"] == "python_error"
+    result, text, sc = await run(client, "await search_notes(query='x')")
+    assert result.is_error and "call it as `await notes.search_notes(...)`" in text, text
+    log("not callable: ok")
+
+    # The server crashes mid-call: ToolError, and the next call restarts it.
+    code = """
+before = await notes.pid()
+try:
+    await notes.crash()
+except ToolError as e:
+    print("crash:", e)
+after = await notes.pid()
+print("restarted:", before != after)
+"""
+    result, text, sc = await run(client, code)
+    assert not result.is_error, text
+    assert "stopped while handling notes.crash" in sc["stdout"] and "restarted: True" in sc["stdout"], sc
+    log("crash and restart: ok")
+
+    # A downstream call that hangs is cut off by the server's timeoutMs (2 s for notes).
+    start = time.monotonic()
+    result, text, sc = await run(client, 'try:\n    await notes.slow(seconds=30)\nexcept ToolError as e:\n    print(e)')
+    assert "did not answer within 2 s" in sc["stdout"], sc
+    assert time.monotonic() - start < 15
+    log("hung call: ok")
+
+    # describe_tools: the full stub for named tools; an unknown name lists the callable ones.
+    result = await client.call_tool("describe_tools", {"names": ["notes.search_notes"]})
+    stub = text_of(result)
+    assert "class notes:" in stub and "async def search_notes(query: str" in stub and "Notes whose title" in stub, stub
+    result = await client.call_tool("describe_tools", {"names": ["notes.nope"]})
+    assert result.is_error and "notes.search_notes" in text_of(result)
+    log("describe_tools: ok")
+
+    # Progress: printed lines arrive while the program runs.
+    seen = []
+
+    async def on_progress(progress, total, message):
+        seen.append(message or "")
+
+    code = "for i in range(4):\n    print('step', i)\n    await asyncio.sleep(0.3)"
+    result, text, sc = await run(client, code, progress_callback=on_progress)
+    assert not result.is_error and sc["stdout"].count("step") == 4, sc
+    assert any("step" in m for m in seen), seen
+    log(f"progress: ok ({len(seen)} notifications)")
+
+    # A failing program: the error and a hint, with isError.
+    result, text, sc = await run(client, "print('partial')\n1/0")
+    assert result.is_error and "partial" in text and "ZeroDivisionError" in text, text
+    result, text, sc = await client.call_tool("execute_code", {"code": "while True: pass", "timeout_ms": 1500}), None, None
+    text = text_of(result)
+    assert result.is_error and "Time limit exceeded" in text and "ran out of time" in text, text
+    log("failures: ok")
+
+    # The tool list changes downstream: the description follows, and programs can call it.
+    # (The SDK's servers wrap a non-object result as {"result": ...} in structuredContent.)
+    result, text, sc = await run(client, "print((await notes.enable_shout())['result'])")
+    assert sc["stdout"] == "enabled\n", sc
+    for _ in range(50):
+        desc = {t.name: t for t in (await client.list_tools()).tools}["execute_code"].description
+        if "notes.shout(text: str)" in desc:
+            break
+        await asyncio.sleep(0.1)
+    assert "notes.shout(text: str)" in desc, desc
+    result, text, sc = await run(client, "print((await notes.shout(text='hi'))['result'])")
+    assert sc["stdout"] == "HI\n", sc
+    log("list_changed: ok")
+
+    # Cancellation: the client gives up (notifications/cancelled); the instance is freed.
+    try:
+        await client.call_tool("execute_code", {"code": "await asyncio.sleep(60)"}, read_timeout_seconds=1.0)
+        raise AssertionError("the call should have timed out")
+    except AssertionError:
+        raise
+    except BaseException as e:  # the SDK raises its timeout error
+        log(f"cancelled: {type(e).__name__}")
+    if pause:
+        log("MARK cancelled")
+        # In a thread: the event loop must keep running to close the abandoned request.
+        await asyncio.to_thread(sys.stdin.readline)
+    result, text, sc = await run(client, "print('after cancel')")
+    assert sc["stdout"] == "after cancel\n", sc
+    log("cancellation: ok")
+
+
+async def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--fs-root", required=True)
+    parser.add_argument("--pause", action="store_true")
+    parser.add_argument("mode", choices=["stdio", "http"])
+    parser.add_argument("rest", nargs=argparse.REMAINDER)
+    args = parser.parse_args()
+    if args.mode == "stdio":
+        server = StdioServerParameters(command=args.rest[0], args=args.rest[1:])
+    else:
+        url, key = args.rest
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=httpx2.Timeout(30, read=120))
+        server = streamable_http_client(url, http_client=http)
+    async with Client(server) as client:
+        await scenarios(client, args.fs_root, args.pause)
+    log("ALL OK")
+
+
+asyncio.run(main())

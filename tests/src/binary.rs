@@ -1,0 +1,19 @@
+//! The `ptc-engine` binary as an operator runs it.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// `target/release/ptc-engine`, built (or found up to date) by cargo. Tests in several binaries
+/// use it; cargo's lock keeps their builds from overlapping.
+pub fn release() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let ok = Command::new(cargo)
+        .args(["build", "--release", "-p", "ptc-server", "--bin", "ptc-engine"])
+        .current_dir(&root)
+        .status()
+        .expect("cargo")
+        .success();
+    assert!(ok, "building the release binary");
+    root.join("target").join("release").join("ptc-engine")
+}

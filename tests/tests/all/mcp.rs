@@ -1,0 +1,166 @@
+//! The MCP front end end to end: the official MCP Python SDK's client (PyPI `mcp`) drives
+//! `ptc-engine mcp` over stdio and `/mcp` over Streamable HTTP, against real downstream
+//! servers: one written with the same SDK (over stdio and over HTTP) and the official
+//! filesystem server from npm. The scenarios are `tests/mcp/drive.py`.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ptc_server::mcp::McpConfig;
+use ptc_tests::{binary, grpc, http, node, python};
+use serde_json::json;
+
+const MCP_SDK: &str = "mcp==2.3.0";
+
+/// A child process killed when dropped.
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Everything the scenarios need: the SDK, the npm servers, a files root, the notes server
+/// over HTTP, and the config naming all three downstream servers.
+struct Downstream {
+    venv: PathBuf,
+    project: PathBuf,
+    fs_root: PathBuf,
+    config: PathBuf,
+    _web: Process,
+}
+
+fn downstream(tag: &str) -> Downstream {
+    let venv = python::venv("mcp", &[MCP_SDK]);
+    let project = node::project("mcp");
+    let python = venv.join("bin").join("python");
+    let fs_root = std::env::temp_dir().join(format!("ptc-mcp-fs-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&fs_root).unwrap();
+    std::fs::write(fs_root.join("hello.txt"), "hello from the filesystem\n").unwrap();
+    let fs_root = fs_root.canonicalize().unwrap();
+
+    let port = free_port();
+    let web = Process(
+        Command::new(&python)
+            .arg(project.join("notes_server.py"))
+            .args(["--http", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the notes server starts"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "the notes server never listened on {port}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    let config = json!({"mcpServers": {
+        "notes": {"command": python, "args": [project.join("notes_server.py")], "timeoutMs": 2000},
+        "web": {"type": "http", "url": format!("http://127.0.0.1:{port}/mcp"), "allow": ["search_notes", "pid"]},
+        "fs": {
+            "command": "node",
+            "args": [project.join("node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"), &fs_root],
+        },
+    }});
+    let path = fs_root.with_extension("json");
+    std::fs::write(&path, serde_json::to_vec_pretty(&config).unwrap()).unwrap();
+    Downstream { venv, project, fs_root, config: path, _web: web }
+}
+
+impl Downstream {
+    fn drive(&self, pause: bool, mode: &[&str]) -> Child {
+        let mut cmd = Command::new(self.venv.join("bin").join("python"));
+        cmd.arg(self.project.join("drive.py")).arg("--fs-root").arg(&self.fs_root);
+        if pause {
+            cmd.arg("--pause");
+        }
+        cmd.args(mode).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("the MCP client starts")
+    }
+}
+
+/// Reads the client's lines until it exits; `on_mark` runs at `MARK ...` lines.
+fn finish(mut child: Child, mut on_mark: impl FnMut(&str)) -> String {
+    let stdout = child.stdout.take().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut seen = String::new();
+    for line in BufReader::new(stdout).lines() {
+        let line = line.unwrap();
+        eprintln!("client: {line}");
+        if let Some(mark) = line.strip_prefix("MARK ") {
+            on_mark(mark);
+            writeln!(stdin, "go").unwrap();
+        }
+        seen.push_str(&line);
+        seen.push('\n');
+    }
+    let status = child.wait().unwrap();
+    assert!(status.success(), "the MCP client's scenarios failed ({status}):\n{seen}");
+    assert!(seen.contains("ALL OK"), "{seen}");
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stdio_with_a_real_client_and_real_servers() {
+    let bin = tokio::task::spawn_blocking(binary::release).await.unwrap();
+    let setup = tokio::task::spawn_blocking(|| downstream("stdio")).await.unwrap();
+    let config = setup.config.display().to_string();
+    let bin = bin.display().to_string();
+    tokio::task::spawn_blocking(move || {
+        let child = setup.drive(false, &["stdio", &bin, "mcp", "--config", &config]);
+        finish(child, |_| {});
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn streamable_http_behind_api_keys() {
+    let setup = tokio::task::spawn_blocking(|| downstream("http")).await.unwrap();
+    let mut config = grpc::config(&["acme:acme-key"]);
+    config.mcp = McpConfig::load(&setup.config).unwrap();
+    let server = grpc::serve(config).await;
+    let url = format!("http://{}/mcp", server.http_addr);
+    let engine = server.engine.clone();
+    tokio::task::spawn_blocking(move || {
+        let child = setup.drive(true, &["http", &url, "acme-key"]);
+        finish(child, |mark| {
+            assert_eq!(mark, "cancelled");
+            // The client gave up on `await asyncio.sleep(60)`: its instance is gone while the
+            // MCP session is still open.
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while engine.live_instances() > 0 {
+                assert!(Instant::now() < deadline, "a cancelled execution kept its instance");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+    })
+    .await
+    .unwrap();
+    server.shutdown();
+    server.wait().await;
+}
+
+#[tokio::test]
+async fn the_http_endpoint_refuses_unknown_keys_in_words_a_client_can_act_on() {
+    let mut config = grpc::config(&["acme:acme-key"]);
+    config.mcp = McpConfig::default();
+    let server = grpc::serve(config).await;
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+    for key in [None, Some("wrong")] {
+        let reply = http::post(server.http_addr, "/mcp", key, &body).await;
+        assert_eq!(reply.status, 401, "{}", reply.text);
+        assert!(reply.body["error"].as_str().unwrap().contains("Authorization: Bearer KEY"), "{}", reply.text);
+    }
+    server.shutdown();
+    server.wait().await;
+}
