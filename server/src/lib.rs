@@ -168,12 +168,12 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         .build_v1alpha()?;
     let keys = Arc::new(config.api_keys);
     let downstream = mcp::Downstream::new(&config.mcp);
-    let mcp_shared = Arc::new(mcp::Shared {
-        engine: engine.clone(),
-        downstream: downstream.clone(),
-        tenants: Some(tenants.clone()),
-        limits: config.engine.default_limits.clone(),
-    });
+    let mcp_shared = mcp::Shared::new(
+        engine.clone(),
+        downstream.clone(),
+        Some(tenants.clone()),
+        config.engine.default_limits.clone(),
+    );
     // Work started on behalf of requests: gRPC stream pumps and HTTP file watchers.
     let request_tasks = TaskTracker::new();
     let service = grpc::SandboxService {

@@ -48,12 +48,7 @@ async fn mcp(args: ptc_server::cli::McpArgs) -> anyhow::Result<()> {
     let (engine_config, mcp_config) = args.configs().map_err(anyhow::Error::msg)?;
     let engine = tokio::task::spawn_blocking(move || ptc_engine::Engine::new(engine_config)).await??;
     let limits = engine.config().default_limits.clone();
-    let shared = std::sync::Arc::new(ptc_server::mcp::Shared {
-        engine,
-        downstream: ptc_server::mcp::Downstream::new(&mcp_config),
-        tenants: None,
-        limits,
-    });
+    let shared = ptc_server::mcp::Shared::new(engine, ptc_server::mcp::Downstream::new(&mcp_config), None, limits);
     ptc_server::mcp::serve_stdio(shared).await
 }
 

@@ -11,12 +11,12 @@ stdin, so the test can check the instance was freed while this session is still 
 
 import argparse
 import asyncio
-import json
+import os
 import sys
 import time
 
 import httpx2
-from mcp import Client, StdioServerParameters
+from mcp import Client, StdioServerParameters, types
 from mcp.client.streamable_http import streamable_http_client
 
 
@@ -39,6 +39,7 @@ async def scenarios(client, fs_root, pause):
     assert set(tools) == {"execute_code", "describe_tools"}, tools
     desc = tools["execute_code"].description
     assert tools["execute_code"].output_schema is not None
+    # (The notes servers list three tools per page: these come from every page.)
     for line in ["notes.search_notes(query: str)", "notes.get_body(id: int)", "web.pid()", "fs.read_text_file(path: str"]:
         assert line in desc, f"{line!r} missing from:\n{desc}"
     assert "Not callable from code:" in desc and "notes.delete_note (it is not marked read-only" in desc, desc
@@ -64,6 +65,12 @@ return {{"ids": [n["id"] for n in found["result"]]}}
     assert names == ["fs.read_text_file", "notes.get_body", "notes.note_stats", "notes.search_notes", "web.search_notes"], names
     assert "[return value]" in text
     log("gather: ok")
+
+    # A stdio server inherits a few variables from ptc-engine, never its secrets.
+    result, text, sc = await run(client, "print(' '.join((await notes.environment())['result']))")
+    names = sc["stdout"].split()
+    assert "PATH" in names and "PTC_CANARY" not in names and not any(n.startswith("PTC_") for n in names), names
+    log("environment: ok")
 
     # A tool error is a ToolError the program can catch.
     result, text, sc = await run(client, 'try:\n    await notes.fail(message="boom")\nexcept ToolError as e:\n    print("caught:", e)')
@@ -144,6 +151,12 @@ print("restarted:", before != after)
     assert sc["stdout"] == "HI\n", sc
     log("list_changed: ok")
 
+    # llm_query needs a client that samples; this one does not.
+    code = 'try:\n    await llm_query(prompt="hi")\nexcept ToolError as e:\n    print(e)'
+    result, text, sc = await run(client, code)
+    assert "needs an MCP client that supports sampling" in sc["stdout"], sc
+    log("llm_query without sampling: ok")
+
     # Cancellation: the client gives up (notifications/cancelled); the instance is freed.
     try:
         await client.call_tool("execute_code", {"code": "await asyncio.sleep(60)"}, read_timeout_seconds=1.0)
@@ -161,6 +174,42 @@ print("restarted:", before != after)
     log("cancellation: ok")
 
 
+async def sample(context, params):
+    """The sampling client's "model": echoes the prompt (and says whether a system prompt came)."""
+    prompt = params.messages[0].content.text
+    marker = "+system" if params.system_prompt else ""
+    return types.CreateMessageResult(
+        role="assistant", content=types.TextContent(type="text", text=f"sampled{marker}: {prompt}"), model="echo"
+    )
+
+
+async def with_sampling(server):
+    """llm_query answered by a client that samples: two at once, then one after a tool call."""
+    async with Client(server, sampling_callback=sample) as client:
+        code = """
+a, b = await asyncio.gather(llm_query(prompt="one"), llm_query(prompt="two"))
+found = await notes.search_notes(query="rust")
+c = await llm_query(prompt=f"summarise {len(found['result'])} notes", system="be brief")
+print(a, "|", b, "|", c)
+"""
+        result, text, sc = await run(client, code)
+        assert not result.is_error, text
+        assert sc["stdout"] == "sampled: one | sampled: two | sampled+system: summarise 2 notes\n", sc
+        names = [c["tool_name"] for c in sc["tool_calls"]]
+        assert names == ["llm_query", "llm_query", "notes.search_notes", "llm_query"], names
+    log("llm_query with sampling: ok")
+
+
+def connect(args):
+    if args.mode == "stdio":
+        # PTC_CANARY stands for ptc-engine's secrets: its downstream servers must not see it.
+        env = {**os.environ, "PTC_CANARY": "secret"}
+        return StdioServerParameters(command=args.rest[0], args=args.rest[1:], env=env)
+    url, key = args.rest
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=httpx2.Timeout(30, read=120))
+    return streamable_http_client(url, http_client=http)
+
+
 async def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--fs-root", required=True)
@@ -168,14 +217,10 @@ async def main():
     parser.add_argument("mode", choices=["stdio", "http"])
     parser.add_argument("rest", nargs=argparse.REMAINDER)
     args = parser.parse_args()
-    if args.mode == "stdio":
-        server = StdioServerParameters(command=args.rest[0], args=args.rest[1:])
-    else:
-        url, key = args.rest
-        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=httpx2.Timeout(30, read=120))
-        server = streamable_http_client(url, http_client=http)
+    server = connect(args)
     async with Client(server) as client:
         await scenarios(client, args.fs_root, args.pause)
+    await with_sampling(connect(args))
     log("ALL OK")
 
 

@@ -1,7 +1,8 @@
 """A downstream MCP server for the tests, written with the official Python SDK (`mcp` on PyPI).
 
 Its tools are annotated (readOnlyHint), so by default only the read-only ones are callable
-from programs. It can crash on request, hang, fail, and grow its tool list at run time.
+from programs. It lists them three per page, can crash on request, hang, fail, and grow its
+tool list at run time.
 
     python notes_server.py              # stdio
     python notes_server.py --http PORT  # Streamable HTTP at http://127.0.0.1:PORT/mcp
@@ -14,7 +15,7 @@ import sys
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
+from mcp.types import ListToolsResult, ToolAnnotations
 
 READ_ONLY = ToolAnnotations(readOnlyHint=True)
 WRITES = ToolAnnotations(readOnlyHint=False, destructiveHint=True)
@@ -25,7 +26,19 @@ NOTES = [
     {"id": 3, "title": "rust async", "body": "select! with care"},
 ]
 
-mcp = MCPServer("notes")
+class PagedServer(MCPServer):
+    """Lists its tools three per page, so clients must follow `nextCursor`."""
+
+    async def _handle_list_tools(self, ctx, params):
+        tools = await self.list_tools()
+        start = int(params.cursor) if params and params.cursor else 0
+        page = ListToolsResult(tools=tools[start : start + 3])
+        if start + 3 < len(tools):
+            page.next_cursor = str(start + 3)
+        return page
+
+
+mcp = PagedServer("notes")
 
 
 @mcp.tool(annotations=READ_ONLY)
@@ -56,6 +69,12 @@ def fail(message: str) -> str:
 def pid() -> int:
     """The server's process id (changes when it is restarted)."""
     return os.getpid()
+
+
+@mcp.tool(annotations=READ_ONLY)
+def environment() -> list[str]:
+    """The names of the server's environment variables."""
+    return sorted(os.environ)
 
 
 @mcp.tool(annotations=READ_ONLY)

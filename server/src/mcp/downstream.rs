@@ -221,11 +221,17 @@ impl Server {
     }
 }
 
+/// The variables a stdio server inherits from ptc-engine (as Claude Desktop passes them on).
+const INHERITED_ENV: &[&str] = &["PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "LC_ALL", "TMPDIR", "TZ"];
+
 async fn connect(transport: &Transport, client: Client) -> Result<RunningService<RoleClient, Client>, String> {
     match transport {
         Transport::Stdio { command, args, env, cwd } => {
             let mut cmd = CommandWrap::with_new(command, |c| {
-                c.args(args).envs(env);
+                // Only what desktop clients pass on, plus the server's own `env`: never
+                // ptc-engine's secrets (API keys, token secret) or the rest of its environment.
+                let inherited = INHERITED_ENV.iter().filter_map(|k| std::env::var_os(k).map(|v| (k, v)));
+                c.args(args).env_clear().envs(inherited).envs(env);
                 if let Some(dir) = cwd {
                     c.current_dir(dir);
                 }

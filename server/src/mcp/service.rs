@@ -1,16 +1,27 @@
 //! The code-mode MCP server: `execute_code` runs a program whose tool calls go to the
 //! downstream servers; `describe_tools` gives a tool's full stub. Served on stdio
 //! (`ptc-engine mcp`) and over Streamable HTTP (`/mcp` on the HTTP port).
+//!
+//! `llm_query(prompt)` in a program is answered by the client's model through MCP sampling:
+//! a server-to-client request before protocol 2026-07-28, an `InputRequiredResult` (the
+//! execution parked until the client retries with the answer) from it on.
 
-use std::sync::Arc;
+// Sampling is deprecated by SEP-2577 for a future protocol; it is still how an MCP server asks
+// its client's model today, and what `llm_query` is for.
+#![allow(deprecated)]
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ptc_engine::{
-    Engine, Event, ExecutionRequest, FailureKind, Limits, OutputStream, ToolCallRecord, ToolDef, ToolResult,
+    Engine, Event, Execution, ExecutionRequest, FailureKind, Limits, OutputStream, ToolCallRecord, ToolDef, ToolResult,
 };
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, JsonObject, ListToolsResult,
-    PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities, ServerConfig, SubscriptionFilter, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CreateMessageRequest,
+    CreateMessageRequestParams, Implementation, InputRequest, InputRequests, InputRequiredResult, JsonObject,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion, SamplingMessage,
+    ServerCapabilities, ServerConfig, SubscriptionFilter, Tool,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -19,7 +30,7 @@ use tokio::task::JoinSet;
 
 use super::downstream::{Downstream, Listing};
 use crate::http::api::model_error;
-use crate::tenants::Tenants;
+use crate::tenants::{Admission, Tenants};
 
 /// How many calls the `tool_calls` of a result lists (a program may make thousands; the
 /// model needs a sample and the count, not all of them), and how much of each one's input.
@@ -42,6 +53,19 @@ pub struct Shared {
     /// Defaults of every execution; `execute_code(timeout_ms=...)` may change the deadline
     /// within the engine's ceilings.
     pub limits: Limits,
+    /// Executions waiting for their client to sample (protocol 2026-07-28), by handle.
+    parked: Mutex<HashMap<String, Run>>,
+}
+
+impl Shared {
+    pub fn new(
+        engine: Engine,
+        downstream: Arc<Downstream>,
+        tenants: Option<Arc<Tenants>>,
+        limits: Limits,
+    ) -> Arc<Self> {
+        Arc::new(Shared { engine, downstream, tenants, limits, parked: Mutex::new(HashMap::new()) })
+    }
 }
 
 /// One MCP connection's handler (cheap to clone: everything is shared).
@@ -146,7 +170,39 @@ impl CodeMode {
         Ok(CallToolResult::success(vec![ContentBlock::text(described.stub)]))
     }
 
-    async fn execute(&self, args: &JsonObject, ctx: RequestContext<RoleServer>) -> Result<CallToolResult, McpError> {
+    async fn execute(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let tenant = ctx
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|p| p.extensions.get::<McpTenant>())
+            .map(|t| t.0.clone());
+        // A retried call (protocol 2026-07-28) carries the sampled answers to the program's
+        // llm_query calls and the handle of its parked execution.
+        if let Some(handle) = &request.request_state {
+            let parked = self.shared.parked.lock().unwrap().remove(handle);
+            let Some(mut run) = parked.filter(|r| r.tenant == tenant) else {
+                return Err(McpError::invalid_params(
+                    "this execution is no longer waiting (it ended, timed out, or was already resumed); run the program again",
+                    None,
+                ));
+            };
+            let responses = request.input_responses.unwrap_or_default();
+            let answers = run
+                .awaiting
+                .drain(..)
+                .map(|id| match responses.get(&id).and_then(sampled_text) {
+                    Some(text) => ToolResult::ok(id, &Value::String(text)),
+                    None => ToolResult::error(id, "the client answered llm_query without text"),
+                })
+                .collect();
+            let _ = run.exec.submit(answers);
+            return Ok(self.proceed(run, &ctx).await);
+        }
+        let args = request.arguments.unwrap_or_default();
         let Some(code) = args.get("code").and_then(Value::as_str) else {
             return Err(McpError::invalid_params("execute_code needs \"code\": the Python program to run", None));
         };
@@ -159,58 +215,96 @@ impl CodeMode {
             },
         }
         let timeout_limit = limits.timeout;
-        let catalog = match self.catalog().await {
+        let mut catalog = match self.catalog().await {
             Ok(c) => c,
-            Err(e) => return Ok(failed_before_start(e)),
+            Err(e) => return Ok(failed_before_start(e).into()),
         };
-        let tenant = ctx
-            .extensions
-            .get::<axum::http::request::Parts>()
-            .and_then(|p| p.extensions.get::<McpTenant>())
-            .map(|t| t.0.clone());
+        catalog.defs.push(llm_query_def());
         let admission = match (&self.shared.tenants, &tenant) {
             (Some(tenants), Some(tenant)) => match tenants.admit(tenant, None) {
                 Ok(a) => Some(a),
-                Err(refusal) => return Ok(failed_before_start(refusal.message().to_string())),
+                Err(refusal) => return Ok(failed_before_start(refusal.message().to_string()).into()),
             },
             _ => None,
         };
-        let mut request = ExecutionRequest::new(code).with_tools(catalog.defs).with_limits(limits);
-        if let Some(tenant) = tenant {
-            request = request.with_tenant(tenant);
+        let mut exec_request = ExecutionRequest::new(code).with_tools(catalog.defs).with_limits(limits);
+        if let Some(tenant) = &tenant {
+            exec_request = exec_request.with_tenant(tenant.clone());
         }
         let started = Instant::now();
-        let mut exec = match self.shared.engine.start(request).await {
+        let exec = match self.shared.engine.start(exec_request).await {
             Ok(exec) => exec,
-            Err(e) => return Ok(failed_before_start(e.message().to_string())),
+            Err(e) => return Ok(failed_before_start(e.message().to_string()).into()),
         };
         if let Some(a) = &admission {
             a.attach(exec.control());
         }
+        let run = Run {
+            exec,
+            calls: JoinSet::new(),
+            started,
+            timeout_limit,
+            _admission: admission,
+            tenant,
+            awaiting: vec![],
+        };
+        Ok(self.proceed(run, &ctx).await)
+    }
+
+    /// Runs the execution on: answers its calls, until it ends or (protocol 2026-07-28) needs
+    /// the client to sample for llm_query, when it is parked and the client asked for input.
+    async fn proceed(&self, mut run: Run, ctx: &RequestContext<RoleServer>) -> CallToolResponse {
         let progress = ctx.meta.get_progress_token();
+        let sampling = ctx.client_capabilities().is_some_and(|c| c.sampling.is_some());
+        let modern = ctx.protocol_version().is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
         let mut printed = String::new();
         let mut progress_count = 0u32;
         let mut last_progress = Instant::now();
-        let mut calls: JoinSet<ToolResult> = JoinSet::new();
         let mut cancelled = false;
         let end = loop {
             tokio::select! {
                 _ = ctx.ct.cancelled(), if !cancelled => {
                     // notifications/cancelled: the instance is freed; its final event follows.
                     cancelled = true;
-                    exec.cancel();
+                    run.exec.cancel();
                 }
-                Some(done) = calls.join_next(), if !calls.is_empty() => {
+                Some(done) = run.calls.join_next(), if !run.calls.is_empty() => {
                     if let Ok(result) = done {
                         // The execution may have ended meanwhile; its end event follows.
-                        let _ = exec.submit(vec![result]);
+                        let _ = run.exec.submit(vec![result]);
                     }
                 }
-                event = exec.next_event() => match event {
+                event = run.exec.next_event() => match event {
                     Some(Event::ToolCalls { calls: batch, .. }) => {
+                        let mut asks = InputRequests::new();
                         for call in batch {
+                            if call.namespace.is_none() && call.name == LLM_QUERY {
+                                let params = match sampling_params(&call.input_value()) {
+                                    Ok(p) => p,
+                                    Err(e) => { let _ = run.exec.submit(vec![ToolResult::error(call.id, e)]); continue; }
+                                };
+                                if !sampling {
+                                    let _ = run.exec.submit(vec![ToolResult::error(call.id, NO_SAMPLING)]);
+                                } else if modern {
+                                    asks.insert(call.id.clone(), InputRequest::CreateMessage(CreateMessageRequest::new(params)));
+                                    run.awaiting.push(call.id);
+                                } else {
+                                    let peer = ctx.peer.clone();
+                                    run.calls.spawn(async move {
+                                        let sampled = peer.create_message(params).await;
+                                        match sampled {
+                                            Ok(r) => match serde_json::to_value(&r).ok().as_ref().and_then(sampled_text) {
+                                                Some(text) => ToolResult::ok(call.id, &Value::String(text)),
+                                                None => ToolResult::error(call.id, "the client answered llm_query without text"),
+                                            },
+                                            Err(e) => ToolResult::error(call.id, format!("the client could not answer llm_query: {e}")),
+                                        }
+                                    });
+                                }
+                                continue;
+                            }
                             let downstream = self.shared.downstream.clone();
-                            calls.spawn(async move {
+                            run.calls.spawn(async move {
                                 let server = call.namespace.as_deref().and_then(|ns| downstream.server(ns)).cloned();
                                 let outcome = match server {
                                     Some(server) => server.call(&call.name, call.input_value()).await,
@@ -221,6 +315,9 @@ impl CodeMode {
                                     Err(message) => ToolResult::error(call.id, message),
                                 }
                             });
+                        }
+                        if !asks.is_empty() {
+                            return self.park(run, asks);
                         }
                     }
                     Some(Event::Output { stream: OutputStream::Stdout, data }) => {
@@ -247,70 +344,154 @@ impl CodeMode {
             }
         };
         // Calls still running downstream are abandoned (their futures dropped).
-        calls.abort_all();
-        drop(admission);
-        let elapsed = started.elapsed();
-        Ok(match end {
-            Ok(done) => {
-                let return_value: Value = serde_json::from_str(&done.return_value).unwrap_or(Value::Null);
-                let structured = report(
-                    true,
-                    elapsed,
-                    timeout_limit,
-                    &done.stdout,
-                    &done.stderr,
-                    &return_value,
-                    Value::Null,
-                    &done.tool_calls,
-                );
-                let mut text = done.stdout.clone();
-                if !done.stderr.is_empty() {
-                    text.push_str(&format!("{}[stderr]\n{}", newline_if_needed(&text), done.stderr));
-                }
-                if !return_value.is_null() {
-                    text.push_str(&format!("{}[return value] {}", newline_if_needed(&text), return_value));
-                }
-                if text.is_empty() {
-                    text.push_str("(the program printed nothing)");
-                }
-                let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
-                result.structured_content = Some(structured);
-                result
-            }
-            Err(f) => {
-                let (_, error, hint) = model_error(&f);
-                let error_value = json!({"kind": f.kind.as_str(), "message": f.message});
-                let structured = report(
-                    false,
-                    elapsed,
-                    timeout_limit,
-                    &f.stdout,
-                    &f.stderr,
-                    &Value::Null,
-                    error_value,
-                    &f.tool_calls,
-                );
-                let mut text = f.stdout.clone();
-                if !f.stderr.is_empty() {
-                    text.push_str(&format!("{}[stderr]\n{}", newline_if_needed(&text), f.stderr));
-                }
-                text.push_str(&format!("{}[error] {error}", newline_if_needed(&text)));
-                if !hint.is_empty() && hint != error {
-                    text.push_str(&format!("\n{hint}"));
-                }
-                let mut result = CallToolResult::error(vec![ContentBlock::text(text)]);
-                result.structured_content = Some(structured);
-                result
-            }
-        })
+        run.calls.abort_all();
+        finished(end, run.started.elapsed(), run.timeout_limit).into()
     }
+
+    /// Keeps the paused execution for the client's retry and asks the client for `asks`.
+    fn park(&self, run: Run, asks: InputRequests) -> CallToolResponse {
+        let mut parked = self.shared.parked.lock().unwrap();
+        // Executions whose client never came back end at their deadline; drop them here.
+        parked.retain(|_, r| !r.exec.control().is_finished());
+        if parked.len() >= MAX_PARKED {
+            drop(parked);
+            run.exec.cancel();
+            return failed_before_start(format!(
+                "{MAX_PARKED} executions already wait for their clients to answer llm_query; try again later"
+            ))
+            .into();
+        }
+        let handle = new_handle();
+        parked.insert(handle.clone(), run);
+        InputRequiredResult::new(Some(asks), Some(handle)).into()
+    }
+}
+
+/// The program's end as the tool's result.
+fn finished(
+    end: Result<ptc_engine::Completion, ptc_engine::Failure>,
+    elapsed: Duration,
+    timeout_limit: Duration,
+) -> CallToolResult {
+    match end {
+        Ok(done) => {
+            let return_value: Value = serde_json::from_str(&done.return_value).unwrap_or(Value::Null);
+            let structured = report(
+                true,
+                elapsed,
+                timeout_limit,
+                &done.stdout,
+                &done.stderr,
+                &return_value,
+                Value::Null,
+                &done.tool_calls,
+            );
+            let mut text = done.stdout.clone();
+            if !done.stderr.is_empty() {
+                text.push_str(&format!("{}[stderr]\n{}", newline_if_needed(&text), done.stderr));
+            }
+            if !return_value.is_null() {
+                text.push_str(&format!("{}[return value] {}", newline_if_needed(&text), return_value));
+            }
+            if text.is_empty() {
+                text.push_str("(the program printed nothing)");
+            }
+            let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+            result.structured_content = Some(structured);
+            result
+        }
+        Err(f) => {
+            let (_, error, hint) = model_error(&f);
+            let error_value = json!({"kind": f.kind.as_str(), "message": f.message});
+            let structured =
+                report(false, elapsed, timeout_limit, &f.stdout, &f.stderr, &Value::Null, error_value, &f.tool_calls);
+            let mut text = f.stdout.clone();
+            if !f.stderr.is_empty() {
+                text.push_str(&format!("{}[stderr]\n{}", newline_if_needed(&text), f.stderr));
+            }
+            text.push_str(&format!("{}[error] {error}", newline_if_needed(&text)));
+            if !hint.is_empty() && hint != error {
+                text.push_str(&format!("\n{hint}"));
+            }
+            let mut result = CallToolResult::error(vec![ContentBlock::text(text)]);
+            result.structured_content = Some(structured);
+            result
+        }
+    }
+}
+
+/// An execution between two calls of its client (protocol 2026-07-28 sampling), or within one.
+struct Run {
+    exec: Execution,
+    /// Downstream calls (and pre-2026 sampling requests) in flight; they keep running while
+    /// the execution is parked.
+    calls: JoinSet<ToolResult>,
+    started: Instant,
+    timeout_limit: Duration,
+    _admission: Option<Admission>,
+    tenant: Option<String>,
+    /// llm_query calls the client was asked to sample for.
+    awaiting: Vec<String>,
+}
+
+/// Executions parked at once for clients' sampling (each is also a paused execution the
+/// engine's and the tenant's caps count).
+const MAX_PARKED: usize = 1000;
+
+const LLM_QUERY: &str = "llm_query";
+
+const NO_SAMPLING: &str = "llm_query needs an MCP client that supports sampling, and this client does not: \
+do that reasoning yourself (print what you need, then answer in your reply)";
+
+fn llm_query_def() -> ToolDef {
+    ToolDef::new(LLM_QUERY)
+        .with_description("Asks the connected client's model: returns its answer to `prompt` as text.")
+        .with_parameters(json!({
+            "type": "object",
+            "properties": {
+                "prompt": {"type": "string"},
+                "system": {"type": "string", "description": "A system prompt."},
+                "max_tokens": {"type": "integer", "minimum": 1, "maximum": 16384, "description": "Default 1024."}
+            },
+            "required": ["prompt"],
+            "additionalProperties": false
+        }))
+}
+
+fn sampling_params(input: &Value) -> Result<CreateMessageRequestParams, String> {
+    let prompt = input["prompt"].as_str().ok_or("llm_query needs a prompt")?;
+    let max_tokens = input["max_tokens"].as_u64().unwrap_or(1024).min(16384) as u32;
+    let mut params = CreateMessageRequestParams::new(vec![SamplingMessage::user_text(prompt)], max_tokens);
+    if let Some(system) = input["system"].as_str() {
+        params = params.with_system_prompt(system);
+    }
+    Ok(params)
+}
+
+/// The text of a `sampling/createMessage` result (`content` is one block or a list).
+fn sampled_text(result: &Value) -> Option<String> {
+    let content = &result["content"];
+    let blocks = match content {
+        Value::Array(items) => items.iter().collect::<Vec<_>>(),
+        other => vec![other],
+    };
+    let text: Vec<&str> = blocks.iter().filter_map(|b| b["text"].as_str()).collect();
+    (!text.is_empty()).then(|| text.join(""))
+}
+
+/// 128 random bits as hex: the handle of a parked execution.
+fn new_handle() -> String {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).expect("the OS random source");
+    hex::encode(bytes)
 }
 
 const EXECUTE_CODE_INTRO: &str = "Run a Python 3.14 program in a sandbox (standard library only, no network; files only in /mnt/data). \
 The tools below are async functions grouped by server: `await server.tool(arg=...)`; run independent calls at once with \
 `await asyncio.gather(...)`. Results arrive as Python values (dicts, lists, strings); a failing tool raises ToolError, \
 which you can catch. Top-level await and `return value` work. Only what the program prints and returns comes back to you, \
-so filter and summarise in code. `describe_tools(names)` gives a tool's full documentation.";
+so filter and summarise in code. `await llm_query(prompt, system=None, max_tokens=1024)` asks your client's model \
+and returns its answer as a string. `describe_tools(names)` gives a tool's full documentation.";
 
 fn tool_def(server: &str, tool: &Tool) -> ToolDef {
     let description = tool.description.as_deref().or(tool.title.as_deref()).unwrap_or_default();
@@ -485,10 +666,9 @@ impl ServerHandler for CodeMode {
         request: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let args = request.arguments.unwrap_or_default();
         let result = match request.name.as_ref() {
-            "execute_code" => self.execute(&args, ctx).await?,
-            "describe_tools" => self.describe(&args).await?,
+            "execute_code" => return self.execute(request, ctx).await,
+            "describe_tools" => self.describe(&request.arguments.unwrap_or_default()).await?,
             other => {
                 return Err(McpError::invalid_params(
                     format!("unknown tool {other:?}; this server has execute_code and describe_tools"),
