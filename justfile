@@ -26,3 +26,10 @@ density *ARGS:
 # (release binary, HTTP API). Serve flags go after, e.g. `just fairness --tenant-max-running 0`.
 fairness *ARGS:
     benches/fairness.sh {{ARGS}}
+
+# Tokens a model spends on tool definitions: real servers' JSON definitions against
+# execute_code's compact lines and describe_tools' stub (Claude's legacy tokenizer, offline).
+signatures:
+    python3 -m venv target/bench-venvs/tokens
+    target/bench-venvs/tokens/bin/pip install --quiet tokenizers anthropic==0.34.2
+    target/bench-venvs/tokens/bin/python benches/signatures/tokens.py

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from .errors import InvalidTools
 from .names import assign_python_names
+from .shapes import Shapes
 
 _JSON_TO_PY = {
     "string": "str", "integer": "int", "number": "float", "boolean": "bool",
@@ -47,15 +48,22 @@ class ToolSpec:
         """How a program reaches the tool: `name` or `namespace.name`."""
         return f"{self.python_namespace}.{self.python_name}" if self.python_namespace else self.python_name
 
+    _fields: tuple = field(default=None, repr=False, compare=False)
+
+    def _resolved(self):
+        if self._fields is None:
+            props, req = Shapes(self.parameters).properties(self.parameters)
+            self._fields = (props, [p for p in props if p in req])
+        return self._fields
+
     @property
     def properties(self):
-        props = self.parameters.get("properties")
-        return props if isinstance(props, dict) else {}
+        """The input's properties, the root's `$ref` followed and `allOf` merged."""
+        return self._resolved()[0]
 
     @property
     def required(self):
-        req = self.parameters.get("required")
-        return [r for r in req if isinstance(r, str)] if isinstance(req, list) else []
+        return self._resolved()[1]
 
 
 def parse_tools(defs):
@@ -151,18 +159,9 @@ def where_is(specs, name):
     )
 
 
-def type_hint(schema):
+def type_hint(schema, root=None, depth=1, literal=True):
     """A short Python type for a JSON Schema fragment (`Any` when it says nothing useful)."""
-    if not isinstance(schema, dict):
-        return "Any"
-    if isinstance(schema.get("enum"), list) and schema["enum"]:
-        return "Literal[" + ", ".join(json.dumps(v) for v in schema["enum"]) + "]"
-    t = schema.get("type")
-    if isinstance(t, str):
-        return _JSON_TO_PY.get(t, "Any")
-    if isinstance(t, list) and t:
-        return " | ".join(_JSON_TO_PY.get(x, "Any") for x in t if isinstance(x, str)) or "Any"
-    return "Any"
+    return Shapes(root if root is not None else schema, depth, literal).render(schema)
 
 
 def _usable(prop):
@@ -210,7 +209,7 @@ def docstring(spec):
             desc = str(schema.get("description", "")).strip()
             opt = "" if prop in req else ", optional"
             how = "" if _usable(prop) else f" (pass as **{{{json.dumps(prop)}: ...}})"
-            lines.append(f"    {prop} ({type_hint(schema)}{opt}){how}: {desc}".rstrip(": ").rstrip())
+            lines.append(f"    {prop} ({type_hint(schema, spec.parameters)}{opt}){how}: {desc}".rstrip(": ").rstrip())
     lines += ["", "Returns the tool's result as decoded JSON; raises ToolError if the tool fails."]
     return "\n".join(lines)
 
@@ -243,40 +242,93 @@ def make_stub(spec, call_tool):
 
 
 def signature_line(spec):
-    """`get_weather(city: str, days?: int) -> Any`: one compact line per tool."""
+    """`get_weather(city: str, days?: int, units?: "c"|"f")`: one compact line per tool, with
+    every parameter, its type, whether it is optional (`?`), enum values, and the properties
+    of object parameters (one level down)."""
+    shapes = Shapes(spec.parameters, depth=1)
     req = set(spec.required)
     parts = []
     for prop in _ordered_properties(spec):
-        schema = spec.properties[prop]
         mark = "" if prop in req else "?"
-        parts.append(f"{prop}{mark}: {type_hint(schema)}")
-    return f"{spec.qualified}({', '.join(parts)}) -> Any"
+        parts.append(f"{prop}{mark}: {shapes.render(spec.properties[prop])}")
+    return f"{spec.qualified}({', '.join(parts)})"
+
+
+# How deep the stub spells out nested objects (the compact line stops after one level).
+STUB_DEPTH = 4
+
+
+def _nested_docs(schema, shapes, pad, level=1):
+    """Lines documenting the described properties inside an object (or array of objects)."""
+    schema, _ = shapes.resolve(schema)
+    if not isinstance(schema, dict) or level > 2:
+        return []
+    if schema.get("type") == "array" or "items" in schema:
+        return _nested_docs(schema.get("items"), shapes, pad, level)
+    props, _ = shapes.properties(schema)
+    lines = []
+    for name, sub in props.items():
+        sub_resolved, _ = shapes.resolve(sub)
+        desc = str((sub_resolved or {}).get("description", "") if isinstance(sub_resolved, dict) else "").strip()
+        if desc:
+            lines.append(f"{pad}{name}: {' '.join(desc.split())}")
+        lines += _nested_docs(sub, shapes, pad + "    ", level + 1)
+    return lines
+
+
+def _stub_doc(spec):
+    """The stub's docstring: the description, then what each parameter means (types are in the
+    signature, not repeated here)."""
+    lines = [spec.description.strip()] if spec.description.strip() else []
+    shapes = Shapes(spec.parameters, STUB_DEPTH, literal=True)
+    args = []
+    for prop in _ordered_properties(spec):
+        schema, _ = shapes.resolve(spec.properties[prop])
+        desc = " ".join(str((schema or {}).get("description", "")).split()) if isinstance(schema, dict) else ""
+        how = "" if _usable(prop) else f" (pass as **{{{json.dumps(prop)}: ...}})"
+        nested = _nested_docs(spec.properties[prop], shapes, "    ")
+        if desc or how or nested:
+            args.append(f"{prop}{how}: {desc}".rstrip(": ").rstrip() + (":" if nested and not desc else ""))
+            args += nested
+    if args:
+        lines += ["Args:"] + ["    " + a for a in args]
+    return "\n".join(lines)
 
 
 def _stub_def(spec, indent):
+    shapes = Shapes(spec.parameters, STUB_DEPTH, literal=True)
     req = set(spec.required)
     params = []
-    for p in signature(spec).parameters.values():
-        schema = spec.properties.get(p.name, {})
-        if p.kind is p.VAR_KEYWORD:
-            params.append(f"**{p.name}: Any")
-        elif p.name in req:
-            params.append(f"{p.name}: {type_hint(schema)}")
-        else:
-            params.append(f"{p.name}: {type_hint(schema)} = ...")
-    doc = docstring(spec).replace('"""', '\\"\\"\\"')
+    odd = False
+    for prop in _ordered_properties(spec):
+        if not _usable(prop):
+            odd = True
+            continue
+        hint = shapes.render(spec.properties[prop])
+        params.append(f"{prop}: {hint}" if prop in req else f"{prop}: {hint} = ...")
+    if odd:
+        params.append("**kwargs: Any")
+    doc = _stub_doc(spec).replace('"""', '\\"\\"\\"')
     pad = indent + "    "
+    head = f"{indent}async def {spec.python_name}({', '.join(params)}):"
+    if not doc:
+        return [head + " ..."]
     body = "\n".join(pad + line if line else "" for line in doc.splitlines())
-    return [
-        f"{indent}async def {spec.python_name}({', '.join(params)}) -> Any:",
-        f'{pad}"""{body.lstrip()}\n{pad}"""',
-    ]
+    return [head, f'{pad}"""{body.lstrip()}"""']
 
 
 def stub_text(specs):
-    """A `.pyi`-style module describing every tool; a namespace's tools are static methods of a
-    class named after it (call them as `await namespace.tool(...)`)."""
-    out = ["from typing import Any, Literal", "", "class ToolError(Exception): ...", ""]
+    """A `.pyi`-style module describing every tool; a namespace's tools are listed in a class
+    named after it (called as `await namespace.tool(...)`), without `self` or `@staticmethod`:
+    the stub is for reading, and every token counts."""
+    out = [
+        "# Every tool returns its result as a Python value and raises ToolError when it fails.",
+        '# `{"a": str, "b?": int}` is a dict with key a and optional key b.',
+        "from typing import Any, Literal",
+        "",
+        "class ToolError(Exception): ...",
+        "",
+    ]
     spaces = {}
     for spec in specs:
         if spec.python_namespace:
@@ -285,9 +337,8 @@ def stub_text(specs):
             out += _stub_def(spec, "")
             out.append("")
     for ident, members in spaces.items():
-        out.append(f"class {ident}:")
+        out.append(f"class {ident}:  # call as `await {ident}.tool(...)`")
         for spec in members:
-            out.append("    @staticmethod")
             out += _stub_def(spec, "    ")
         out.append("")
     return "\n".join(out)
