@@ -86,7 +86,9 @@ impl CodeMode {
         CodeMode { shared }
     }
 
-    async fn catalog(&self) -> Result<Catalog, String> {
+    /// The callable tools, and with `describe` also execute_code's description (which costs
+    /// an instance to render the signatures, so an execution does without it).
+    async fn catalog(&self, describe: bool) -> Result<Catalog, String> {
         let listings = self.shared.downstream.listings().await;
         let mut defs = Vec::new();
         let mut not_callable = Vec::new();
@@ -103,6 +105,9 @@ impl CodeMode {
                 }
                 Err(e) => unavailable.push(format!("{server}: {e}")),
             }
+        }
+        if !describe {
+            return Ok(Catalog { defs, description: String::new() });
         }
         let described = self
             .shared
@@ -143,7 +148,7 @@ impl CodeMode {
                 )
             })?),
         };
-        let catalog = self.catalog().await.map_err(|e| McpError::internal_error(e, None))?;
+        let catalog = self.catalog(false).await.map_err(|e| McpError::internal_error(e, None))?;
         let qualified = |d: &ToolDef| format!("{}.{}", d.namespace.as_deref().unwrap_or_default(), d.name);
         let chosen: Vec<ToolDef> = match &names {
             None => catalog.defs.clone(),
@@ -215,7 +220,7 @@ impl CodeMode {
             },
         }
         let timeout_limit = limits.timeout;
-        let mut catalog = match self.catalog().await {
+        let mut catalog = match self.catalog(false).await {
             Ok(c) => c,
             Err(e) => return Ok(failed_before_start(e).into()),
         };
@@ -633,7 +638,7 @@ impl ServerHandler for CodeMode {
         _request: Option<PaginatedRequestParams>,
         _ctx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let description = match self.catalog().await {
+        let description = match self.catalog(true).await {
             Ok(catalog) => catalog.description,
             Err(e) => format!("{EXECUTE_CODE_INTRO}\n\nNo tools can be offered now: {e}"),
         };
