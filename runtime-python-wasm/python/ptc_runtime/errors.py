@@ -14,8 +14,19 @@ class ToolError(Exception):
         self.call_id = call_id
 
 
-# Tracebacks print the class as user code knows it (a global), not as ptc_runtime.errors.ToolError.
+class UnknownToolError(ToolError, AttributeError):
+    """A namespace has no callable tool of that name: a ToolError, and an AttributeError (so
+    `hasattr` and `getattr(ns, name, default)` work)."""
+
+    def __init__(self, message, tool=None, obj=None):
+        ToolError.__init__(self, message, tool=tool)
+        self.name = tool
+        self.obj = obj
+
+
+# Tracebacks print the classes as user code knows them, not as ptc_runtime.errors.ToolError.
 ToolError.__module__ = "builtins"
+UnknownToolError.__module__ = "builtins"
 
 
 class InvalidTools(ValueError):

@@ -13,7 +13,7 @@ import json
 import keyword
 from dataclasses import dataclass, field
 
-from .errors import InvalidTools
+from .errors import InvalidTools, UnknownToolError
 from .names import assign_python_names
 from .shapes import Shapes
 
@@ -118,9 +118,8 @@ class ToolNamespace:
             raise AttributeError(attr)
         name = self.__dict__.get("_ToolNamespace__name", "?")
         tools = [k for k in self.__dict__ if not k.startswith("_ToolNamespace")]
-        raise AttributeError(
-            f"{name} has no callable tool {attr!r}; its callable tools are: {_listing(tools)}",
-            name=attr, obj=self,
+        raise UnknownToolError(
+            f"{name} has no callable tool {attr!r}; its callable tools are: {_listing(tools)}", tool=attr, obj=self
         )
 
     def __setattr__(self, attr, value):

@@ -169,7 +169,8 @@ class RunnerTest(unittest.TestCase):
     def test_unknown_and_misplaced_tools_say_what_exists(self):
         tools = [("read_file", "", "", "fs"), ("list_dir", "", "", "fs")]
         o, _, err, _ = run("await fs.delete_file(path='x')", tools=tools)
-        self.assertIn("fs has no callable tool 'delete_file'; its callable tools are: list_dir, read_file", o.message)
+        self.assertEqual(o.message, "UnknownToolError: fs has no callable tool 'delete_file'; "
+                                    "its callable tools are: list_dir, read_file")
         self.assertIn("line 1", err)
         o, _, _, _ = run("await read_file(path='x')", tools=tools)
         self.assertEqual(o.message, "NameError: name 'read_file' is not defined; it is a tool in a namespace: "
@@ -178,6 +179,9 @@ class RunnerTest(unittest.TestCase):
         self.assertIn("cannot be replaced", o.message)
         o, _, _, _ = run("return [hasattr(fs, 'nope'), sorted(dir(fs))]", tools=tools)
         self.assertEqual(json.loads(o.value_json), [False, ["list_dir", "read_file"]])
+        code = "try:\n    await fs.nope()\nexcept ToolError as e:\n    return [type(e).__name__, e.tool]"
+        o, _, _, _ = run(code, tools=tools)
+        self.assertEqual(json.loads(o.value_json), ["UnknownToolError", "nope"], "a ToolError too")
 
     def test_a_namespace_cannot_collide_with_a_tool(self):
         o, _, _, _ = run("pass", tools=[("fs", "", ""), ("read", "", "", "fs")])
