@@ -183,6 +183,29 @@ async def sample(context, params):
     )
 
 
+async def abandoned(server, pause):
+    """A client asked to sample (protocol 2026-07-28) that never retries: the parked execution
+    ends at its deadline, and a late retry is told so."""
+    async with Client(server, sampling_callback=sample) as client:
+        asked = await client.session.call_tool(
+            "execute_code", {"code": "await llm_query(prompt='x')", "timeout_ms": 1500}, allow_input_required=True
+        )
+        assert isinstance(asked, types.InputRequiredResult) and asked.request_state, asked
+        if pause:
+            log("MARK parked")
+            await asyncio.to_thread(sys.stdin.readline)
+        else:
+            await asyncio.sleep(2.5)
+        try:
+            await client.session.call_tool("execute_code", {}, request_state=asked.request_state, input_responses={})
+            raise AssertionError("a retry after the deadline should fail")
+        except AssertionError:
+            raise
+        except Exception as e:
+            assert "no longer waiting" in str(e), e
+    log("abandoned sampling: ok")
+
+
 async def with_sampling(server):
     """llm_query answered by a client that samples: two at once, then one after a tool call."""
     async with Client(server, sampling_callback=sample) as client:
@@ -221,6 +244,7 @@ async def main():
     async with Client(server) as client:
         await scenarios(client, args.fs_root, args.pause)
     await with_sampling(connect(args))
+    await abandoned(connect(args), args.pause)
     log("ALL OK")
 
 

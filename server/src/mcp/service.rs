@@ -356,7 +356,7 @@ impl CodeMode {
     /// Keeps the paused execution for the client's retry and asks the client for `asks`.
     fn park(&self, run: Run, asks: InputRequests) -> CallToolResponse {
         let mut parked = self.shared.parked.lock().unwrap();
-        // Executions whose client never came back end at their deadline; drop them here.
+        // Executions that ended early (cancelled, shut down) do not count against the cap.
         parked.retain(|_, r| !r.exec.control().is_finished());
         if parked.len() >= MAX_PARKED {
             drop(parked);
@@ -367,6 +367,14 @@ impl CodeMode {
             .into();
         }
         let handle = new_handle();
+        // A client that never comes back: at the deadline the engine has failed the
+        // execution; drop it then, with its tenant slot and its calls in flight.
+        let deadline = tokio::time::Instant::from_std(run.started + run.timeout_limit);
+        let (shared, key) = (self.shared.clone(), handle.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep_until(deadline).await;
+            shared.parked.lock().unwrap().remove(&key);
+        });
         parked.insert(handle.clone(), run);
         InputRequiredResult::new(Some(asks), Some(handle)).into()
     }

@@ -130,17 +130,30 @@ async fn streamable_http_behind_api_keys() {
     config.mcp = McpConfig::load(&setup.config).unwrap();
     let server = grpc::serve(config).await;
     let url = format!("http://{}/mcp", server.http_addr);
-    let engine = server.engine.clone();
+    let (engine, tenants) = (server.engine.clone(), server.tenants.clone());
     tokio::task::spawn_blocking(move || {
         let child = setup.drive(true, &["http", &url, "acme-key"]);
         finish(child, |mark| {
-            assert_eq!(mark, "cancelled");
-            // The client gave up on `await asyncio.sleep(60)`: its instance is gone while the
-            // MCP session is still open.
             let deadline = Instant::now() + Duration::from_secs(5);
-            while engine.live_instances() > 0 {
-                assert!(Instant::now() < deadline, "a cancelled execution kept its instance");
-                std::thread::sleep(Duration::from_millis(50));
+            match mark {
+                // The client gave up on `await asyncio.sleep(60)`: its instance is gone while
+                // the MCP session is still open.
+                "cancelled" => {
+                    while engine.live_instances() > 0 {
+                        assert!(Instant::now() < deadline, "a cancelled execution kept its instance");
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                }
+                // A client asked to sample never came back: past the 1.5 s deadline the
+                // parked execution no longer holds an instance or the tenant's slot.
+                "parked" => {
+                    assert_eq!(tenants.active("acme"), 1, "the parked execution holds its slot meanwhile");
+                    while engine.live_instances() > 0 || tenants.active("acme") > 0 {
+                        assert!(Instant::now() < deadline, "an abandoned parked execution kept its slot");
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                }
+                other => panic!("unexpected mark {other:?}"),
             }
         });
     })
