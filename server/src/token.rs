@@ -80,6 +80,13 @@ pub fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
+/// `N` bytes from the OS's random source, as hex: ids and handles a client must not guess.
+pub(crate) fn random_hex<const N: usize>() -> String {
+    let mut bytes = [0u8; N];
+    getrandom::fill(&mut bytes).expect("the OS random source");
+    hex::encode(bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,4 +1,4 @@
-//! The `ptc-engine` binary as an operator runs it.
+//! The `ptc-engine` binary as an operator runs it, and the processes tests start beside it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -16,4 +16,19 @@ pub fn release() -> PathBuf {
         .success();
     assert!(ok, "building the release binary");
     root.join("target").join("release").join("ptc-engine")
+}
+
+/// A free port on 127.0.0.1 (for a process that binds it next).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A child process, killed (and reaped) when dropped.
+pub struct Process(pub std::process::Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

@@ -5,25 +5,15 @@
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use ptc_tests::attacks;
+use ptc_tests::binary::{Process, free_port};
 
 /// A server process, killed when dropped.
 struct Server {
-    child: Child,
+    _process: Process,
     http: SocketAddr,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 fn start(bin: &Path, files_dir: &Path, flags: &[&str]) -> Server {
@@ -49,7 +39,7 @@ fn start(bin: &Path, files_dir: &Path, flags: &[&str]) -> Server {
     }
     // Keep reading its log so it never blocks on a full pipe.
     std::thread::spawn(move || std::io::copy(&mut log, &mut std::io::sink()));
-    Server { child, http: ([127, 0, 0, 1], http).into() }
+    Server { _process: Process(child), http: ([127, 0, 0, 1], http).into() }
 }
 
 #[tokio::test]

@@ -17,11 +17,6 @@ from .errors import InvalidTools, UnknownToolError
 from .names import assign_python_names
 from .shapes import Shapes
 
-_JSON_TO_PY = {
-    "string": "str", "integer": "int", "number": "float", "boolean": "bool",
-    "array": "list", "object": "dict", "null": "None",
-}
-
 
 class _Omitted:
     """Default of an optional argument: the key is left out of the call's input."""

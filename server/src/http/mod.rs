@@ -170,12 +170,6 @@ async fn cancel(
     Ok(Json(json!({"status": "cancelled", "request_id": request_id})).into_response())
 }
 
-fn new_session_id() -> String {
-    let mut bytes = [0u8; 12];
-    getrandom::fill(&mut bytes).expect("the OS random source");
-    hex::encode(bytes)
-}
-
 /// The limits of a run: the engine's defaults with the request's timeout, which must lie
 /// within the engine's ceilings.
 fn limits(engine: &Engine, timeout_ms: Option<u64>) -> Result<ptc_engine::Limits, ApiError> {
@@ -218,7 +212,7 @@ async fn initial(
 ) -> Result<Response, ApiError> {
     let code = code.ok_or_else(|| ApiError::bad_request("code (a string) is required"))?;
     let limits = limits(&state.engine, options.timeout)?;
-    let session_id = options.session_id.filter(|s| !s.is_empty()).unwrap_or_else(new_session_id);
+    let session_id = options.session_id.filter(|s| !s.is_empty()).unwrap_or_else(crate::token::random_hex::<12>);
     let imports = options.files.unwrap_or_default().into_iter().map(|f| (f.name, f.session_id)).collect();
     let request_id = headers.get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok());
     let admission = state.tenants.admit(&tenant, request_id)?;

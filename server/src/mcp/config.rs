@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use axum::http::{HeaderName, HeaderValue};
 use serde::Deserialize;
 
 /// A per-call timeout unless a server sets `timeoutMs`: long enough for a slow search, short
@@ -31,8 +32,8 @@ pub struct ServerSpec {
 pub enum Transport {
     /// A child process speaking MCP on its stdin/stdout.
     Stdio { command: String, args: Vec<String>, env: HashMap<String, String>, cwd: Option<PathBuf> },
-    /// A Streamable HTTP endpoint (http or https).
-    Http { url: String, headers: HashMap<String, String> },
+    /// A Streamable HTTP endpoint (http or https), with headers checked when the file is read.
+    Http { url: String, headers: HashMap<HeaderName, HeaderValue> },
 }
 
 /// Which of a server's tools programs may call.
@@ -147,12 +148,14 @@ fn server(name: &str, raw: RawServer) -> Result<ServerSpec, String> {
             if !raw.args.is_empty() || !raw.env.is_empty() || raw.cwd.is_some() {
                 return Err("\"args\", \"env\" and \"cwd\" apply to a \"command\" server, not a \"url\"".into());
             }
+            let mut headers = HashMap::with_capacity(raw.headers.len());
             for (k, v) in &raw.headers {
-                axum::http::HeaderName::try_from(k.as_str()).map_err(|_| format!("header name {k:?} is not valid"))?;
-                axum::http::HeaderValue::try_from(v.as_str())
-                    .map_err(|_| format!("the value of header {k:?} is not valid"))?;
+                let name = HeaderName::try_from(k.as_str()).map_err(|_| format!("header name {k:?} is not valid"))?;
+                let value =
+                    HeaderValue::try_from(v.as_str()).map_err(|_| format!("the value of header {k:?} is not valid"))?;
+                headers.insert(name, value);
             }
-            Transport::Http { url, headers: raw.headers }
+            Transport::Http { url, headers }
         }
         (_, Some(_), Some(_)) => return Err("give either \"command\" or \"url\", not both".into()),
         (Some(kind), _, _) if !matches!(kind, "stdio" | "http" | "streamable-http" | "streamableHttp") => {

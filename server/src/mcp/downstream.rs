@@ -242,16 +242,7 @@ async fn connect(transport: &Transport, client: Client) -> Result<RunningService
             client.serve(child).await.map_err(|e| e.to_string())
         }
         Transport::Http { url, headers } => {
-            let headers = headers
-                .iter()
-                .filter_map(|(k, v)| {
-                    Some((
-                        axum::http::HeaderName::try_from(k.as_str()).ok()?,
-                        axum::http::HeaderValue::try_from(v).ok()?,
-                    ))
-                })
-                .collect();
-            let config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(headers);
+            let config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(headers.clone());
             client.serve(StreamableHttpClientTransport::from_config(config)).await.map_err(|e| e.to_string())
         }
     }

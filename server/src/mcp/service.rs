@@ -31,6 +31,7 @@ use tokio::task::JoinSet;
 use super::downstream::{Downstream, Listing};
 use crate::http::api::model_error;
 use crate::tenants::{Admission, Tenants};
+use crate::token::random_hex;
 
 /// How many calls the `tool_calls` of a result lists (a program may make thousands; the
 /// model needs a sample and the count, not all of them), and how much of each one's input.
@@ -199,9 +200,9 @@ impl CodeMode {
             let answers = run
                 .awaiting
                 .drain(..)
-                .map(|id| match responses.get(&id).and_then(sampled_text) {
-                    Some(text) => ToolResult::ok(id, &Value::String(text)),
-                    None => ToolResult::error(id, "the client answered llm_query without text"),
+                .map(|id| {
+                    let answer = responses.get(&id).cloned();
+                    sampled_answer(id, answer)
                 })
                 .collect();
             let _ = run.exec.submit(answers);
@@ -296,12 +297,8 @@ impl CodeMode {
                                 } else {
                                     let peer = ctx.peer.clone();
                                     run.calls.spawn(async move {
-                                        let sampled = peer.create_message(params).await;
-                                        match sampled {
-                                            Ok(r) => match serde_json::to_value(&r).ok().as_ref().and_then(sampled_text) {
-                                                Some(text) => ToolResult::ok(call.id, &Value::String(text)),
-                                                None => ToolResult::error(call.id, "the client answered llm_query without text"),
-                                            },
+                                        match peer.create_message(params).await {
+                                            Ok(r) => sampled_answer(call.id, serde_json::to_value(&r).ok()),
                                             Err(e) => ToolResult::error(call.id, format!("the client could not answer llm_query: {e}")),
                                         }
                                     });
@@ -366,7 +363,7 @@ impl CodeMode {
             ))
             .into();
         }
-        let handle = new_handle();
+        let handle = random_hex::<16>();
         // A client that never comes back: at the deadline the engine has failed the
         // execution; drop it then, with its tenant slot and its calls in flight.
         let deadline = tokio::time::Instant::from_std(run.started + run.timeout_limit);
@@ -399,10 +396,7 @@ fn finished(
                 Value::Null,
                 &done.tool_calls,
             );
-            let mut text = done.stdout.clone();
-            if !done.stderr.is_empty() {
-                text.push_str(&format!("{}[stderr]\n{}", newline_if_needed(&text), done.stderr));
-            }
+            let mut text = printed(&done.stdout, &done.stderr);
             if !return_value.is_null() {
                 text.push_str(&format!("{}[return value] {}", newline_if_needed(&text), return_value));
             }
@@ -418,10 +412,7 @@ fn finished(
             let error_value = json!({"kind": f.kind.as_str(), "message": f.message});
             let structured =
                 report(false, elapsed, timeout_limit, &f.stdout, &f.stderr, &Value::Null, error_value, &f.tool_calls);
-            let mut text = f.stdout.clone();
-            if !f.stderr.is_empty() {
-                text.push_str(&format!("{}[stderr]\n{}", newline_if_needed(&text), f.stderr));
-            }
+            let mut text = printed(&f.stdout, &f.stderr);
             text.push_str(&format!("{}[error] {error}", newline_if_needed(&text)));
             if !hint.is_empty() && hint != error {
                 text.push_str(&format!("\n{hint}"));
@@ -481,22 +472,20 @@ fn sampling_params(input: &Value) -> Result<CreateMessageRequestParams, String> 
     Ok(params)
 }
 
-/// The text of a `sampling/createMessage` result (`content` is one block or a list).
-fn sampled_text(result: &Value) -> Option<String> {
-    let content = &result["content"];
+/// The program's answer to llm_query call `id` from a `sampling/createMessage` result (whose
+/// `content` is one block or a list): its text.
+fn sampled_answer(id: String, result: Option<Value>) -> ToolResult {
+    let content = result.as_ref().map_or(&Value::Null, |r| &r["content"]);
     let blocks = match content {
         Value::Array(items) => items.iter().collect::<Vec<_>>(),
         other => vec![other],
     };
     let text: Vec<&str> = blocks.iter().filter_map(|b| b["text"].as_str()).collect();
-    (!text.is_empty()).then(|| text.join(""))
-}
-
-/// 128 random bits as hex: the handle of a parked execution.
-fn new_handle() -> String {
-    let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes).expect("the OS random source");
-    hex::encode(bytes)
+    if text.is_empty() {
+        ToolResult::error(id, "the client answered llm_query without text")
+    } else {
+        ToolResult::ok(id, &Value::String(text.join("")))
+    }
 }
 
 const EXECUTE_CODE_INTRO: &str = "Run a Python 3.14 program in a sandbox (standard library only, no network; files only in /mnt/data). \
@@ -535,6 +524,15 @@ fn tail(text: &str, max_chars: usize) -> String {
     } else {
         format!("…{}", text.chars().skip(n - max_chars).collect::<String>())
     }
+}
+
+/// What the program printed, as the result's text: stdout, then `[stderr]` and stderr.
+fn printed(stdout: &str, stderr: &str) -> String {
+    let mut text = stdout.to_string();
+    if !stderr.is_empty() {
+        text.push_str(&format!("{}[stderr]\n{stderr}", newline_if_needed(&text)));
+    }
+    text
 }
 
 fn newline_if_needed(text: &str) -> &'static str {

@@ -10,24 +10,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ptc_server::mcp::McpConfig;
-use ptc_tests::{binary, grpc, http, node, python};
+use ptc_tests::binary::{self, Process, free_port};
+use ptc_tests::{grpc, http, node, python};
 use serde_json::json;
 
 const MCP_SDK: &str = "mcp==2.3.0";
-
-/// A child process killed when dropped.
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
 
 /// Everything the scenarios need: the SDK, the npm servers, a files root, the notes server
 /// over HTTP, and the config naming all three downstream servers.
