@@ -153,9 +153,26 @@ def where_is(specs, name):
     )
 
 
-def type_hint(schema, root=None, depth=1, literal=True):
-    """A short Python type for a JSON Schema fragment (`Any` when it says nothing useful)."""
-    return Shapes(root if root is not None else schema, depth, literal).render(schema)
+_JSON_TO_PY = {
+    "string": "str", "integer": "int", "number": "float", "boolean": "bool",
+    "array": "list", "object": "dict", "null": "None",
+}
+
+
+def type_hint(schema):
+    """A one-word type for the runtime docstring (`help(tool)` in a program): built for every
+    tool of every execution, so it reads only the fragment's own `type` and `enum`; the shapes
+    (nested objects, `$ref`s, unions) are rendered by `describe` (`shapes.py`), off that path."""
+    if not isinstance(schema, dict):
+        return "Any"
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        return "Literal[" + ", ".join(json.dumps(v) for v in schema["enum"]) + "]"
+    t = schema.get("type")
+    if isinstance(t, str):
+        return _JSON_TO_PY.get(t, "Any")
+    if isinstance(t, list) and t:
+        return " | ".join(_JSON_TO_PY.get(x, "Any") for x in t if isinstance(x, str)) or "Any"
+    return "Any"
 
 
 def _usable(prop):
@@ -203,7 +220,7 @@ def docstring(spec):
             desc = str(schema.get("description", "")).strip()
             opt = "" if prop in req else ", optional"
             how = "" if _usable(prop) else f" (pass as **{{{json.dumps(prop)}: ...}})"
-            lines.append(f"    {prop} ({type_hint(schema, spec.parameters)}{opt}){how}: {desc}".rstrip(": ").rstrip())
+            lines.append(f"    {prop} ({type_hint(schema)}{opt}){how}: {desc}".rstrip(": ").rstrip())
     lines += ["", "Returns the tool's result as decoded JSON; raises ToolError if the tool fails."]
     return "\n".join(lines)
 
