@@ -26,6 +26,7 @@ use crate::limiter::Limiter;
 use crate::output::Output;
 use crate::request::{ExecutionRequest, ToolDef, check_tools_size};
 use crate::schema::Schemas;
+use crate::session::{self, Restored, Session, SessionRequest};
 use crate::shares::Shares;
 use crate::wasm::{EpochTicker, build_engine};
 
@@ -43,6 +44,8 @@ struct Inner {
     live: Arc<AtomicUsize>,
     paused: Arc<AtomicUsize>,
     shutdown: CancellationToken,
+    /// Cancelled when the engine stops accepting: idle live sessions end.
+    closing: CancellationToken,
     accepting: AtomicBool,
     /// The driver task of every execution; closed when the engine stops accepting.
     drivers: TaskTracker,
@@ -106,6 +109,7 @@ impl Engine {
                 live: Arc::new(AtomicUsize::new(0)),
                 paused: Arc::new(AtomicUsize::new(0)),
                 shutdown: CancellationToken::new(),
+                closing: CancellationToken::new(),
                 accepting: AtomicBool::new(true),
                 drivers: TaskTracker::new(),
                 pooling,
@@ -143,6 +147,7 @@ impl Engine {
     /// Refuses new executions (kind `Unavailable`) and lets running ones finish.
     pub fn stop_accepting(&self) {
         self.inner.accepting.store(false, Ordering::SeqCst);
+        self.inner.closing.cancel();
         self.inner.drivers.close();
     }
 
@@ -172,17 +177,7 @@ impl Engine {
         let started = Instant::now();
         let (mut store, wiring) =
             self.new_store(&limits, &request.tools, request.data_dir.as_deref(), request.tenant.as_deref())?;
-        // At every epoch tick: stream what was printed, and yield so other executions (and
-        // this one's deadline and cancellation) get the thread; if other executions of the
-        // tenant wait for a run slot, hand this one's to the next and queue again.
-        store.epoch_deadline_callback(|ctx| {
-            let data = ctx.data();
-            data.output().flush();
-            Ok(match data.broker.run_slot.requeue() {
-                Some(requeue) => wasmtime::UpdateDeadline::YieldCustom(1, requeue),
-                None => wasmtime::UpdateDeadline::Yield(1),
-            })
-        });
+        store.epoch_deadline_callback(epoch_callback);
 
         let id: Arc<str> = new_id().into();
         let cancel = CancellationToken::new();
@@ -198,12 +193,112 @@ impl Engine {
             cancel: cancel.clone(),
             shutdown: inner.shutdown.clone(),
             started,
-            _permit: permit,
+            _permit: Some(permit),
         };
         let span = tracing::info_span!("execution", id = %id, session = request.session_id.as_deref().unwrap_or(""));
         inner.drivers.spawn(tracing::Instrument::instrument(drive(job, store), span));
         let control = Control { id, exchange: wiring.exchange, cancel };
         Ok(Execution::new(control, wiring.events_rx))
+    }
+
+    /// Opens a live session (see [`Session`]): instantiates the sandbox and, with
+    /// [`SessionRequest::restore`], rebuilds a snapshot's state in it. The session holds an
+    /// execution slot (see [`WhenBusy`]) and its memory until it ends.
+    pub async fn open_session(&self, request: SessionRequest) -> Result<(Session, Restored)> {
+        let inner = &self.inner;
+        if !inner.accepting.load(Ordering::SeqCst) {
+            return Err(Error::new(ErrorKind::Unavailable, "the engine is shutting down"));
+        }
+        let limits = request.limits.clone().unwrap_or_else(|| inner.config.default_limits.clone());
+        inner.config.ceilings.check(&limits, inner.config.fuel)?;
+        if request.idle_timeout.is_zero() {
+            return Err(Error::invalid("idle_timeout must be at least 1 ms"));
+        }
+        let permit = self.acquire().await?;
+        let (mut store, wiring) =
+            self.new_store(&limits, &[], request.data_dir.as_deref(), request.tenant.as_deref())?;
+        store.epoch_deadline_callback(epoch_callback);
+        let shared = session::Shared::new(new_id().into(), request.tenant.clone(), wiring.output);
+        let timeout = limits.timeout;
+        let pre = inner.pre.clone();
+        let sandbox = session::guest_call(&mut store, timeout, &inner.shutdown, "instantiating", |store| {
+            Box::pin(async move { pre.instantiate_async(store).await })
+        })
+        .await?;
+        let mut restored = Restored::default();
+        if let Some(data) = &request.restore {
+            let sandbox = &sandbox;
+            let r = session::guest_call(&mut store, timeout, &inner.shutdown, "restoring the snapshot", |store| {
+                Box::pin(async move { sandbox.call_restore(store, data).await })
+            })
+            .await?
+            .map_err(|e| Error::invalid(format!("the snapshot could not be restored: {e}")))?;
+            restored.kept = r.kept;
+            restored.dropped =
+                r.dropped.into_iter().map(|d| session::Dropped { name: d.name, reason: d.reason }).collect();
+        }
+        let (tx, commands) = mpsc::unbounded_channel();
+        let serve = session::Serve {
+            shared: shared.clone(),
+            commands,
+            idle_timeout: request.idle_timeout,
+            snapshot_timeout: timeout,
+            closing: inner.closing.clone(),
+            shutdown: inner.shutdown.clone(),
+            _permit: permit,
+        };
+        let span = tracing::info_span!("session", id = %shared.id);
+        inner.drivers.spawn(tracing::Instrument::instrument(session::serve(serve, store, sandbox), span));
+        Ok((session::handle(shared, tx, limits), restored))
+    }
+
+    /// Runs a program in a live session, with the globals the session's earlier programs left.
+    /// `request.tenant` and `data_dir` are the session's (the request's are ignored), and so
+    /// is the memory limit; the other limits are the request's, or the session's defaults.
+    pub async fn execute_in(&self, session: &Session, request: ExecutionRequest) -> Result<Execution> {
+        let inner = &self.inner;
+        if !inner.accepting.load(Ordering::SeqCst) {
+            return Err(Error::new(ErrorKind::Unavailable, "the engine is shutting down"));
+        }
+        let mut limits = request.limits.clone().unwrap_or_else(|| session.limits().clone());
+        limits.max_memory_bytes = session.limits().max_memory_bytes;
+        inner.config.ceilings.check(&limits, inner.config.fuel)?;
+        request.check_size(&inner.config.ceilings)?;
+        let schemas = Schemas::compile(&request.tools)?;
+        session.claim()?;
+        let started = Instant::now();
+        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        let exchange = Arc::new(Exchange::new(inner.paused.clone(), inner.config.ceilings.max_tool_result_bytes));
+        let cancel = session.cancel_token();
+        let fuel = if inner.config.fuel { Some(limits.fuel.unwrap_or(u64::MAX)) } else { None };
+        let output = session.output();
+        let job = Job {
+            pre: inner.pre.clone(),
+            code: request.code,
+            tools: wit_tools(&request.tools),
+            deadline: tokio::time::Instant::from_std(started + limits.timeout),
+            timeout: limits.timeout,
+            fuel,
+            output: output.clone(),
+            events: events_tx.clone(),
+            cancel: cancel.clone(),
+            shutdown: inner.shutdown.clone(),
+            started,
+            _permit: None,
+        };
+        let ceilings = inner.config.ceilings.clone();
+        let install_exchange = exchange.clone();
+        let install = move |store: &mut Store<HostState>| {
+            output.reset(limits.max_output_bytes, events_tx.clone());
+            store.data_mut().broker.reset(install_exchange, events_tx, schemas, &limits, &ceilings);
+            store.set_epoch_deadline(1);
+            if let Some(fuel) = fuel {
+                let _ = store.set_fuel(fuel);
+            }
+        };
+        session.send(session::Command::Execute(Box::new(job), Box::new(install)))?;
+        let control = Control { id: new_id().into(), exchange, cancel };
+        Ok(Execution::new(control, events_rx))
     }
 
     /// Normalised Python names, one-line signatures and a `.pyi` stub for `tools`, as the
@@ -300,6 +395,18 @@ struct Wiring {
     exchange: Arc<Exchange>,
     output: Output,
     fuel: Option<u64>,
+}
+
+/// At every epoch tick: stream what was printed, and yield so other executions (and this one's
+/// deadline and cancellation) get the thread; if other executions of the tenant wait for a run
+/// slot, hand this one's to the next and queue again.
+fn epoch_callback(ctx: wasmtime::StoreContextMut<'_, HostState>) -> wasmtime::Result<wasmtime::UpdateDeadline> {
+    let data = ctx.data();
+    data.output().flush();
+    Ok(match data.broker.run_slot.requeue() {
+        Some(requeue) => wasmtime::UpdateDeadline::YieldCustom(1, requeue),
+        None => wasmtime::UpdateDeadline::Yield(1),
+    })
 }
 
 fn wit_tools(tools: &[ToolDef]) -> Vec<bindings::ToolDef> {

@@ -20,6 +20,8 @@ pub enum ErrorKind {
     Engine,
     /// The engine is shutting down and takes no new executions.
     Unavailable,
+    /// A live session is running another execution (one at a time per session).
+    SessionBusy,
 }
 
 impl ErrorKind {
@@ -31,6 +33,7 @@ impl ErrorKind {
             ErrorKind::Finished => "finished",
             ErrorKind::Engine => "engine",
             ErrorKind::Unavailable => "unavailable",
+            ErrorKind::SessionBusy => "session_busy",
         }
     }
 }

@@ -8,7 +8,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tokio_util::sync::CancellationToken;
 use wasmtime::Store;
 
-use crate::bindings::{self, Outcome};
+use crate::bindings::{self, Outcome, Sandbox};
 use crate::error::{Error, ErrorKind, HostTrap, Result};
 use crate::events::{Completion, Event, Failure, FailureKind, Stats, ToolResult};
 use crate::exchange::Exchange;
@@ -116,28 +116,45 @@ pub(crate) struct Job {
     pub(crate) cancel: CancellationToken,
     pub(crate) shutdown: CancellationToken,
     pub(crate) started: Instant,
-    pub(crate) _permit: OwnedSemaphorePermit,
+    /// The execution slot of a fresh instance; a session holds its own.
+    pub(crate) _permit: Option<OwnedSemaphorePermit>,
 }
 
 enum Ending {
-    Returned(wasmtime::Result<Outcome>),
+    Returned(wasmtime::Result<(Outcome, Sandbox)>),
     Timeout,
     Cancelled,
     Shutdown,
 }
 
-/// Runs the program to its end and sends the final event. The store is dropped on return,
-/// whatever happened, which frees the instance.
+/// Runs the program of a fresh instance to its end and sends the final event. The store is
+/// dropped on return, whatever happened, which frees the instance.
 pub(crate) async fn drive(job: Job, mut store: Store<HostState>) {
+    let (event, _) = run(&job, &mut store, None).await;
+    let _ = job.events.send(event);
+}
+
+/// Runs the program in `instance` (a live session's, with its globals kept) or in a new
+/// instance, and returns the final event, with the instance if it can run another program: it
+/// cannot after a trap, a timeout or a cancellation, which stop it mid-program.
+pub(crate) async fn run(job: &Job, store: &mut Store<HostState>, instance: Option<Sandbox>) -> (Event, Option<Sandbox>) {
     let mut instantiate_time = None;
+    let session = instance.is_some();
     let ending = {
         let run = async {
             let run_slot = store.data().broker.run_slot.acquire();
             run_slot.await;
-            let t0 = Instant::now();
-            let sandbox = job.pre.instantiate_async(&mut store).await?;
-            instantiate_time = Some(t0.elapsed());
-            sandbox.call_execute(&mut store, &job.code, &job.tools).await
+            let sandbox = match instance {
+                Some(sandbox) => sandbox,
+                None => {
+                    let t0 = Instant::now();
+                    let sandbox = job.pre.instantiate_async(&mut *store).await?;
+                    instantiate_time = Some(t0.elapsed());
+                    sandbox
+                }
+            };
+            let outcome = sandbox.call_execute(&mut *store, &job.code, &job.tools, session).await?;
+            Ok((outcome, sandbox))
         };
         tokio::select! {
             biased;
@@ -181,6 +198,7 @@ pub(crate) async fn drive(job: Job, mut store: Store<HostState>) {
         tool_calls: tool_calls.clone(),
         stats: stats.clone(),
     };
+    let mut kept = None;
     let event = match ending {
         Ending::Cancelled => Event::Failed(failure(FailureKind::Cancelled, "execution cancelled".into())),
         Ending::Shutdown => Event::Failed(failure(FailureKind::Shutdown, "the server is shutting down".into())),
@@ -188,10 +206,12 @@ pub(crate) async fn drive(job: Job, mut store: Store<HostState>) {
             FailureKind::Timeout,
             format!("Execution timeout after {} ms", job.timeout.as_millis()),
         )),
-        Ending::Returned(Ok(Outcome::Completed(return_value))) => {
+        Ending::Returned(Ok((Outcome::Completed(return_value), sandbox))) => {
+            kept = Some(sandbox);
             Event::Completed(Completion { stdout, stderr, return_value, tool_calls, stats })
         }
-        Ending::Returned(Ok(Outcome::Failed(f))) => {
+        Ending::Returned(Ok((Outcome::Failed(f), sandbox))) => {
+            kept = Some(sandbox);
             let kind = match f.kind {
                 bindings::FailureKind::PythonError => FailureKind::PythonError,
                 bindings::FailureKind::Exit => FailureKind::Exit,
@@ -209,7 +229,7 @@ pub(crate) async fn drive(job: Job, mut store: Store<HostState>) {
         }
     };
     record_metrics(&event);
-    let _ = job.events.send(event);
+    (event, kept)
 }
 
 fn record_metrics(event: &Event) {

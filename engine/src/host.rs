@@ -77,6 +77,20 @@ impl Broker {
         }
     }
 
+    /// Starts the next execution of a live session: its own exchange, events, tools and
+    /// limits, an empty call log and counters. The run slot and output stay the instance's.
+    pub(crate) fn reset(
+        &mut self,
+        exchange: Arc<Exchange>,
+        events: UnboundedSender<Event>,
+        schemas: Schemas,
+        limits: &Limits,
+        ceilings: &Ceilings,
+    ) {
+        let run_slot = self.run_slot.clone();
+        *self = Broker::new(exchange, events, self.output.clone(), run_slot, schemas, limits, ceilings);
+    }
+
     /// `text` as the call log keeps it: itself while the log has room, else a marker.
     fn loggable(&mut self, text: &str) -> String {
         if text.len() <= self.log_room {

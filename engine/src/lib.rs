@@ -34,6 +34,7 @@ mod limiter;
 mod output;
 mod request;
 mod schema;
+mod session;
 mod shares;
 mod wasm;
 
@@ -46,3 +47,4 @@ pub use error::{Error, ErrorKind, Result};
 pub use events::{Completion, Event, Failure, FailureKind, OutputStream, Stats, ToolCall, ToolCallRecord, ToolResult};
 pub use execution::{Control, Execution};
 pub use request::{ExecutionRequest, ToolDef};
+pub use session::{DEFAULT_IDLE_TIMEOUT, Dropped, Restored, Session, SessionRequest, SessionState};

@@ -50,6 +50,12 @@ impl Output {
         Output(Arc::new(Mutex::new(Buffers { cap, events: Some(events), ..Default::default() })))
     }
 
+    /// Empties both streams for the next execution of a live session, with its own cap and
+    /// events channel.
+    pub(crate) fn reset(&self, cap: u64, events: UnboundedSender<Event>) {
+        *self.0.lock().unwrap() = Buffers { cap, events: Some(events), ..Default::default() };
+    }
+
     pub(crate) fn sink(&self, stream: OutputStream) -> Sink {
         Sink { output: self.clone(), stream }
     }

@@ -18,6 +18,7 @@ from componentize_py_types import Err  # noqa: E402
 from wit_world.imports import host  # noqa: E402
 
 from ptc_runtime import run_program, describe, prepare  # noqa: E402
+from ptc_runtime.runner import INJECTED, live_session  # noqa: E402
 from ptc_runtime.stubs import parse_tools  # noqa: E402
 
 
@@ -106,17 +107,36 @@ def _internal(e):
 
 
 class WitWorld(wit_world.WitWorld):
-    def execute(self, code, tools):
+    def execute(self, code, tools, session):
         try:
-            sys.stdout = _Stream(1, "<stdout>")
-            sys.stderr = _Stream(2, "<stderr>")
-            # The snapshot froze the generator's state; without this every run would draw the
-            # same "random" numbers.
-            random.seed()
-            outcome = run_program(code, _defs(tools), _wait_for_tools)
+            if not self._seeded:
+                sys.stdout = _Stream(1, "<stdout>")
+                sys.stderr = _Stream(2, "<stderr>")
+                # The snapshot froze the generator's state; without this every instance would
+                # draw the same "random" numbers. Once per instance: a session's programs
+                # continue one sequence, as one process's would.
+                random.seed()
+                WitWorld._seeded = True
+            outcome = run_program(code, _defs(tools), _wait_for_tools, session)
             return _outcome(outcome)
         except BaseException as e:
             return _internal(e)
+
+    _seeded = False
+
+    def snapshot(self, max_bytes):
+        try:
+            data, kept, modules, dropped = live_session().snapshot(max_bytes, INJECTED)
+            return wit_world.SessionState(data, kept, modules, [wit_world.Dropped(n, r) for n, r in dropped])
+        except BaseException as e:
+            raise Err(f"{e}")
+
+    def restore(self, data):
+        try:
+            kept, dropped = live_session().restore(bytes(data))
+            return wit_world.Restored(kept, [wit_world.Dropped(n, r) for n, r in dropped])
+        except BaseException as e:
+            raise Err(f"{e}")
 
     def describe_tools(self, tools):
         try:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from .errors import InvalidTools, ToolError
 from .loop import BatchingEventLoop, Broker
+from .session import Live
 from .stubs import bind_tools, parse_tools, where_is
 
 FILENAME = "<code>"
@@ -51,14 +52,14 @@ class _TopLevelReturns(ast.NodeTransformer):
         return ast.copy_location(ast.Raise(exc=call, cause=None), node)
 
 
-def compile_program(code):
+def compile_program(code, filename=FILENAME):
     if "return" not in code:
         # Nothing to rewrite: compiling the source directly skips building the AST as Python
         # objects, about a third of the cost.
-        return compile(code, FILENAME, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
-    tree = ast.parse(code, filename=FILENAME, mode="exec")
+        return compile(code, filename, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+    tree = ast.parse(code, filename=filename, mode="exec")
     tree = ast.fix_missing_locations(_TopLevelReturns().visit(tree))
-    return compile(tree, FILENAME, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+    return compile(tree, filename, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
 
 
 class _Policy(asyncio.DefaultEventLoopPolicy):
@@ -152,11 +153,16 @@ def _hide_runtime_frames(te):
 def _user_traceback(exc):
     """The traceback from the first frame of the user's code on, as Python would print it."""
     tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename != FILENAME:
+    while tb is not None and not _is_program(tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next
     te = traceback.TracebackException(type(exc), exc, tb)
     _hide_runtime_frames(te)
     return "".join(te.format())
+
+
+def _is_program(filename):
+    """The program's own code: `<code>`, a session's `<code #N>` or a restored `<restored f>`."""
+    return filename == FILENAME or filename.startswith(("<code #", "<restored "))
 
 
 def _describe(exc):
@@ -195,8 +201,23 @@ def _to_json(value):
         return json.dumps(repr(value), ensure_ascii=False)
 
 
-def run_program(code, tool_defs, wait_for_tools):
-    """Runs `code` with one async function per tool; never raises."""
+# What every program finds in its globals besides its tools.
+INJECTED = {"asyncio": asyncio, "json": json, "ToolError": ToolError}
+
+_live = None
+
+
+def live_session():
+    """The session of this instance, made on first use: the namespace its programs share."""
+    global _live
+    if _live is None:
+        _live = Live(builtins, INJECTED)
+    return _live
+
+
+def run_program(code, tool_defs, wait_for_tools, persist=False):
+    """Runs `code` with one async function per tool; never raises. With `persist`, it runs in
+    the instance's live session (`session.py`): its globals stay for the next program."""
     try:
         specs = parse_tools(tool_defs)
     except InvalidTools as e:
@@ -204,22 +225,26 @@ def run_program(code, tool_defs, wait_for_tools):
 
     session = _take_session(wait_for_tools)
     broker, loop = session.broker, session.loop
-    namespace = {
-        "__name__": "__main__",
-        "__builtins__": builtins,
-        "__ptc_return__": _Return,
-        "asyncio": asyncio,
-        "json": json,
-        "ToolError": ToolError,
-    }
-    namespace.update(bind_tools(specs, broker.call_tool))
+    if persist:
+        live = live_session()
+        # Stubs reach this run's broker through the session, so a stub a program kept from an
+        # earlier run (`w = get_weather`) still works, and one whose tool is gone gets the
+        # host's "unknown tool" error instead of waiting forever.
+        filename = live.begin(broker, bind_tools(specs, live.call_tool), _Return)
+        namespace = live.globals
+        previous_main = live.enter()
+    else:
+        live = None
+        filename = FILENAME
+        namespace = {"__name__": "__main__", "__builtins__": builtins, "__ptc_return__": _Return, **INJECTED}
+        namespace.update(bind_tools(specs, broker.call_tool))
 
-    linecache.cache[FILENAME] = (len(code), None, code.splitlines(True), FILENAME)
+    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
     _set_policy(session.policy)
     asyncio.set_event_loop(loop)
     try:
         try:
-            program = compile_program(code)
+            program = compile_program(code, filename)
         except (SyntaxError, ValueError) as e:
             return _failure("python-error", e)
         try:
@@ -238,7 +263,13 @@ def run_program(code, tool_defs, wait_for_tools):
         _close(loop)
         asyncio.set_event_loop(None)
         _set_policy(None)
-        linecache.cache.pop(FILENAME, None)
+        if live is None:
+            linecache.cache.pop(FILENAME, None)
+        else:
+            # A session's cells stay in linecache: tracebacks through functions defined in an
+            # earlier cell show their lines, and a snapshot reads those functions' source.
+            live.end()
+            live.leave(previous_main)
 
 
 def _close(loop):

@@ -9,7 +9,7 @@ import importlib
 
 PRELOADED = (
     # data and text
-    "json", "re", "string", "textwrap", "difflib", "unicodedata", "html", "html.parser",
+    "json", "pickle", "re", "string", "textwrap", "difflib", "unicodedata", "html", "html.parser",
     "csv", "io", "pprint", "base64", "binascii", "codecs", "struct", "tomllib",
     "xml.etree.ElementTree", "xml.dom.minidom", "urllib.parse", "email", "email.utils",
     "shlex", "fnmatch",

@@ -22,6 +22,7 @@ mod mcp;
 mod names;
 mod python_client;
 mod reservation;
+mod sessions;
 mod stdlib;
 mod tool_calls;
 mod tool_errors;

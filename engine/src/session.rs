@@ -1,0 +1,392 @@
+//! Live sessions: one instance kept between executions, so each program finds the globals,
+//! imports, functions and classes the earlier ones left (as in a notebook).
+//!
+//! A session is a task that owns the store and the instance and runs one command at a time:
+//! an execution, or a snapshot. Between them the instance is only memory, like a paused
+//! execution; it holds its execution slot and its memory claim (so idle sessions count
+//! against the engine's memory budget and the tenant's share), but no tenant run slot.
+//!
+//! **One execution at a time.** A second execution (or a snapshot) while one runs is refused
+//! with [`ErrorKind::SessionBusy`], never queued: a queued program would wait with its own
+//! deadline running, and a client that sent two at once wants to know.
+//!
+//! **What ends a session:** [`Session::close`] (or dropping every handle); its idle timeout
+//! (idle = no execution or snapshot running); the engine stopping; and an execution that
+//! stops the instance mid-program, which leaves no consistent state to continue from: a
+//! timeout, a cancellation, running out of memory or fuel, a limit on tool calls. A Python
+//! exception does not end it: what the program defined before raising stays, as in a notebook.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use wasmtime::Store;
+
+use crate::bindings::Sandbox;
+use crate::config::Limits;
+use crate::error::{Error, ErrorKind, Result};
+use crate::events::Event;
+use crate::execution::{Job, run};
+use crate::host::HostState;
+use crate::output::Output;
+
+/// How to open a live session: `SessionRequest::new()` and the `with_*` methods.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct SessionRequest {
+    /// The session's memory limit and the default limits of its executions (each execution
+    /// may set its own, except `max_memory_bytes`, which is the session's). `None`: the
+    /// engine's defaults.
+    pub limits: Option<Limits>,
+    /// The session ends after this long without an execution. Default 10 minutes.
+    pub idle_timeout: Duration,
+    /// See [`crate::ExecutionRequest::tenant`].
+    pub tenant: Option<String>,
+    /// See [`crate::ExecutionRequest::data_dir`]; the session's for its whole life.
+    pub data_dir: Option<std::path::PathBuf>,
+    /// A snapshot's state ([`SessionState::data`]) to start from.
+    pub restore: Option<Vec<u8>>,
+}
+
+impl Default for SessionRequest {
+    fn default() -> Self {
+        SessionRequest {
+            limits: None,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            tenant: None,
+            data_dir: None,
+            restore: None,
+        }
+    }
+}
+
+/// [`SessionRequest::idle_timeout`]'s default.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+
+impl SessionRequest {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = Some(limits);
+        self
+    }
+
+    pub fn with_idle_timeout(mut self, idle: Duration) -> Self {
+        self.idle_timeout = idle;
+        self
+    }
+
+    pub fn with_tenant(mut self, tenant: impl Into<String>) -> Self {
+        self.tenant = Some(tenant.into());
+        self
+    }
+
+    pub fn with_data_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.data_dir = Some(dir.into());
+        self
+    }
+
+    pub fn with_restore(mut self, data: Vec<u8>) -> Self {
+        self.restore = Some(data);
+        self
+    }
+}
+
+/// A global a snapshot (or a restore) could not keep, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dropped {
+    pub name: String,
+    pub reason: String,
+}
+
+/// A live session's state, as [`Session::snapshot`] takes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionState {
+    /// What [`SessionRequest::restore`] takes. The guest's own encoding (pickle): restoring
+    /// runs inside the sandbox, so bytes from anywhere can harm only that sandbox. Check their
+    /// origin (the server seals them) if the session's state must be trusted.
+    pub data: Vec<u8>,
+    /// Globals kept: modules (by name), functions and classes (by source), picklable values.
+    pub kept: Vec<String>,
+    /// Modules the session imported.
+    pub modules: Vec<String>,
+    /// Globals that could not be kept, each with the reason (a generator, an open file, ...).
+    pub dropped: Vec<Dropped>,
+}
+
+/// What a restore rebuilt.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Restored {
+    pub kept: Vec<String>,
+    pub dropped: Vec<Dropped>,
+}
+
+/// A handle on a live session. Cloning shares the session; it ends when closed, when its idle
+/// timeout passes, or when the last handle is dropped.
+#[derive(Clone)]
+pub struct Session {
+    shared: Arc<Shared>,
+    commands: mpsc::UnboundedSender<Command>,
+    limits: Arc<Limits>,
+}
+
+pub(crate) struct Shared {
+    pub(crate) id: Arc<str>,
+    busy: AtomicBool,
+    ended: CancellationToken,
+    /// Why the session ended, once it has.
+    reason: Mutex<Option<String>>,
+    pub(crate) tenant: Option<String>,
+    /// The instance's stdout and stderr, emptied for each execution.
+    pub(crate) output: Output,
+}
+
+pub(crate) enum Command {
+    Execute(Box<Job>, Box<dyn FnOnce(&mut Store<HostState>) + Send>),
+    Snapshot { max_bytes: u64, reply: oneshot::Sender<Result<SessionState>> },
+}
+
+impl Session {
+    pub fn id(&self) -> &str {
+        &self.shared.id
+    }
+
+    pub fn tenant(&self) -> Option<&str> {
+        self.shared.tenant.as_deref()
+    }
+
+    /// Whether an execution or a snapshot is running in it now.
+    pub fn is_busy(&self) -> bool {
+        self.shared.busy.load(Ordering::Acquire)
+    }
+
+    /// Whether the session has ended (see [`Session::ended_reason`]).
+    pub fn is_ended(&self) -> bool {
+        self.shared.ended.is_cancelled()
+    }
+
+    /// Why the session ended (`None` while it lives).
+    pub fn ended_reason(&self) -> Option<String> {
+        self.shared.reason.lock().unwrap().clone()
+    }
+
+    /// Resolves when the session has ended and its instance is freed.
+    pub async fn ended(&self) {
+        self.shared.ended.cancelled().await
+    }
+
+    /// Ends the session and frees its instance (an execution running in it is cancelled).
+    pub fn close(&self) {
+        self.shared.end("closed".into());
+    }
+
+    /// The session's memory limit and its executions' default limits.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// A token for the next execution: cancelled with it, or when the session ends.
+    pub(crate) fn cancel_token(&self) -> CancellationToken {
+        self.shared.ended.child_token()
+    }
+
+    pub(crate) fn output(&self) -> Output {
+        self.shared.output.clone()
+    }
+
+    /// Takes the busy flag, or says why not.
+    pub(crate) fn claim(&self) -> Result<()> {
+        if let Some(reason) = self.ended_reason() {
+            return Err(ended_error(&self.shared.id, &reason));
+        }
+        if self.shared.busy.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            return Err(Error::new(
+                ErrorKind::SessionBusy,
+                format!(
+                    "session {} is running another execution; run one at a time in a session (wait for the \
+                     running one to end), or use another session",
+                    self.shared.id
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn send(&self, command: Command) -> Result<()> {
+        self.commands.send(command).map_err(|_| {
+            self.shared.busy.store(false, Ordering::Release);
+            ended_error(&self.shared.id, &self.ended_reason().unwrap_or_else(|| "closed".into()))
+        })
+    }
+
+    /// The session's state as bytes (see [`SessionState`]); refused while an execution runs.
+    /// `max_bytes` bounds the state; a larger one fails with a message saying what to delete.
+    pub async fn snapshot(&self, max_bytes: u64) -> Result<SessionState> {
+        self.claim()?;
+        let (reply, answer) = oneshot::channel();
+        self.send(Command::Snapshot { max_bytes, reply })?;
+        answer.await.unwrap_or_else(|_| {
+            Err(ended_error(&self.shared.id, &self.ended_reason().unwrap_or_else(|| "closed".into())))
+        })
+    }
+}
+
+impl Shared {
+    pub(crate) fn new(id: Arc<str>, tenant: Option<String>, output: Output) -> Arc<Self> {
+        Arc::new(Shared {
+            output,
+            id,
+            busy: AtomicBool::new(false),
+            ended: CancellationToken::new(),
+            reason: Mutex::new(None),
+            tenant,
+        })
+    }
+
+    fn end(&self, reason: String) {
+        let mut slot = self.reason.lock().unwrap();
+        if slot.is_none() {
+            *slot = Some(reason);
+        }
+        drop(slot);
+        self.ended.cancel();
+    }
+}
+
+pub(crate) fn ended_error(id: &str, reason: &str) -> Error {
+    Error::new(
+        ErrorKind::Finished,
+        format!("session {id} has ended ({reason}); its variables are gone: open a new session and define them again"),
+    )
+}
+
+pub(crate) fn handle(shared: Arc<Shared>, commands: mpsc::UnboundedSender<Command>, limits: Limits) -> Session {
+    Session { shared, commands, limits: Arc::new(limits) }
+}
+
+/// What the session task needs besides its store and instance.
+pub(crate) struct Serve {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) commands: mpsc::UnboundedReceiver<Command>,
+    pub(crate) idle_timeout: Duration,
+    pub(crate) snapshot_timeout: Duration,
+    /// The engine stops accepting (ends idle sessions) or shuts down (ends all).
+    pub(crate) closing: CancellationToken,
+    pub(crate) shutdown: CancellationToken,
+    pub(crate) _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+/// The session's task: runs its commands one at a time until something ends it; dropping the
+/// store on return frees the instance.
+pub(crate) async fn serve(mut serve: Serve, mut store: Store<HostState>, sandbox: Sandbox) {
+    metrics::gauge!("ptc_sessions_open").increment(1.0);
+    let mut sandbox = Some(sandbox);
+    let reason = loop {
+        let command = tokio::select! {
+            biased;
+            _ = serve.shared.ended.cancelled() => break None,
+            _ = serve.shutdown.cancelled() => break Some("the server is shutting down".to_string()),
+            _ = serve.closing.cancelled() => break Some("the server is shutting down".to_string()),
+            _ = tokio::time::sleep(serve.idle_timeout) => {
+                break Some(format!("idle for {} s", serve.idle_timeout.as_secs()));
+            }
+            command = serve.commands.recv() => match command {
+                Some(command) => command,
+                None => break Some("closed".to_string()),
+            },
+        };
+        match command {
+            Command::Execute(job, install) => {
+                install(&mut store);
+                // Closing the session cancels the execution too: its token is a child of the
+                // session's.
+                let (event, kept) = run(&job, &mut store, sandbox.take()).await;
+                store.data().broker.run_slot.release();
+                let ending = match (&event, &kept) {
+                    (_, Some(_)) => None,
+                    (Event::Failed(f), None) => Some(format!("its execution ended with {}: {}", f.kind.as_str(), f.message)),
+                    _ => Some("its instance stopped".into()),
+                };
+                sandbox = kept;
+                if let Some(reason) = ending {
+                    // Ended before the client hears of it, so a new execution is refused for
+                    // the real reason, not as busy.
+                    serve.shared.end(reason);
+                }
+                serve.shared.busy.store(false, Ordering::Release);
+                let _ = job.events.send(event);
+                if sandbox.is_none() {
+                    break None;
+                }
+            }
+            Command::Snapshot { max_bytes, reply } => {
+                let instance = sandbox.as_ref().expect("a live session has its instance");
+                let result = take_snapshot(&serve, &mut store, instance, max_bytes).await;
+                let fatal = matches!(&result, Err(e) if e.kind() == ErrorKind::Engine);
+                serve.shared.busy.store(false, Ordering::Release);
+                let _ = reply.send(result);
+                if fatal {
+                    break Some("taking its snapshot failed".into());
+                }
+            }
+        }
+    };
+    if let Some(reason) = reason {
+        serve.shared.end(reason);
+    }
+    tracing::debug!(session = %serve.shared.id, reason = ?serve.shared.reason.lock().unwrap(), "session ended");
+    metrics::gauge!("ptc_sessions_open").decrement(1.0);
+}
+
+async fn take_snapshot(
+    serve: &Serve,
+    store: &mut Store<HostState>,
+    sandbox: &Sandbox,
+    max_bytes: u64,
+) -> Result<SessionState> {
+    let started = Instant::now();
+    let state = guest_call(store, serve.snapshot_timeout, &serve.shutdown, "taking the snapshot", |store| {
+        Box::pin(async move { sandbox.call_snapshot(store, max_bytes).await })
+    })
+    .await?
+    .map_err(Error::invalid)?;
+    tracing::debug!(bytes = state.data.len(), elapsed = ?started.elapsed(), "session snapshot");
+    Ok(SessionState {
+        data: state.data,
+        kept: state.kept,
+        modules: state.modules,
+        dropped: state.dropped.into_iter().map(|d| Dropped { name: d.name, reason: d.reason }).collect(),
+    })
+}
+
+type GuestFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = wasmtime::Result<T>> + Send + 'a>>;
+
+/// Calls into the live instance outside an execution (snapshot, restore): with a run slot, a
+/// fresh epoch deadline and unlimited fuel, raced against `timeout` and shutdown. A trap or a
+/// timeout is an [`ErrorKind::Engine`] error; the instance cannot be used after it.
+pub(crate) async fn guest_call<'a, T>(
+    store: &'a mut Store<HostState>,
+    timeout: Duration,
+    shutdown: &CancellationToken,
+    what: &str,
+    call: impl FnOnce(&'a mut Store<HostState>) -> GuestFuture<'a, T>,
+) -> Result<T> {
+    let run_slot = store.data().broker.run_slot.clone();
+    run_slot.acquire().await;
+    store.set_epoch_deadline(1);
+    if store.get_fuel().is_ok() {
+        let _ = store.set_fuel(u64::MAX);
+    }
+    let result = tokio::select! {
+        biased;
+        _ = shutdown.cancelled() => Err(Error::new(ErrorKind::Unavailable, "the engine is shutting down")),
+        _ = tokio::time::sleep(timeout) => Err(Error::engine(what, format!("timed out after {} ms", timeout.as_millis()))),
+        r = call(store) => r.map_err(|e| Error::engine(what, e)),
+    };
+    run_slot.release();
+    result
+}

@@ -1,0 +1,227 @@
+"""A live session: one namespace that the programs of a session share, and its state as bytes.
+
+Each program of a session (a "cell") runs in the same `__main__` module, so its globals,
+imports, functions and classes are there for the next one. Tools are bound again for every
+cell (the set may differ) and removed afterwards, unless the program rebound the name.
+
+A snapshot keeps what can be rebuilt elsewhere:
+- imported modules, by name (`import json as j` comes back as `j`);
+- functions and classes defined in the session, by their source (cells stay in `linecache`);
+- every other global that pickles (shared references between them are kept);
+and lists each global it could not keep, with the reason, so a model can define it again.
+"""
+
+import importlib
+import inspect
+import io
+import linecache
+import pickle
+import re
+import sys
+import textwrap
+import types
+import weakref
+
+FORMAT = 1
+
+# Names the runtime puts into every namespace; never part of the state.
+RUNTIME_NAMES = frozenset({"__ptc_return__", "__builtins__", "__name__", "__doc__", "__spec__",
+                           "__loader__", "__package__", "__file__", "__cached__"})
+
+
+class SnapshotTooLarge(Exception):
+    pass
+
+
+class Live:
+    """The namespace of one session and the tools bound in it for the current cell."""
+
+    def __init__(self, builtins, injected):
+        self.module = types.ModuleType("__main__")
+        self.globals = self.module.__dict__
+        self.globals["__builtins__"] = builtins
+        for name, value in injected.items():
+            self.globals.setdefault(name, value)
+        self.cells = 0
+        self.bound = {}
+        self.broker = None
+        # The cell each class of the session was defined in: `inspect` finds a function's
+        # source through its code object, but a class only through its module's file.
+        self.class_cells = weakref.WeakKeyDictionary()
+        self.filename = None
+
+    def call_tool(self, name, args, namespace=""):
+        return self.broker.call_tool(name, args, namespace)
+
+    def begin(self, broker, tools, return_type):
+        """Binds this cell's tools; returns the cell's file name (`<code #N>`)."""
+        self.cells += 1
+        self.broker = broker
+        self.filename = f"<code #{self.cells}>"
+        self.globals["__ptc_return__"] = return_type
+        self.globals.update(tools)
+        self.bound = tools
+        return self.filename
+
+    def end(self):
+        """Unbinds the cell's tools (a name the program rebound keeps its new value) and notes
+        the cell of each class it defined."""
+        for name, stub in self.bound.items():
+            if self.globals.get(name) is stub:
+                del self.globals[name]
+        self.bound = {}
+        self.note_classes(self.filename)
+
+    def note_classes(self, filename):
+        for value in self.globals.values():
+            if isinstance(value, type) and value.__module__ == "__main__" and value not in self.class_cells:
+                self.class_cells[value] = filename
+
+    def enter(self):
+        """Makes this namespace `__main__`, so pickle finds the session's own functions and
+        classes by name. Returns what to put back."""
+        previous = sys.modules.get("__main__")
+        sys.modules["__main__"] = self.module
+        return previous
+
+    @staticmethod
+    def leave(previous):
+        if previous is None:
+            sys.modules.pop("__main__", None)
+        else:
+            sys.modules["__main__"] = previous
+
+    def state_names(self):
+        return [n for n in self.globals if n not in RUNTIME_NAMES and n not in self.bound
+                and not (n.startswith("__") and n.endswith("__"))]
+
+    def snapshot(self, max_bytes, injected=()):
+        """(bytes, kept names, module names, [(name, reason)] not kept)."""
+        modules, sources, plain, dependent, dropped = {}, [], {}, {}, []
+        previous = self.enter()
+        try:
+            for name in self.state_names():
+                value = self.globals[name]
+                if name in injected and value is injected[name]:
+                    continue
+                if isinstance(value, types.ModuleType):
+                    modules[name] = value.__name__
+                    continue
+                if _defined_here(value) and getattr(value, "__name__", None) == name:
+                    source = _source(value, self.class_cells.get(value))
+                    if source is None:
+                        dropped.append((name, "its source is not available (made by exec or a "
+                                              "lambda): define it again"))
+                    else:
+                        sources.append((name, source))
+                    continue
+                probe = _Probe(io.BytesIO(), protocol=pickle.HIGHEST_PROTOCOL)
+                try:
+                    probe.dump(value)
+                except Exception as e:
+                    dropped.append((name, f"{type(value).__name__} cannot be pickled "
+                                          f"({type(e).__name__}: {e}): create it again"))
+                    continue
+                (dependent if probe.uses_session else plain)[name] = value
+            # Restored in this order: modules, values that need nothing of the session's own
+            # (`dataclass`, a constant), the session's functions and classes (whose
+            # decorators, bases and defaults may use those values), then the values that are
+            # instances of those classes or refer to those functions. Each group is one
+            # pickle, so references shared between its values stay shared.
+            plain_payload = pickle.dumps(plain, protocol=pickle.HIGHEST_PROTOCOL)
+            dependent_payload = pickle.dumps(dependent, protocol=pickle.HIGHEST_PROTOCOL)
+        finally:
+            self.leave(previous)
+        state = {"format": FORMAT, "python": list(sys.version_info[:2]), "modules": modules,
+                 "plain": plain_payload, "sources": sources, "dependent": dependent_payload}
+        blob = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+        if len(blob) > max_bytes:
+            raise SnapshotTooLarge(
+                f"the session's state is {len(blob)} bytes pickled; the limit is {max_bytes}: "
+                "delete large globals (del name) or keep them in files, then snapshot again")
+        kept = list(modules) + list(plain) + [n for n, _ in sources] + list(dependent)
+        return blob, kept, list(modules.values()), dropped
+
+    def restore(self, blob):
+        """Rebuilds a snapshot's state here. Returns (kept names, [(name, reason)] not kept)."""
+        try:
+            state = pickle.loads(blob)
+        except Exception as e:
+            raise ValueError(f"the snapshot's state cannot be read: {type(e).__name__}: {e}") from None
+        if not isinstance(state, dict) or state.get("format") != FORMAT:
+            raise ValueError("the snapshot's state has an unknown format")
+        kept, dropped = [], []
+        for name, module in state["modules"].items():
+            try:
+                self.globals[name] = importlib.import_module(module)
+                kept.append(name)
+            except Exception as e:
+                dropped.append((name, f"module {module!r} cannot be imported here ({e})"))
+        previous = self.enter()
+        try:
+            self._load(state["plain"], kept, dropped)
+            for name, source in state["sources"]:
+                filename = f"<restored {name}>"
+                try:
+                    code = compile(source, filename, "exec", dont_inherit=True)
+                    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+                    exec(code, self.globals)
+                    self.note_classes(filename)
+                    kept.append(name)
+                except BaseException as e:
+                    dropped.append((name, f"its source failed to run again ({type(e).__name__}: {e})"))
+            self._load(state["dependent"], kept, dropped)
+        finally:
+            self.leave(previous)
+        return kept, dropped
+
+    def _load(self, payload, kept, dropped):
+        try:
+            data = pickle.loads(payload)
+        except Exception as e:
+            dropped.append(("*", f"pickled globals could not be loaded ({type(e).__name__}: {e})"))
+            return
+        self.globals.update(data)
+        kept += list(data)
+
+
+class _Probe(pickle.Pickler):
+    """Pickles a value to see whether it can be, and whether it refers to a function or class
+    defined in the session (which must be rebuilt from source before the value is loaded)."""
+
+    uses_session = False
+
+    def reducer_override(self, obj):
+        if _defined_here(obj):
+            self.uses_session = True
+        return NotImplemented
+
+
+def _defined_here(value):
+    return isinstance(value, (types.FunctionType, type)) and getattr(value, "__module__", None) == "__main__"
+
+
+def _source(value, cell):
+    if getattr(value, "__name__", "") == "<lambda>":
+        return None
+    try:
+        if isinstance(value, type):
+            return _class_source(value, cell)
+        return textwrap.dedent(inspect.getsource(value))
+    except (OSError, TypeError, IndexError):
+        return None
+
+
+def _class_source(cls, cell):
+    """A class's source, decorators included, from the cell that defined it."""
+    lines = linecache.getlines(cell) if cell else []
+    first = getattr(cls, "__firstlineno__", None)  # CPython 3.13+
+    if first is None:  # older hosts (the unit tests): the first `class Name` of the cell
+        pattern = re.compile(rf"^\s*class\s+{re.escape(cls.__name__)}\b")
+        first = next((i + 1 for i, line in enumerate(lines) if pattern.match(line)), None)
+    if not lines or first is None:
+        return None
+    start = first - 1
+    while start > 0 and lines[start - 1].lstrip().startswith("@"):
+        start -= 1
+    return textwrap.dedent("".join(inspect.getblock(lines[start:])))

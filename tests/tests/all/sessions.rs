@@ -1,0 +1,173 @@
+//! Live sessions through the library: state that persists between executions, one execution
+//! at a time, what ends a session (and frees its instance), snapshot and restore.
+
+use std::time::Duration;
+
+use ptc_engine::{Engine, ErrorKind, ExecutionRequest, FailureKind, Limits, Session, SessionRequest, ToolDef};
+use ptc_tests::*;
+
+async fn open(engine: &Engine) -> Session {
+    engine.open_session(SessionRequest::new()).await.expect("open session").0
+}
+
+async fn exec(engine: &Engine, session: &Session, code: &str, tools: Vec<ToolDef>) -> Run {
+    let execution = engine.execute_in(session, ExecutionRequest::new(code).with_tools(tools)).await.expect("execute");
+    drive(execution, standard_handler).await
+}
+
+#[tokio::test]
+async fn globals_imports_functions_and_classes_persist_between_executions() {
+    let engine = engine();
+    let session = open(engine).await;
+    let first = "import statistics as st\nrows = [3, 1, 2]\ndef top(n):\n    return sorted(rows)[-n:]\n\
+                 class Acc:\n    total = 0\nacc = Acc()\nacc.total = int(await add(a=40, b=2))";
+    exec(engine, &session, first, standard_tools()).await.completed();
+    let done = exec(engine, &session, "print(st.median(rows), top(2), acc.total)\nreturn len(rows)", vec![])
+        .await
+        .completed();
+    assert_eq!(done.stdout, "2 [2, 3] 42\n");
+    assert_eq!(done.return_value, "3");
+    // Each execution has its own output, call log and counters.
+    assert!(done.tool_calls.is_empty());
+    assert_eq!(done.stats.tool_calls, 0);
+    session.close();
+}
+
+#[tokio::test]
+async fn tools_may_change_between_executions() {
+    let engine = engine();
+    let session = open(engine).await;
+    let tools = standard_tools();
+    let add = tools.iter().find(|t| t.name == "add").unwrap().clone();
+    let weather = tools.iter().find(|t| t.name == "get-weather").unwrap().clone();
+    exec(engine, &session, "kept = add\nprint(int(await add(a=1, b=2)))", vec![add]).await.completed();
+    let done = exec(engine, &session, "print('add' in globals(), callable(get_weather))", vec![weather.clone()])
+        .await
+        .completed();
+    assert_eq!(done.stdout, "False True\n");
+    // A stub kept from an earlier execution whose tool is not given now: the host says so.
+    let f = exec(engine, &session, "await kept(a=1, b=2)", vec![weather]).await.failed();
+    assert!(f.message.contains("unknown tool \"add\""), "{}", f.message);
+    assert_eq!(f.kind, FailureKind::PythonError);
+}
+
+#[tokio::test]
+async fn an_exception_keeps_the_session_and_what_ran_before_it() {
+    let engine = engine();
+    let session = open(engine).await;
+    let f = exec(engine, &session, "a = 1\nb = 1 / 0", vec![]).await.failed();
+    assert_eq!(f.kind, FailureKind::PythonError);
+    assert!(f.traceback.contains("<code #1>"), "{}", f.traceback);
+    let done = exec(engine, &session, "print(a, 'b' in globals())", vec![]).await.completed();
+    assert_eq!(done.stdout, "1 False\n");
+    assert!(!session.is_ended());
+}
+
+#[tokio::test]
+async fn a_second_execution_while_one_runs_is_refused_and_the_first_carries_on() {
+    let engine = engine();
+    let session = open(engine).await;
+    let running = engine
+        .execute_in(&session, ExecutionRequest::new("x = int(await add(a=1, b=1))").with_tools(standard_tools()))
+        .await
+        .unwrap();
+    let err = engine.execute_in(&session, ExecutionRequest::new("pass")).await.err().unwrap();
+    assert_eq!(err.kind(), ErrorKind::SessionBusy);
+    assert!(err.message().contains("one at a time"), "{}", err.message());
+    let err = session.snapshot(1 << 20).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::SessionBusy);
+    drive(running, standard_handler).await.completed();
+    let done = exec(engine, &session, "print(x)", vec![]).await.completed();
+    assert_eq!(done.stdout, "2\n");
+}
+
+#[tokio::test]
+async fn a_timeout_ends_the_session_and_frees_its_instance() {
+    let engine = engine_with(|_| {});
+    let session = open(&engine).await;
+    assert_eq!(engine.live_instances(), 1);
+    let limits = Limits::default().with_timeout(Duration::from_secs(1));
+    let execution =
+        engine.execute_in(&session, ExecutionRequest::new("while True: pass").with_limits(limits)).await.unwrap();
+    let f = drive(execution, standard_handler).await.failed();
+    assert_eq!(f.kind, FailureKind::Timeout);
+    session.ended().await;
+    eventually("the instance is freed", || engine.live_instances() == 0).await;
+    let err = engine.execute_in(&session, ExecutionRequest::new("pass")).await.err().unwrap();
+    assert_eq!(err.kind(), ErrorKind::Finished);
+    assert!(err.message().contains("timeout"), "{}", err.message());
+    assert!(err.message().contains("open a new session"), "{}", err.message());
+}
+
+#[tokio::test]
+async fn close_and_idle_expiry_free_the_instance() {
+    let engine = engine_with(|_| {});
+    let closed = open(&engine).await;
+    let idle = engine
+        .open_session(SessionRequest::new().with_idle_timeout(Duration::from_millis(300)))
+        .await
+        .unwrap()
+        .0;
+    assert_eq!(engine.live_instances(), 2);
+    closed.close();
+    eventually("the closed session's instance is freed", || engine.live_instances() == 1).await;
+    // Executions keep a session alive; idleness ends it.
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        exec(&engine, &idle, "pass", vec![]).await.completed();
+    }
+    assert!(!idle.is_ended());
+    idle.ended().await;
+    assert_eq!(idle.ended_reason().unwrap(), "idle for 0 s");
+    eventually("the idle session's instance is freed", || engine.live_instances() == 0).await;
+    // Dropping every handle ends a session too.
+    drop(open(&engine).await);
+    eventually("a dropped session's instance is freed", || engine.live_instances() == 0).await;
+}
+
+#[tokio::test]
+async fn two_sessions_interleaved_never_see_each_others_state() {
+    let engine = engine();
+    let (a, b) = (open(engine).await, open(engine).await);
+    exec(engine, &a, "name = 'a'", vec![]).await.completed();
+    exec(engine, &b, "name = 'b'", vec![]).await.completed();
+    for _ in 0..3 {
+        let ra = exec(engine, &a, "name += 'a'\nprint(name)", vec![]).await.completed();
+        let rb = exec(engine, &b, "name += 'b'\nprint(name)", vec![]).await.completed();
+        assert!(ra.stdout.trim().chars().all(|c| c == 'a'), "{}", ra.stdout);
+        assert!(rb.stdout.trim().chars().all(|c| c == 'b'), "{}", rb.stdout);
+    }
+    // A fresh execution sees neither.
+    assert_eq!(run_code("print('name' in globals())").await.completed().stdout, "False\n");
+}
+
+#[tokio::test]
+async fn a_snapshot_restores_into_a_new_session_with_what_it_could_keep() {
+    let engine = engine();
+    let session = open(engine).await;
+    let code = "import json as j\nfrom dataclasses import dataclass\n@dataclass\nclass Row:\n    k: str\n    v: int\n\
+                rows = [Row('a', 1), Row('b', 2)]\ndef total():\n    return sum(r.v for r in rows)\n\
+                gen = (i for i in rows)\nf = open('/dev/null', 'w') if False else None";
+    exec(engine, &session, code, vec![]).await.completed();
+    let state = session.snapshot(1 << 20).await.unwrap();
+    assert_eq!(state.dropped.len(), 1, "{:?}", state.dropped);
+    assert_eq!(state.dropped[0].name, "gen");
+    assert!(state.dropped[0].reason.contains("cannot be pickled"), "{:?}", state.dropped);
+    for name in ["j", "dataclass", "Row", "rows", "total", "f"] {
+        assert!(state.kept.iter().any(|k| k == name), "{name} not in {:?}", state.kept);
+    }
+    assert!(state.modules.contains(&"json".to_string()), "{:?}", state.modules);
+
+    let (restored, report) =
+        engine.open_session(SessionRequest::new().with_restore(state.data.clone())).await.unwrap();
+    assert!(report.dropped.is_empty(), "{:?}", report.dropped);
+    let done = exec(engine, &restored, "print(total(), rows[1], j.dumps(rows[0].k))", vec![]).await.completed();
+    assert_eq!(done.stdout, "3 Row(k='b', v=2) \"a\"\n");
+
+    let f = engine.open_session(SessionRequest::new().with_restore(b"garbage".to_vec())).await.err().unwrap();
+    assert_eq!(f.kind(), ErrorKind::InvalidRequest);
+    assert!(f.message().contains("could not be restored"), "{}", f.message());
+    let too_big = session.snapshot(100).await.unwrap_err();
+    assert!(too_big.message().contains("the limit is 100"), "{}", too_big.message());
+    assert!(!session.is_ended(), "a refused snapshot leaves the session alive");
+}
