@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use ptc_benches::*;
-use ptc_engine::Engine;
+use ptc_engine::{Engine, SessionRequest};
 use ptc_server::{ServerConfig, start};
 
 fn benches(c: &mut Criterion) {
@@ -31,6 +31,34 @@ fn benches(c: &mut Criterion) {
         })
     });
     group.finish();
+
+    // A live session: `pass` and one tool call without instantiating, beside a fresh `pass`;
+    // then a snapshot of a small state and a restore of it into a new session.
+    let session = rt.block_on(engine.open_session(SessionRequest::new().with_limits(limits()))).unwrap().0;
+    let mut group = c.benchmark_group("session");
+    group.measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_millis(500)).sample_size(20);
+    group.bench_function("pass_library", |b| b.to_async(&rt).iter(|| run_in_session(&engine, &session, "pass")));
+    group.bench_function("sequential_1_library", |b| {
+        b.to_async(&rt).iter(|| run_in_session(&engine, &session, "print(await add(a=1, b=2))"))
+    });
+    group.bench_function("fresh_pass_library", |b| b.to_async(&rt).iter(|| run_library(&engine, "pass")));
+    let state_code = "rows = [{'id': i, 'name': f'row {i}', 'tags': ['a', 'b']} for i in range(1000)]\n\
+                      def by_id(i):\n    return rows[i]\nimport statistics";
+    rt.block_on(run_in_session(&engine, &session, state_code));
+    let state = rt.block_on(session.snapshot(64 << 20)).unwrap();
+    eprintln!("session snapshot of 1,000 small dicts, a function and a module: {} bytes", state.data.len());
+    group.bench_function("snapshot_1000_rows", |b| b.to_async(&rt).iter(|| async { session.snapshot(64 << 20).await.unwrap() }));
+    group.bench_function("restore_1000_rows", |b| {
+        b.to_async(&rt).iter(|| async {
+            let request = SessionRequest::new().with_restore(state.data.clone());
+            engine.open_session(request).await.unwrap().0.close();
+        })
+    });
+    group.bench_function("open_close", |b| {
+        b.to_async(&rt).iter(|| async { engine.open_session(SessionRequest::new()).await.unwrap().0.close() })
+    });
+    group.finish();
+    session.close();
 
     for w in workloads() {
         let mut group = c.benchmark_group(w.name);

@@ -77,6 +77,22 @@ pub async fn run_library(engine: &Engine, code: &str) {
     }
 }
 
+/// Runs `code` to completion in a live session through the library, answering `add` instantly.
+pub async fn run_in_session(engine: &Engine, session: &ptc_engine::Session, code: &str) {
+    let request = ExecutionRequest::new(code).with_tools(tools()).with_limits(limits());
+    let mut exec = engine.execute_in(session, request).await.unwrap();
+    while let Some(event) = exec.next_event().await {
+        match event {
+            Event::ToolCalls { calls, .. } => {
+                exec.submit(calls.iter().map(|c| ToolResult::ok_json(&c.id, add(&c.input))).collect()).unwrap()
+            }
+            Event::Completed(_) => return,
+            Event::Failed(f) => panic!("{}: {}", f.message, f.stderr),
+            Event::Output { .. } => {}
+        }
+    }
+}
+
 /// Instantiation alone, as the engine times it for one `pass` execution (a fresh instance from
 /// the pre-linked component in the pool, before the guest runs).
 pub async fn instantiate_once(engine: &Engine) -> std::time::Duration {

@@ -153,6 +153,22 @@ pub struct ServeArgs {
     /// `{"mcpServers": {"NAME": {"command", "args", "env"} | {"url", "headers"}}}`.
     #[arg(long, env = "PTC_MCP_CONFIG")]
     pub mcp_config: Option<PathBuf>,
+    /// Run each `/mcp` `execute_code` in a fresh sandbox instead of one live session per MCP
+    /// session (where globals persist between calls).
+    #[arg(long, env = "PTC_MCP_STATELESS", default_value_t = false)]
+    pub mcp_stateless: bool,
+    /// Live sessions per tenant; opening one more ends the tenant's session idle the longest.
+    #[arg(long, env = "PTC_MAX_SESSIONS_PER_TENANT", default_value_t = defaults().sessions.max_per_tenant)]
+    pub max_sessions_per_tenant: usize,
+    /// Seconds a live session may stay idle when its client asks for no other timeout.
+    #[arg(long, env = "PTC_SESSION_IDLE_SECS", default_value_t = defaults().sessions.idle_timeout.as_secs())]
+    pub session_idle_secs: u64,
+    /// The longest idle timeout a client may ask for, in seconds.
+    #[arg(long, env = "PTC_MAX_SESSION_IDLE_SECS", default_value_t = defaults().sessions.max_idle_timeout.as_secs())]
+    pub max_session_idle_secs: u64,
+    /// Largest session state a snapshot may hold (pickled bytes).
+    #[arg(long, env = "PTC_MAX_SNAPSHOT_BYTES", default_value_t = defaults().sessions.max_snapshot_bytes)]
+    pub max_snapshot_bytes: u64,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -172,6 +188,10 @@ pub struct McpArgs {
     /// Directory for the compiled component cache (as for `serve`).
     #[arg(long, env = "PTC_CACHE_DIR")]
     pub cache_dir: Option<PathBuf>,
+    /// Run each `execute_code` in a fresh sandbox instead of one live session (where globals
+    /// persist from one call to the next).
+    #[arg(long, env = "PTC_MCP_STATELESS", default_value_t = false)]
+    pub stateless: bool,
 }
 
 impl McpArgs {
@@ -262,6 +282,12 @@ impl ServeArgs {
         if let Some(path) = &self.mcp_config {
             config.mcp = crate::mcp::McpConfig::load(path)?;
         }
+        config.mcp_stateless = self.mcp_stateless;
+        let sessions = &mut config.sessions;
+        sessions.max_per_tenant = self.max_sessions_per_tenant.max(1);
+        sessions.max_idle_timeout = Duration::from_secs(self.max_session_idle_secs.max(1));
+        sessions.idle_timeout = Duration::from_secs(self.session_idle_secs.max(1)).min(sessions.max_idle_timeout);
+        sessions.max_snapshot_bytes = self.max_snapshot_bytes;
         Ok(config)
     }
 }

@@ -5,6 +5,7 @@
 //! dropped by tonic) drops it, which cancels the program and frees its instance at once.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -13,6 +14,7 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
 use super::auth::{ApiKeys, presented_key};
+use super::sessions::{OpenOptions, SessionError, Sessions};
 use super::tenants::{Admission, Refusal, Tenants};
 use crate::proto::{self, client_message, sandbox_server, server_message};
 use ptc_engine::{Engine, ErrorKind, Event, ExecutionRequest};
@@ -26,6 +28,7 @@ pub struct SandboxService {
     pub max_message_bytes: usize,
     /// Every stream's pump (waited for at shutdown, so final events reach their clients).
     pub tasks: TaskTracker,
+    pub sessions: Arc<Sessions>,
 }
 
 pub fn status_from(err: ptc_engine::Error) -> Status {
@@ -35,8 +38,26 @@ pub fn status_from(err: ptc_engine::Error) -> Status {
         ErrorKind::Busy => Status::resource_exhausted(message),
         ErrorKind::Unavailable => Status::unavailable(message),
         ErrorKind::InvalidToolResult | ErrorKind::Finished => Status::failed_precondition(message),
+        ErrorKind::SessionBusy => Status::aborted(message),
         _ => Status::internal(message),
     }
+}
+
+pub fn session_status(e: SessionError) -> Status {
+    let message = e.message().to_string();
+    match e {
+        SessionError::NotFound(_) => Status::not_found(message),
+        SessionError::Invalid(_) => Status::invalid_argument(message),
+        SessionError::Exists(_) => Status::already_exists(message),
+        SessionError::TooMany(_) => Status::resource_exhausted(message),
+        SessionError::Busy(_) => Status::aborted(message),
+        SessionError::Unavailable(_) => Status::unavailable(message),
+        SessionError::Internal(_) => Status::internal(message),
+    }
+}
+
+fn dropped(d: Vec<ptc_engine::Dropped>) -> Vec<proto::DroppedGlobal> {
+    d.into_iter().map(|d| proto::DroppedGlobal { name: d.name, reason: d.reason }).collect()
 }
 
 fn refusal_status(r: Refusal) -> Status {
@@ -83,9 +104,21 @@ impl sandbox_server::Sandbox for SandboxService {
         let admission = self.tenants.admit(&tenant, Some(&start.request_id)).map_err(refusal_status)?;
         let session_id = (!start.session_id.is_empty()).then_some(start.session_id);
         let mut request =
-            ExecutionRequest::new(start.code).with_tools(tools).with_limits(limits).with_tenant(tenant.clone());
+            ExecutionRequest::new(start.code).with_tools(tools).with_limits(limits.clone()).with_tenant(tenant.clone());
         request.session_id = session_id.clone();
-        let execution = self.engine.start(request).await.map_err(status_from)?;
+        let execution = match &session_id {
+            None => self.engine.start(request).await.map_err(status_from)?,
+            Some(id) => {
+                let session = match self.sessions.get(&tenant, id) {
+                    Err(SessionError::NotFound(_)) if start.open_session => {
+                        let options = OpenOptions { id: Some(id.clone()), limits: Some(limits), ..Default::default() };
+                        self.sessions.open(&tenant, options).await.map_err(session_status)?.1
+                    }
+                    other => other.map_err(session_status)?,
+                };
+                self.engine.execute_in(&session, request).await.map_err(|e| session_status(e.into()))?
+            }
+        };
         admission.attach(execution.control());
 
         let span = tracing::info_span!("grpc_execute", execution = %execution.id(), tenant = %tenant,
@@ -99,6 +132,55 @@ impl sandbox_server::Sandbox for SandboxService {
         tx.send(Ok(started)).await.map_err(|_| Status::cancelled("client went away"))?;
         self.tasks.spawn(pump(execution, inbound, tx, admission, self.max_message_bytes).instrument(span));
         Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn open_session(
+        &self,
+        request: Request<proto::OpenSessionRequest>,
+    ) -> Result<Response<proto::OpenSessionResponse>, Status> {
+        let tenant = self.tenant(&request)?;
+        let r = request.into_inner();
+        let defaults = &self.engine.config().default_limits;
+        let idle_timeout =
+            r.idle_timeout_ms.map(|ms| Duration::from_millis(ms.into())).unwrap_or(self.sessions.limits().idle_timeout);
+        let options = OpenOptions {
+            id: (!r.session_id.is_empty()).then_some(r.session_id),
+            limits: Some(r.limits.unwrap_or_default().apply(defaults)),
+            idle_timeout: Some(idle_timeout),
+            snapshot: (!r.snapshot.is_empty()).then_some(r.snapshot),
+        };
+        let (session_id, _, restored) = self.sessions.open(&tenant, options).await.map_err(session_status)?;
+        tracing::info!(tenant = %tenant, session = %session_id, restored = restored.kept.len(), "session opened");
+        Ok(Response::new(proto::OpenSessionResponse {
+            session_id,
+            restored: restored.kept,
+            dropped: dropped(restored.dropped),
+            idle_timeout_ms: idle_timeout.as_millis().try_into().unwrap_or(u32::MAX),
+        }))
+    }
+
+    async fn close_session(
+        &self,
+        request: Request<proto::CloseSessionRequest>,
+    ) -> Result<Response<proto::CloseSessionResponse>, Status> {
+        let tenant = self.tenant(&request)?;
+        let closed = self.sessions.close(&tenant, &request.into_inner().session_id);
+        Ok(Response::new(proto::CloseSessionResponse { closed }))
+    }
+
+    async fn snapshot_session(
+        &self,
+        request: Request<proto::SnapshotSessionRequest>,
+    ) -> Result<Response<proto::SessionSnapshot>, Status> {
+        let tenant = self.tenant(&request)?;
+        let snapshot =
+            self.sessions.snapshot(&tenant, &request.into_inner().session_id).await.map_err(session_status)?;
+        Ok(Response::new(proto::SessionSnapshot {
+            snapshot: snapshot.bytes,
+            kept: snapshot.state.kept,
+            modules: snapshot.state.modules,
+            dropped: dropped(snapshot.state.dropped),
+        }))
     }
 
     async fn describe_tools(

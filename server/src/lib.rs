@@ -16,6 +16,7 @@ pub mod http;
 pub mod mcp;
 pub mod metrics;
 pub mod proto;
+pub mod sessions;
 pub mod tenants;
 pub mod token;
 
@@ -58,6 +59,11 @@ pub struct ServerConfig {
     pub shutdown_grace: Duration,
     /// Downstream MCP servers whose tools programs run through `/mcp` may call.
     pub mcp: mcp::McpConfig,
+    /// Live sessions: caps, idle timeouts, snapshot size.
+    pub sessions: sessions::SessionLimits,
+    /// Run every `execute_code` of `/mcp` in a fresh sandbox instead of one live session per
+    /// MCP session. Default false.
+    pub mcp_stateless: bool,
 }
 
 impl Default for ServerConfig {
@@ -81,6 +87,8 @@ impl Default for ServerConfig {
             },
             shutdown_grace: Duration::from_secs(10),
             mcp: mcp::McpConfig::default(),
+            sessions: sessions::SessionLimits::default(),
+            mcp_stateless: false,
         }
     }
 }
@@ -173,7 +181,10 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         downstream.clone(),
         Some(tenants.clone()),
         config.engine.default_limits.clone(),
+        (!config.mcp_stateless).then_some(config.sessions.idle_timeout),
     );
+    let signer = token::Signer::new(config.token_secret.as_deref());
+    let sessions = sessions::Sessions::new(engine.clone(), config.sessions.clone(), sessions::snapshot_key(&signer));
     // Work started on behalf of requests: gRPC stream pumps and HTTP file watchers.
     let request_tasks = TaskTracker::new();
     let service = grpc::SandboxService {
@@ -182,6 +193,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         tenants: tenants.clone(),
         max_message_bytes: config.grpc_max_message_bytes,
         tasks: request_tasks.clone(),
+        sessions: sessions.clone(),
     };
     let files = files::FileStore::new(config.files.clone())
         .map_err(|e| anyhow::anyhow!("cannot open the files directory {}: {e}", config.files.dir.display()))?;
@@ -189,7 +201,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         engine.clone(),
         keys.clone(),
         tenants.clone(),
-        token::Signer::new(config.token_secret.as_deref()),
+        signer,
         files,
         config.http_limits.clone(),
         request_tasks.clone(),
@@ -243,6 +255,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         tracing::info!(grace = ?grace, live = eng.live_instances(), "shutting down");
         health_reporter.set_not_serving::<SandboxServer<grpc::SandboxService>>().await;
         eng.stop_accepting();
+        sessions.clear();
         if tokio::time::timeout(grace, eng.drained()).await.is_err() {
             eng.shutdown();
             eng.drained().await;

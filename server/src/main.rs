@@ -48,7 +48,9 @@ async fn mcp(args: ptc_server::cli::McpArgs) -> anyhow::Result<()> {
     let (engine_config, mcp_config) = args.configs().map_err(anyhow::Error::msg)?;
     let engine = tokio::task::spawn_blocking(move || ptc_engine::Engine::new(engine_config)).await??;
     let limits = engine.config().default_limits.clone();
-    let shared = ptc_server::mcp::Shared::new(engine, ptc_server::mcp::Downstream::new(&mcp_config), None, limits);
+    let sessions = (!args.stateless).then_some(ptc_engine::DEFAULT_IDLE_TIMEOUT);
+    let shared =
+        ptc_server::mcp::Shared::new(engine, ptc_server::mcp::Downstream::new(&mcp_config), None, limits, sessions);
     ptc_server::mcp::serve_stdio(shared).await
 }
 

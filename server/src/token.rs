@@ -50,6 +50,13 @@ impl Signer {
         Signer { key }
     }
 
+    /// A key for another purpose, derived from this one: HMAC-SHA256(key, `label`).
+    pub fn derive(&self, label: &[u8]) -> Vec<u8> {
+        let mut mac = self.mac();
+        mac.update(label);
+        mac.finalize().into_bytes().to_vec()
+    }
+
     fn mac(&self) -> Hmac<Sha256> {
         Hmac::<Sha256>::new_from_slice(&self.key).expect("HMAC takes keys of any length")
     }

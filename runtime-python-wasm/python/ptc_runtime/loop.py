@@ -35,6 +35,14 @@ class Broker:
         self._seq = 0
         self.rounds = 0
 
+    def reset(self, wait_for_tools):
+        """For the next program of a live session (call ids start again at call_1)."""
+        self.wait_for_tools = wait_for_tools
+        self._new = []
+        self._outstanding = {}
+        self._seq = 0
+        self.rounds = 0
+
     def call(self, name, args, namespace=""):
         loop = asyncio.get_running_loop()
         label = f"{namespace}.{name}" if namespace else name

@@ -218,6 +218,8 @@ def live_session():
 def run_program(code, tool_defs, wait_for_tools, persist=False):
     """Runs `code` with one async function per tool; never raises. With `persist`, it runs in
     the instance's live session (`session.py`): its globals stay for the next program."""
+    if persist:
+        return _run_in_session(code, tool_defs, wait_for_tools)
     try:
         specs = parse_tools(tool_defs)
     except InvalidTools as e:
@@ -225,51 +227,71 @@ def run_program(code, tool_defs, wait_for_tools, persist=False):
 
     session = _take_session(wait_for_tools)
     broker, loop = session.broker, session.loop
-    if persist:
-        live = live_session()
-        # Stubs reach this run's broker through the session, so a stub a program kept from an
-        # earlier run (`w = get_weather`) still works, and one whose tool is gone gets the
-        # host's "unknown tool" error instead of waiting forever.
-        filename = live.begin(broker, bind_tools(specs, live.call_tool), _Return)
-        namespace = live.globals
-        previous_main = live.enter()
-    else:
-        live = None
-        filename = FILENAME
-        namespace = {"__name__": "__main__", "__builtins__": builtins, "__ptc_return__": _Return, **INJECTED}
-        namespace.update(bind_tools(specs, broker.call_tool))
+    namespace = {"__name__": "__main__", "__builtins__": builtins, "__ptc_return__": _Return, **INJECTED}
+    namespace.update(bind_tools(specs, broker.call_tool))
 
-    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    linecache.cache[FILENAME] = (len(code), None, code.splitlines(True), FILENAME)
     _set_policy(session.policy)
     asyncio.set_event_loop(loop)
     try:
-        try:
-            program = compile_program(code, filename)
-        except (SyntaxError, ValueError) as e:
-            return _failure("python-error", e)
-        try:
-            result = eval(program, namespace)
-            if inspect.iscoroutine(result):
-                loop.run_until_complete(result)
-            return Outcome(True)
-        except _Return as r:
-            return Outcome(True, value_json=_to_json(r.value))
-        except SystemExit as e:
-            return _exit_outcome(e)
-        except BaseException as e:
-            _point_to_namespace(e, specs)
-            return _failure("python-error", e)
+        return _evaluate(code, FILENAME, namespace, loop, specs)
     finally:
         _close(loop)
         asyncio.set_event_loop(None)
         _set_policy(None)
-        if live is None:
-            linecache.cache.pop(FILENAME, None)
-        else:
-            # A session's cells stay in linecache: tracebacks through functions defined in an
-            # earlier cell show their lines, and a snapshot reads those functions' source.
-            live.end()
-            live.leave(previous_main)
+        linecache.cache.pop(FILENAME, None)
+
+
+def _run_in_session(code, tool_defs, wait_for_tools):
+    """A program of the live session. The session keeps what a fresh run builds each time
+    while it stays valid: the stubs (while the tools are the same) and the event loop (while
+    no task outlives a program), so a trivial program costs little more than compiling it."""
+    live = live_session()
+    try:
+        specs, tools = live.tools_for(tool_defs, parse_tools, bind_tools)
+    except InvalidTools as e:
+        return Outcome(False, kind="invalid-tools", message=str(e))
+    run = live.run
+    if run is None or run.loop.is_closed():
+        run = live.run = _Session()
+    run.broker.reset(wait_for_tools)
+    loop = run.loop
+    filename = live.begin(run.broker, tools, _Return)
+    previous_main = live.enter()
+    # A session's cells stay in linecache: tracebacks through functions defined in an earlier
+    # cell show their lines, and a snapshot reads those functions' source.
+    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    _set_policy(run.policy)
+    asyncio.set_event_loop(loop)
+    try:
+        return _evaluate(code, filename, live.globals, loop, specs)
+    finally:
+        if asyncio.all_tasks(loop):
+            # Tasks the program left behind never run in the next program: they are
+            # cancelled with this loop, and the next program gets a new one.
+            _close(loop)
+            live.run = None
+        live.end(code)
+        live.leave(previous_main)
+
+
+def _evaluate(code, filename, namespace, loop, specs):
+    try:
+        program = compile_program(code, filename)
+    except (SyntaxError, ValueError) as e:
+        return _failure("python-error", e)
+    try:
+        result = eval(program, namespace)
+        if inspect.iscoroutine(result):
+            loop.run_until_complete(result)
+        return Outcome(True)
+    except _Return as r:
+        return Outcome(True, value_json=_to_json(r.value))
+    except SystemExit as e:
+        return _exit_outcome(e)
+    except BaseException as e:
+        _point_to_namespace(e, specs)
+        return _failure("python-error", e)
 
 
 def _close(loop):

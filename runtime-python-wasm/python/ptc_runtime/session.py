@@ -49,6 +49,17 @@ class Live:
         # source through its code object, but a class only through its module's file.
         self.class_cells = weakref.WeakKeyDictionary()
         self.filename = None
+        # The runner's broker and event loop, kept between programs while no task outlives one.
+        self.run = None
+        self._tools = (None, None, None)
+
+    def tools_for(self, defs, parse, bind):
+        """(specs, stubs) for `defs`: the previous program's when the definitions are the same
+        (the stubs call through the session, so they serve any program)."""
+        if defs != self._tools[0]:
+            specs = parse(defs)
+            self._tools = (defs, specs, bind(specs, self.call_tool))
+        return self._tools[1], self._tools[2]
 
     def call_tool(self, name, args, namespace=""):
         return self.broker.call_tool(name, args, namespace)
@@ -63,14 +74,16 @@ class Live:
         self.bound = tools
         return self.filename
 
-    def end(self):
+    def end(self, code):
         """Unbinds the cell's tools (a name the program rebound keeps its new value) and notes
-        the cell of each class it defined."""
+        the cell of each class it defined (only a cell that says `class` can: the scan is over
+        every global)."""
         for name, stub in self.bound.items():
             if self.globals.get(name) is stub:
                 del self.globals[name]
         self.bound = {}
-        self.note_classes(self.filename)
+        if "class" in code:
+            self.note_classes(self.filename)
 
     def note_classes(self, filename):
         for value in self.globals.values():

@@ -15,7 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ptc_engine::{
-    Engine, Event, Execution, ExecutionRequest, FailureKind, Limits, OutputStream, ToolCallRecord, ToolDef, ToolResult,
+    Engine, Event, Execution, ExecutionRequest, FailureKind, Limits, OutputStream, Session, SessionRequest, ToolCallRecord,
+    ToolDef, ToolResult,
 };
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CreateMessageRequest,
@@ -56,6 +57,9 @@ pub struct Shared {
     pub limits: Limits,
     /// Executions waiting for their client to sample (protocol 2026-07-28), by handle.
     parked: Mutex<HashMap<String, Run>>,
+    /// `Some(idle timeout)`: the `execute_code` calls of one MCP session share a live session
+    /// (variables, imports and functions persist); `None`: each runs in a fresh sandbox.
+    pub sessions: Option<Duration>,
 }
 
 impl Shared {
@@ -64,8 +68,9 @@ impl Shared {
         downstream: Arc<Downstream>,
         tenants: Option<Arc<Tenants>>,
         limits: Limits,
+        sessions: Option<Duration>,
     ) -> Arc<Self> {
-        Arc::new(Shared { engine, downstream, tenants, limits, parked: Mutex::new(HashMap::new()) })
+        Arc::new(Shared { engine, downstream, tenants, limits, parked: Mutex::new(HashMap::new()), sessions })
     }
 }
 
@@ -73,6 +78,9 @@ impl Shared {
 #[derive(Clone)]
 pub struct CodeMode {
     shared: Arc<Shared>,
+    /// This MCP session's live session, opened by its first `execute_code`; the lock also
+    /// runs its programs one after another. Dropped (and so ended) with the MCP session.
+    live: Arc<tokio::sync::Mutex<Option<Session>>>,
 }
 
 /// The callable tools as a program sees them, and what the model is told about them.
@@ -84,7 +92,7 @@ struct Catalog {
 
 impl CodeMode {
     pub fn new(shared: Arc<Shared>) -> Self {
-        CodeMode { shared }
+        CodeMode { shared, live: Arc::default() }
     }
 
     /// The callable tools, and with `describe` also execute_code's description (which costs
@@ -117,6 +125,9 @@ impl CodeMode {
             .await
             .map_err(|e| format!("the downstream tools cannot be offered to programs: {}", e.message()))?;
         let mut text = String::from(EXECUTE_CODE_INTRO);
+        if self.shared.sessions.is_some() {
+            text.push_str(PERSIST);
+        }
         text.push_str("\n\nTools (call as `await server.tool(...)`):\n");
         for (d, def) in described.tools.iter().zip(&defs) {
             text.push_str(&d.signature);
@@ -238,7 +249,21 @@ impl CodeMode {
             exec_request = exec_request.with_tenant(tenant.clone());
         }
         let started = Instant::now();
-        let exec = match self.shared.engine.start(exec_request).await {
+        // With sessions, programs of this MCP session run one after another in its live
+        // session: the lock is held until the program ends (or is parked for sampling).
+        let mut live = match self.shared.sessions {
+            Some(_) => Some(self.live.clone().lock_owned().await),
+            None => None,
+        };
+        let mut notice = None;
+        let exec = match live.as_deref_mut() {
+            None => self.shared.engine.start(exec_request).await,
+            Some(slot) => match self.live_session(slot, tenant.as_deref(), &mut notice).await {
+                Ok(session) => self.shared.engine.execute_in(&session, exec_request).await,
+                Err(e) => Err(e),
+            },
+        };
+        let exec = match exec {
             Ok(exec) => exec,
             Err(e) => return Ok(failed_before_start(e.message().to_string()).into()),
         };
@@ -253,8 +278,38 @@ impl CodeMode {
             _admission: admission,
             tenant,
             awaiting: vec![],
+            notice,
         };
-        Ok(self.proceed(run, &ctx).await)
+        let response = self.proceed(run, &ctx).await;
+        drop(live);
+        Ok(response)
+    }
+
+    /// This MCP session's live session, opened if it has none or it ended (`notice` then tells
+    /// the model its earlier variables are gone).
+    async fn live_session(
+        &self,
+        slot: &mut Option<Session>,
+        tenant: Option<&str>,
+        notice: &mut Option<String>,
+    ) -> Result<Session, ptc_engine::Error> {
+        if let Some(session) = slot.as_ref().filter(|s| !s.is_ended()) {
+            return Ok(session.clone());
+        }
+        if let Some(ended) = slot.take() {
+            *notice = Some(format!(
+                "[session] the previous session ended ({}); this program ran in a new one, so variables, imports and \
+                 functions from earlier programs are gone: define again what you need.",
+                ended.ended_reason().unwrap_or_default()
+            ));
+        }
+        let mut request = SessionRequest::new()
+            .with_limits(self.shared.limits.clone())
+            .with_idle_timeout(self.shared.sessions.unwrap_or(ptc_engine::DEFAULT_IDLE_TIMEOUT));
+        request.tenant = tenant.map(str::to_string);
+        let (session, _) = self.shared.engine.open_session(request).await?;
+        *slot = Some(session.clone());
+        Ok(session)
     }
 
     /// Runs the execution on: answers its calls, until it ends or (protocol 2026-07-28) needs
@@ -347,7 +402,7 @@ impl CodeMode {
         };
         // Calls still running downstream are abandoned (their futures dropped).
         run.calls.abort_all();
-        finished(end, run.started.elapsed(), run.timeout_limit).into()
+        finished(end, run.started.elapsed(), run.timeout_limit, run.notice.as_deref()).into()
     }
 
     /// Keeps the paused execution for the client's retry and asks the client for `asks`.
@@ -379,6 +434,22 @@ impl CodeMode {
 
 /// The program's end as the tool's result.
 fn finished(
+    end: Result<ptc_engine::Completion, ptc_engine::Failure>,
+    elapsed: Duration,
+    timeout_limit: Duration,
+    notice: Option<&str>,
+) -> CallToolResult {
+    let mut result = finished_result(end, elapsed, timeout_limit);
+    if let Some(notice) = notice
+        && let Some(first) = result.content.first_mut()
+        && let Some(text) = first.as_text()
+    {
+        *first = ContentBlock::text(format!("{notice}\n{}", text.text));
+    }
+    result
+}
+
+fn finished_result(
     end: Result<ptc_engine::Completion, ptc_engine::Failure>,
     elapsed: Duration,
     timeout_limit: Duration,
@@ -436,6 +507,8 @@ struct Run {
     tenant: Option<String>,
     /// llm_query calls the client was asked to sample for.
     awaiting: Vec<String>,
+    /// Said before the program's output (a new live session replaced one that ended).
+    notice: Option<String>,
 }
 
 /// Executions parked at once for clients' sampling (each is also a paused execution the
@@ -488,10 +561,15 @@ fn sampled_answer(id: String, result: Option<Value>) -> ToolResult {
     }
 }
 
+const PERSIST: &str = " Globals (variables, imports, functions, classes) persist from one execute_code call to the \
+next in this conversation, so load data once and reuse it; a timeout or cancellation starts over (the result says so).";
+
 const EXECUTE_CODE_INTRO: &str = "Run a Python 3.14 program in a sandbox (standard library only, no network; files only in /mnt/data). \
 The tools below are async functions grouped by server: `await server.tool(arg=...)`; run independent calls at once with \
 `await asyncio.gather(...)`. Results arrive as Python values (dicts, lists, strings); a failing tool raises ToolError, \
-which you can catch. Top-level await and `return value` work. Only what the program prints and returns comes back to you, \
+which you can catch. Top-level await and `return value` work. Globals (variables, imports, functions, classes) persist \
+from one execute_code call to the next in this conversation, so load data once and reuse it. \
+Only what the program prints and returns comes back to you, \
 so filter and summarise in code. `await llm_query(prompt, system=None, max_tokens=1024)` asks your client's model \
 and returns its answer as a string. `describe_tools(names)` gives a tool's full documentation.";
 

@@ -9,6 +9,7 @@ mod contained;
 mod data_dir;
 mod grpc_execute;
 mod grpc_service;
+mod grpc_sessions;
 mod grpcurl;
 mod host_files;
 mod http_files;

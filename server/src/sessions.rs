@@ -1,0 +1,339 @@
+//! Live sessions as the front ends see them: per-tenant ids, caps, and snapshots sealed for
+//! transport.
+//!
+//! **Ids.** A session is found by (tenant, id), so another tenant's id is exactly as unknown
+//! as one that never existed. Ids are the server's (128 random bits) or the client's own
+//! (letters, digits, `-`, `_`; unique within its tenant).
+//!
+//! **Caps.** A tenant has at most `max_per_tenant` sessions. Opening one more ends the
+//! tenant's session idle the longest (its next use says it ended); if every session of the
+//! tenant is running, the open is refused. Idle sessions also hold their memory (counted in
+//! the engine's budget and the tenant's share) and an execution slot.
+//!
+//! **Snapshots** are sealed: `PTCSNAP1`, the component's SHA-256, a JSON header (what was
+//! kept and dropped), the guest's state, and an HMAC-SHA256 over all of it and the tenant,
+//! keyed from the token secret (`--token-secret`). Any change to the bytes, another tenant, a
+//! server with another secret, or another component version is refused with a message saying
+//! which.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+use ptc_engine::{Dropped, Engine, ErrorKind, Restored, Session, SessionRequest, SessionState};
+
+/// Bounds on live sessions; every field has a default.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct SessionLimits {
+    /// Live sessions per tenant. Default 16.
+    pub max_per_tenant: usize,
+    /// Idle timeout when a client asks for none. Default 10 minutes.
+    pub idle_timeout: Duration,
+    /// The longest idle timeout a client may ask for. Default 1 hour.
+    pub max_idle_timeout: Duration,
+    /// Largest session state a snapshot may hold (pickled). Default 64 MiB.
+    pub max_snapshot_bytes: u64,
+}
+
+impl Default for SessionLimits {
+    fn default() -> Self {
+        SessionLimits {
+            max_per_tenant: 16,
+            idle_timeout: Duration::from_secs(600),
+            max_idle_timeout: Duration::from_secs(3600),
+            max_snapshot_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// Why a session request failed, in words for the client (and the model behind it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionError {
+    NotFound(String),
+    Invalid(String),
+    Exists(String),
+    TooMany(String),
+    Busy(String),
+    Unavailable(String),
+    Internal(String),
+}
+
+impl SessionError {
+    pub fn message(&self) -> &str {
+        match self {
+            SessionError::NotFound(m)
+            | SessionError::Invalid(m)
+            | SessionError::Exists(m)
+            | SessionError::TooMany(m)
+            | SessionError::Busy(m)
+            | SessionError::Unavailable(m)
+            | SessionError::Internal(m) => m,
+        }
+    }
+}
+
+impl From<ptc_engine::Error> for SessionError {
+    fn from(e: ptc_engine::Error) -> Self {
+        let m = e.message().to_string();
+        match e.kind() {
+            ErrorKind::InvalidRequest => SessionError::Invalid(m),
+            ErrorKind::SessionBusy => SessionError::Busy(m),
+            ErrorKind::Busy => SessionError::TooMany(m),
+            ErrorKind::Finished => SessionError::NotFound(m),
+            ErrorKind::Unavailable => SessionError::Unavailable(m),
+            _ => SessionError::Internal(m),
+        }
+    }
+}
+
+/// What a client asks for when it opens a session.
+#[derive(Debug, Clone, Default)]
+pub struct OpenOptions {
+    /// The client's id for it; `None`: the server picks one.
+    pub id: Option<String>,
+    pub limits: Option<ptc_engine::Limits>,
+    pub idle_timeout: Option<Duration>,
+    /// A sealed snapshot ([`Sessions::snapshot`]) to start from.
+    pub snapshot: Option<Vec<u8>>,
+}
+
+/// A sealed snapshot and what it holds.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub bytes: Vec<u8>,
+    pub state: SessionState,
+}
+
+struct Entry {
+    session: Session,
+    last_used: Instant,
+}
+
+pub struct Sessions {
+    engine: Engine,
+    limits: SessionLimits,
+    key: Vec<u8>,
+    map: Mutex<HashMap<(String, String), Entry>>,
+}
+
+const MAGIC: &[u8; 8] = b"PTCSNAP1";
+const TAG: usize = 32;
+
+impl Sessions {
+    /// `key` seals snapshots (derive it from the token secret so that servers sharing the
+    /// secret accept each other's snapshots).
+    pub fn new(engine: Engine, limits: SessionLimits, key: Vec<u8>) -> Arc<Self> {
+        Arc::new(Sessions { engine, limits, key, map: Mutex::new(HashMap::new()) })
+    }
+
+    pub fn limits(&self) -> &SessionLimits {
+        &self.limits
+    }
+
+    /// Opens a session for `tenant` (restoring a snapshot if given).
+    pub async fn open(&self, tenant: &str, options: OpenOptions) -> Result<(String, Session, Restored), SessionError> {
+        let id = match options.id {
+            Some(id) if !valid_id(&id) => {
+                return Err(SessionError::Invalid(
+                    "session_id may only contain letters, digits, '-' and '_' (1 to 128 of them)".into(),
+                ));
+            }
+            Some(id) => id,
+            None => crate::token::random_hex::<16>(),
+        };
+        let idle = options.idle_timeout.unwrap_or(self.limits.idle_timeout);
+        if idle.is_zero() || idle > self.limits.max_idle_timeout {
+            return Err(SessionError::Invalid(format!(
+                "idle_timeout_ms must be between 1 and {}",
+                self.limits.max_idle_timeout.as_millis()
+            )));
+        }
+        let restore = match &options.snapshot {
+            Some(bytes) => Some(self.unseal(tenant, bytes)?),
+            None => None,
+        };
+        self.make_room(tenant, &id)?;
+        let mut request = SessionRequest::new().with_tenant(tenant).with_idle_timeout(idle);
+        request.limits = options.limits;
+        request.restore = restore;
+        let (session, restored) = self.engine.open_session(request).await?;
+        let mut map = self.map.lock().unwrap();
+        let key = (tenant.to_string(), id.clone());
+        if map.get(&key).is_some_and(|e| !e.session.is_ended()) {
+            session.close();
+            return Err(exists(&id));
+        }
+        map.insert(key, Entry { session: session.clone(), last_used: Instant::now() });
+        drop(map);
+        metrics::counter!("ptc_sessions_opened_total").increment(1);
+        Ok((id, session, restored))
+    }
+
+    /// Ends sessions of `tenant` that ended or must go for a new one; refuses if `id` is
+    /// taken or every session of the tenant is running.
+    fn make_room(&self, tenant: &str, id: &str) -> Result<(), SessionError> {
+        let mut map = self.map.lock().unwrap();
+        map.retain(|_, e| !e.session.is_ended());
+        if map.contains_key(&(tenant.to_string(), id.to_string())) {
+            return Err(exists(id));
+        }
+        let mine: Vec<_> = map.iter().filter(|((t, _), _)| t == tenant).collect();
+        if mine.len() < self.limits.max_per_tenant {
+            return Ok(());
+        }
+        let oldest_idle = mine
+            .iter()
+            .filter(|(_, e)| !e.session.is_busy())
+            .min_by_key(|(_, e)| e.last_used)
+            .map(|(k, _)| (*k).clone());
+        match oldest_idle {
+            Some(key) => {
+                if let Some(e) = map.remove(&key) {
+                    tracing::info!(tenant, session = %key.1, "ending the tenant's longest idle session for a new one");
+                    e.session.close();
+                }
+                Ok(())
+            }
+            None => Err(SessionError::TooMany(format!(
+                "all {} sessions of this tenant are running executions; wait for one to finish or close one",
+                self.limits.max_per_tenant
+            ))),
+        }
+    }
+
+    /// The live session `id` of `tenant`.
+    pub fn get(&self, tenant: &str, id: &str) -> Result<Session, SessionError> {
+        let mut map = self.map.lock().unwrap();
+        let key = (tenant.to_string(), id.to_string());
+        match map.get_mut(&key) {
+            Some(e) if !e.session.is_ended() => {
+                e.last_used = Instant::now();
+                Ok(e.session.clone())
+            }
+            Some(e) => {
+                let reason = e.session.ended_reason().unwrap_or_default();
+                map.remove(&key);
+                Err(SessionError::NotFound(format!(
+                    "session {id} has ended ({reason}); its variables are gone: open a new session and define them again"
+                )))
+            }
+            None => Err(not_found(id)),
+        }
+    }
+
+    /// Ends session `id` of `tenant`; false if there was none.
+    pub fn close(&self, tenant: &str, id: &str) -> bool {
+        let removed = self.map.lock().unwrap().remove(&(tenant.to_string(), id.to_string()));
+        match removed {
+            Some(e) => {
+                let alive = !e.session.is_ended();
+                e.session.close();
+                alive
+            }
+            None => false,
+        }
+    }
+
+    /// Sessions alive now (all tenants).
+    pub fn open_count(&self) -> usize {
+        self.map.lock().unwrap().values().filter(|e| !e.session.is_ended()).count()
+    }
+
+    /// Ends every session (server shutdown).
+    pub fn clear(&self) {
+        for (_, e) in self.map.lock().unwrap().drain() {
+            e.session.close();
+        }
+    }
+
+    /// Takes session `id`'s state and seals it for `tenant`.
+    pub async fn snapshot(&self, tenant: &str, id: &str) -> Result<Snapshot, SessionError> {
+        let session = self.get(tenant, id)?;
+        let state = session.snapshot(self.limits.max_snapshot_bytes).await?;
+        Ok(Snapshot { bytes: self.seal(tenant, &state), state })
+    }
+
+    fn mac(&self, tenant: &str) -> Hmac<Sha256> {
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.key).expect("HMAC takes keys of any length");
+        mac.update(&(tenant.len() as u64).to_le_bytes());
+        mac.update(tenant.as_bytes());
+        mac
+    }
+
+    fn seal(&self, tenant: &str, state: &SessionState) -> Vec<u8> {
+        let header = serde_json::json!({
+            "kept": state.kept,
+            "modules": state.modules,
+            "dropped": state.dropped.iter().map(|d| [&d.name, &d.reason]).collect::<Vec<_>>(),
+        })
+        .to_string();
+        let mut out = Vec::with_capacity(state.data.len() + header.len() + 96);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&self.engine.component_digest());
+        out.extend_from_slice(&(header.len() as u64).to_le_bytes());
+        out.extend_from_slice(header.as_bytes());
+        out.extend_from_slice(&state.data);
+        let mut mac = self.mac(tenant);
+        mac.update(&out);
+        out.extend_from_slice(&mac.finalize().into_bytes());
+        out
+    }
+
+    /// The guest state inside a sealed snapshot, once its seal, tenant and component check out.
+    fn unseal(&self, tenant: &str, bytes: &[u8]) -> Result<Vec<u8>, SessionError> {
+        let invalid = |why: &str| SessionError::Invalid(format!("the snapshot is refused: {why}"));
+        if bytes.len() < MAGIC.len() + 32 + 8 + TAG || &bytes[..MAGIC.len()] != MAGIC {
+            return Err(invalid("it is not a ptc-engine session snapshot (or not version 1)"));
+        }
+        let (body, tag) = bytes.split_at(bytes.len() - TAG);
+        let mut mac = self.mac(tenant);
+        mac.update(body);
+        if mac.verify_slice(tag).is_err() {
+            return Err(invalid(
+                "its seal does not match: it was changed, or taken for another tenant, or by a server with another \
+                 token secret",
+            ));
+        }
+        let digest = &body[MAGIC.len()..MAGIC.len() + 32];
+        if digest != self.engine.component_digest() {
+            return Err(invalid(
+                "it was taken with another version of the sandbox runtime; take a new snapshot on a server of this \
+                 version (or restore it on one of the version that took it)",
+            ));
+        }
+        let rest = &body[MAGIC.len() + 32..];
+        let header_len = u64::from_le_bytes(rest[..8].try_into().expect("8 bytes")) as usize;
+        let state = 8usize.checked_add(header_len).and_then(|start| rest.get(start..)).ok_or_else(|| invalid("it is truncated"))?;
+        Ok(state.to_vec())
+    }
+}
+
+/// 32 bytes for sealing snapshots, derived from the token secret (so servers that share the
+/// secret accept each other's snapshots, and a leaked snapshot key is not a token key).
+pub fn snapshot_key(signer: &crate::token::Signer) -> Vec<u8> {
+    signer.derive(b"ptc-engine session snapshots v1")
+}
+
+fn valid_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+fn not_found(id: &str) -> SessionError {
+    SessionError::NotFound(format!(
+        "no session {id:?}: it never existed, ended (closed, idle too long, or its execution timed out) or belongs \
+         to another key; open a new session"
+    ))
+}
+
+fn exists(id: &str) -> SessionError {
+    SessionError::Exists(format!("a session {id:?} is already open; use it, close it, or choose another id"))
+}
+
+/// The dropped globals as `name: reason` lines for a model.
+pub fn dropped_lines(dropped: &[Dropped]) -> Vec<String> {
+    dropped.iter().map(|d| format!("{}: {}", d.name, d.reason)).collect()
+}

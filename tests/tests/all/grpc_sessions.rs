@@ -1,0 +1,152 @@
+//! Live sessions over gRPC, through the real server: state across executions, tools that
+//! change, one execution at a time, tenants, idle expiry and close freeing the instance,
+//! snapshots refused when altered or foreign.
+
+use std::time::Duration;
+
+use ptc_server::proto::{self, sandbox_client::SandboxClient};
+use ptc_tests::eventually;
+use ptc_tests::grpc::*;
+use serde_json::json;
+use tonic::transport::Channel;
+
+fn with_key<T>(message: T, key: &str) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.metadata_mut().insert("x-api-key", key.parse().unwrap());
+    request
+}
+
+async fn open(client: &mut SandboxClient<Channel>, key: &str, r: proto::OpenSessionRequest) -> proto::OpenSessionResponse {
+    client.open_session(with_key(r, key)).await.expect("open session").into_inner()
+}
+
+async fn run_in(
+    client: &mut SandboxClient<Channel>,
+    key: &str,
+    session: &str,
+    code: &str,
+    tools: Vec<proto::Tool>,
+) -> Result<Msg, tonic::Status> {
+    let start = proto::Start { session_id: session.into(), ..start_message(code, tools) };
+    let stream = Stream::open(client, start, Some(key)).await?;
+    Ok(stream.drive(|c| Ok(json!(input(c)["a"].as_i64().unwrap_or(0) * 10))).await.0)
+}
+
+#[tokio::test]
+async fn a_session_keeps_state_between_executions_and_tools_change() {
+    let server = serve(config(&["a:key-a", "b:key-b"])).await;
+    let mut client = client(&server).await;
+    let id = open(&mut client, "key-a", proto::OpenSessionRequest::default()).await.session_id;
+    assert_eq!(id.len(), 32);
+    let first = run_in(&mut client, "key-a", &id, "x = await ten(a=4)\ndef twice(v):\n    return 2 * v", vec![tool("ten", None)]);
+    completed(first.await.unwrap());
+    let second = run_in(&mut client, "key-a", &id, "print(twice(x), 'ten' in globals())\nprint(await other(a=1))", vec![tool("other", None)]);
+    let done = completed(second.await.unwrap());
+    assert_eq!(done.stdout, "80 False\n10\n");
+
+    // Another tenant's id is as unknown as a made-up one.
+    let theirs = run_in(&mut client, "key-b", &id, "print(x)", vec![]).await.unwrap_err();
+    let unknown = run_in(&mut client, "key-b", "nope", "print(x)", vec![]).await.unwrap_err();
+    assert_eq!(theirs.code(), tonic::Code::NotFound);
+    assert_eq!(theirs.message().replace(&id, "ID"), unknown.message().replace("nope", "ID"));
+    assert!(theirs.message().contains("open a new session"), "{}", theirs.message());
+    let snap = client.snapshot_session(with_key(proto::SnapshotSessionRequest { session_id: id.clone() }, "key-b")).await;
+    assert_eq!(snap.unwrap_err().code(), tonic::Code::NotFound);
+    let closed = client.close_session(with_key(proto::CloseSessionRequest { session_id: id.clone() }, "key-b")).await;
+    assert!(!closed.unwrap().into_inner().closed);
+
+    // A fresh execution (no session id) sees nothing of it.
+    let fresh = run_in(&mut client, "key-a", "", "print('x' in globals())", vec![]).await.unwrap();
+    assert_eq!(completed(fresh).stdout, "False\n");
+
+    // The gauge is process-wide (other tests run beside this one): its presence is checked here.
+    assert!(metrics_text(&server).await.contains("ptc_sessions_open"));
+    let closed = client.close_session(with_key(proto::CloseSessionRequest { session_id: id.clone() }, "key-a")).await;
+    assert!(closed.unwrap().into_inner().closed);
+    eventually("the closed session's instance is freed", || server.engine.live_instances() == 0).await;
+    let gone = run_in(&mut client, "key-a", &id, "pass", vec![]).await.unwrap_err();
+    assert_eq!(gone.code(), tonic::Code::NotFound);
+}
+
+#[tokio::test]
+async fn one_execution_at_a_time_and_idle_sessions_end() {
+    let server = serve(config(&["a:key-a"])).await;
+    let mut client = client(&server).await;
+    let request = proto::OpenSessionRequest { session_id: "mine".into(), idle_timeout_ms: Some(1500), ..Default::default() };
+    let opened = open(&mut client, "key-a", request.clone()).await;
+    assert_eq!((opened.session_id.as_str(), opened.idle_timeout_ms), ("mine", 1500));
+    let again = client.open_session(with_key(request, "key-a")).await.unwrap_err();
+    assert_eq!(again.code(), tonic::Code::AlreadyExists);
+
+    let start = proto::Start { session_id: "mine".into(), ..start_message("v = await ten(a=1)", vec![tool("ten", None)]) };
+    let mut first = Stream::open(&mut client, start, Some("key-a")).await.unwrap();
+    let calls = first.until(|m| if let Msg::ToolCalls(c) = m { Some(c) } else { None }).await;
+    let busy = run_in(&mut client, "key-a", "mine", "pass", vec![]).await.unwrap_err();
+    assert_eq!(busy.code(), tonic::Code::Aborted);
+    assert!(busy.message().contains("one at a time"), "{}", busy.message());
+    first.send_results(vec![result(&calls.calls[0].id, Ok(json!(7)))]).await;
+    completed(first.until(|m| matches!(m, Msg::Completed(_) | Msg::Failed(_)).then_some(m)).await);
+    let done = completed(run_in(&mut client, "key-a", "mine", "print(v)", vec![]).await.unwrap());
+    assert_eq!(done.stdout, "7\n");
+
+    eventually("the idle session's instance is freed", || server.engine.live_instances() == 0).await;
+    let ended = run_in(&mut client, "key-a", "mine", "print(v)", vec![]).await.unwrap_err();
+    assert_eq!(ended.code(), tonic::Code::NotFound);
+    assert!(ended.message().contains("idle"), "{}", ended.message());
+
+    // Start may open the session it names.
+    let start = proto::Start { session_id: "auto".into(), open_session: true, ..start_message("n = 1", vec![]) };
+    completed(Stream::open(&mut client, start, Some("key-a")).await.unwrap().drive(|_| Ok(json!(0))).await.0);
+    let done = completed(run_in(&mut client, "key-a", "auto", "print(n + 1)", vec![]).await.unwrap());
+    assert_eq!(done.stdout, "2\n");
+    // A timeout ends the session; the next use says why.
+    let start = proto::Start {
+        session_id: "auto".into(),
+        limits: Some(proto::Limits { timeout_ms: Some(1000), ..Default::default() }),
+        ..start_message("while True: pass", vec![])
+    };
+    let f = failed(Stream::open(&mut client, start, Some("key-a")).await.unwrap().drive(|_| Ok(json!(0))).await.0);
+    assert_eq!(f.kind, proto::FailureKind::Timeout as i32);
+    let ended = run_in(&mut client, "key-a", "auto", "pass", vec![]).await.unwrap_err();
+    assert!(ended.message().contains("timeout"), "{}", ended.message());
+}
+
+#[tokio::test]
+async fn snapshots_restore_and_refuse_altered_or_foreign_bytes() {
+    let server = serve(config(&["a:key-a", "b:key-b"])).await;
+    let mut client = client(&server).await;
+    let id = open(&mut client, "key-a", proto::OpenSessionRequest::default()).await.session_id;
+    let code = "import math\nrows = {'a': [1, 2], 'b': [3]}\ndef total():\n    return sum(map(sum, rows.values()))\nit = (i for i in [1])";
+    completed(run_in(&mut client, "key-a", &id, code, vec![]).await.unwrap());
+    let snap = client
+        .snapshot_session(with_key(proto::SnapshotSessionRequest { session_id: id.clone() }, "key-a"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(snap.dropped.len(), 1);
+    assert_eq!(snap.dropped[0].name, "it");
+    assert!(snap.modules.contains(&"math".to_string()));
+
+    let restored = open(&mut client, "key-a", proto::OpenSessionRequest { snapshot: snap.snapshot.clone(), ..Default::default() }).await;
+    assert!(restored.restored.contains(&"total".to_string()), "{:?}", restored.restored);
+    let done = completed(run_in(&mut client, "key-a", &restored.session_id, "print(total(), math.floor(2.5))", vec![]).await.unwrap());
+    assert_eq!(done.stdout, "6 2\n");
+
+    let refuse = |bytes: Vec<u8>, key: &'static str| {
+        let mut client = client.clone();
+        async move {
+            let r = proto::OpenSessionRequest { snapshot: bytes, ..Default::default() };
+            client.open_session(with_key(r, key)).await.unwrap_err()
+        }
+    };
+    let mut altered = snap.snapshot.clone();
+    let middle = altered.len() / 2;
+    altered[middle] ^= 1;
+    let e = refuse(altered, "key-a").await;
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(e.message().contains("seal does not match"), "{}", e.message());
+    let e = refuse(snap.snapshot.clone(), "key-b").await;
+    assert!(e.message().contains("another tenant"), "{}", e.message());
+    let e = refuse(b"PTCSNAP1 short".to_vec(), "key-a").await;
+    assert!(e.message().contains("not a ptc-engine session snapshot"), "{}", e.message());
+}
