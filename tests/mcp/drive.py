@@ -33,7 +33,7 @@ async def run(client, code, **kwargs):
     return result, text_of(result), result.structured_content
 
 
-async def scenarios(client, fs_root, pause):
+async def scenarios(client, fs_root, pause, persistent):
     # The tool list: execute_code's description is the model's only view of the tools.
     tools = {t.name: t for t in (await client.list_tools()).tools}
     assert set(tools) == {"execute_code", "describe_tools"}, tools
@@ -65,6 +65,18 @@ return {{"ids": [n["id"] for n in found["result"]]}}
     assert names == ["fs.read_text_file", "notes.get_body", "notes.note_stats", "notes.search_notes", "web.search_notes"], names
     assert "[return value]" in text
     log("gather: ok")
+
+    # Globals persist from one execute_code to the next in one MCP session (stdio; HTTP under
+    # protocol 2026-07-28 has no sessions, and the description must not promise it).
+    assert ("persist from one execute_code call" in desc) == persistent, desc
+    result, text, sc = await run(client, "import statistics\nseen = [3, 1, 2]\ndef med():\n    return statistics.median(seen)")
+    assert not result.is_error, text
+    result, text, sc = await run(client, "print('seen' in globals())")
+    assert sc["stdout"] == f"{persistent}\n", sc
+    if persistent:
+        result, text, sc = await run(client, "seen.append(10)\nprint(med(), len(seen))")
+        assert sc["stdout"] == "2.5 4\n", sc
+    log(f"session (persistent={persistent}): ok")
 
     # A stdio server inherits a few variables from ptc-engine, never its secrets.
     result, text, sc = await run(client, "print(' '.join((await notes.environment())['result']))")
@@ -169,8 +181,11 @@ print("restarted:", before != after)
         log("MARK cancelled")
         # In a thread: the event loop must keep running to close the abandoned request.
         await asyncio.to_thread(sys.stdin.readline)
-    result, text, sc = await run(client, "print('after cancel')")
-    assert sc["stdout"] == "after cancel\n", sc
+    result, text, sc = await run(client, "print('after cancel', 'seen' in globals())")
+    assert sc["stdout"] == "after cancel False\n", sc
+    # The cancelled program stopped the session mid-way: the model is told its state is gone.
+    if persistent:
+        assert text.startswith("[session] the previous session ended (its execution ended with cancelled"), text
     log("cancellation: ok")
 
 
@@ -242,7 +257,7 @@ async def main():
     args = parser.parse_args()
     server = connect(args)
     async with Client(server) as client:
-        await scenarios(client, args.fs_root, args.pause)
+        await scenarios(client, args.fs_root, args.pause, persistent=args.mode == "stdio")
     await with_sampling(connect(args))
     await abandoned(connect(args), args.pause)
     log("ALL OK")

@@ -97,7 +97,7 @@ impl CodeMode {
 
     /// The callable tools, and with `describe` also execute_code's description (which costs
     /// an instance to render the signatures, so an execution does without it).
-    async fn catalog(&self, describe: bool) -> Result<Catalog, String> {
+    async fn catalog(&self, describe: bool, persistent: bool) -> Result<Catalog, String> {
         let listings = self.shared.downstream.listings().await;
         let mut defs = Vec::new();
         let mut not_callable = Vec::new();
@@ -125,7 +125,7 @@ impl CodeMode {
             .await
             .map_err(|e| format!("the downstream tools cannot be offered to programs: {}", e.message()))?;
         let mut text = String::from(EXECUTE_CODE_INTRO);
-        if self.shared.sessions.is_some() {
+        if persistent {
             text.push_str(PERSIST);
         }
         text.push_str("\n\nTools (call as `await server.tool(...)`):\n");
@@ -160,7 +160,7 @@ impl CodeMode {
                 )
             })?),
         };
-        let catalog = self.catalog(false).await.map_err(|e| McpError::internal_error(e, None))?;
+        let catalog = self.catalog(false, false).await.map_err(|e| McpError::internal_error(e, None))?;
         let qualified = |d: &ToolDef| format!("{}.{}", d.namespace.as_deref().unwrap_or_default(), d.name);
         let chosen: Vec<ToolDef> = match &names {
             None => catalog.defs.clone(),
@@ -232,7 +232,7 @@ impl CodeMode {
             },
         }
         let timeout_limit = limits.timeout;
-        let mut catalog = match self.catalog(false).await {
+        let mut catalog = match self.catalog(false, false).await {
             Ok(c) => c,
             Err(e) => return Ok(failed_before_start(e).into()),
         };
@@ -251,9 +251,9 @@ impl CodeMode {
         let started = Instant::now();
         // With sessions, programs of this MCP session run one after another in its live
         // session: the lock is held until the program ends (or is parked for sampling).
-        let mut live = match self.shared.sessions {
-            Some(_) => Some(self.live.clone().lock_owned().await),
-            None => None,
+        let mut live = match self.persistent(&ctx) {
+            true => Some(self.live.clone().lock_owned().await),
+            false => None,
         };
         let mut notice = None;
         let exec = match live.as_deref_mut() {
@@ -283,6 +283,15 @@ impl CodeMode {
         let response = self.proceed(run, &ctx).await;
         drop(live);
         Ok(response)
+    }
+
+    /// Whether programs of this connection share a live session: sessions are on, and there
+    /// is an MCP session to hold it (stdio; over HTTP, protocols before 2026-07-28, which
+    /// removed sessions, so each request there gets a handler of its own).
+    fn persistent(&self, ctx: &RequestContext<RoleServer>) -> bool {
+        let http = ctx.extensions.get::<axum::http::request::Parts>().is_some();
+        let modern = ctx.protocol_version().is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
+        self.shared.sessions.is_some() && !(http && modern)
     }
 
     /// This MCP session's live session, opened if it has none or it ended (`notice` then tells
@@ -567,9 +576,7 @@ next in this conversation, so load data once and reuse it; a timeout or cancella
 const EXECUTE_CODE_INTRO: &str = "Run a Python 3.14 program in a sandbox (standard library only, no network; files only in /mnt/data). \
 The tools below are async functions grouped by server: `await server.tool(arg=...)`; run independent calls at once with \
 `await asyncio.gather(...)`. Results arrive as Python values (dicts, lists, strings); a failing tool raises ToolError, \
-which you can catch. Top-level await and `return value` work. Globals (variables, imports, functions, classes) persist \
-from one execute_code call to the next in this conversation, so load data once and reuse it. \
-Only what the program prints and returns comes back to you, \
+which you can catch. Top-level await and `return value` work. Only what the program prints and returns comes back to you, \
 so filter and summarise in code. `await llm_query(prompt, system=None, max_tokens=1024)` asks your client's model \
 and returns its answer as a string. `describe_tools(names)` gives a tool's full documentation.";
 
@@ -720,9 +727,9 @@ impl ServerHandler for CodeMode {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _ctx: RequestContext<RoleServer>,
+        ctx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let description = match self.catalog(true).await {
+        let description = match self.catalog(true, self.persistent(&ctx)).await {
             Ok(catalog) => catalog.description,
             Err(e) => format!("{EXECUTE_CODE_INTRO}\n\nNo tools can be offered now: {e}"),
         };
