@@ -23,6 +23,8 @@ fn main() {
     println!("cargo:rerun-if-changed={}", python.join("app.py").display());
     watch_sources(&python.join("ptc_runtime"));
 
+    write_runtime_digest(&out, &[&wit, &python.join("app.py"), &python.join("ptc_runtime")]);
+
     let venv = venv_dir(&out);
     let tool = match std::env::var_os("PTC_COMPONENTIZE_PY") {
         Some(path) => PathBuf::from(path),
@@ -45,6 +47,40 @@ fn main() {
         .status()
         .unwrap_or_else(|e| panic!("running {}: {e}", tool.display()));
     assert!(status.success(), "componentize-py failed to build the sandbox component");
+}
+
+/// SHA-256 of what the component is built from (the pins, the WIT world, the Python sources):
+/// the runtime's version, the same for every build of the same sources (the component's own
+/// bytes are not: CPython's pre-initialisation snapshot differs from build to build).
+fn write_runtime_digest(out: &Path, inputs: &[&Path]) {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    hash.update(format!("componentize-py {COMPONENTIZE_PY_VERSION}; tzdata {TZDATA_VERSION}\n"));
+    let mut files = Vec::new();
+    for input in inputs {
+        if input.is_dir() {
+            for entry in std::fs::read_dir(input).expect("runtime sources") {
+                let path = entry.unwrap().path();
+                if path.extension().is_some_and(|e| e == "py" || e == "wit") {
+                    files.push(path);
+                }
+            }
+        } else {
+            files.push(input.to_path_buf());
+        }
+    }
+    let root = inputs[0].parent().expect("the crate directory");
+    let mut named: Vec<(String, PathBuf)> = files
+        .into_iter()
+        .map(|p| (p.strip_prefix(root).unwrap_or(&p).to_string_lossy().replace('\\', "/"), p))
+        .collect();
+    named.sort();
+    for (name, path) in named {
+        let bytes = std::fs::read(&path).expect("a runtime source");
+        hash.update(format!("{name} {}\n", bytes.len()));
+        hash.update(&bytes);
+    }
+    std::fs::write(out.join("runtime-digest"), hash.finalize()).expect("writing the runtime digest");
 }
 
 fn watch_sources(dir: &Path) {

@@ -47,7 +47,9 @@ fn benches(c: &mut Criterion) {
     rt.block_on(run_in_session(&engine, &session, state_code));
     let state = rt.block_on(session.snapshot(64 << 20)).unwrap();
     eprintln!("session snapshot of 1,000 small dicts, a function and a module: {} bytes", state.data.len());
-    group.bench_function("snapshot_1000_rows", |b| b.to_async(&rt).iter(|| async { session.snapshot(64 << 20).await.unwrap() }));
+    group.bench_function("snapshot_1000_rows", |b| {
+        b.to_async(&rt).iter(|| async { session.snapshot(64 << 20).await.unwrap() })
+    });
     group.bench_function("restore_1000_rows", |b| {
         b.to_async(&rt).iter(|| async {
             let request = SessionRequest::new().with_restore(state.data.clone());

@@ -38,10 +38,8 @@ pub struct Engine {
 
 struct Inner {
     wasmtime: wasmtime::Engine,
-    /// SHA-256 of the component's bytes, computed on first use (~25 ms for ~40 MB).
-    digest: std::sync::OnceLock<[u8; 32]>,
-    /// The embedded component (a file's is hashed when it is read, not kept).
-    embedded: Option<&'static [u8]>,
+    /// The runtime's version: see [`Engine::component_digest`].
+    digest: [u8; 32],
     pre: SandboxPre<HostState>,
     config: EngineConfig,
     slots: Arc<Semaphore>,
@@ -98,13 +96,11 @@ impl Engine {
                 .into(),
         };
         let (wasmtime, component, pooling) = build_engine(&config, &bytes)?;
-        let digest = std::sync::OnceLock::new();
-        let embedded = match bytes {
-            std::borrow::Cow::Borrowed(b) => Some(b),
-            std::borrow::Cow::Owned(b) => {
+        let digest = match &config.component {
+            ComponentSource::Embedded => *ptc_runtime_python_wasm::RUNTIME_DIGEST,
+            ComponentSource::File(_) => {
                 use sha2::Digest;
-                let _ = digest.set(sha2::Sha256::digest(&b).into());
-                None
+                sha2::Sha256::digest(&bytes).into()
             }
         };
         let mut linker = Linker::<HostState>::new(&wasmtime);
@@ -117,7 +113,6 @@ impl Engine {
         Ok(Engine {
             inner: Arc::new(Inner {
                 digest,
-                embedded,
                 wasmtime,
                 pre,
                 slots: Arc::new(Semaphore::new(config.max_concurrent)),
@@ -139,11 +134,12 @@ impl Engine {
         &self.inner.config
     }
 
-    /// SHA-256 of the sandbox component: what a session snapshot records, so that one taken
-    /// with another component (another version of the runtime) can be refused.
+    /// The sandbox runtime's version, as SHA-256: of the sources the embedded component is
+    /// built from (every build of the same sources agrees; the component's bytes differ from
+    /// build to build), or of a component file's bytes. Session snapshots record it, so that
+    /// one taken with another runtime can be refused.
     pub fn component_digest(&self) -> [u8; 32] {
-        use sha2::Digest;
-        *self.inner.digest.get_or_init(|| sha2::Sha256::digest(self.inner.embedded.unwrap_or_default()).into())
+        self.inner.digest
     }
 
     /// Whether the pooling allocator is in use (false: it was off or the machine refused it).

@@ -137,7 +137,11 @@ pub(crate) async fn drive(job: Job, mut store: Store<HostState>) {
 /// Runs the program in `instance` (a live session's, with its globals kept) or in a new
 /// instance, and returns the final event, with the instance if it can run another program: it
 /// cannot after a trap, a timeout or a cancellation, which stop it mid-program.
-pub(crate) async fn run(job: &Job, store: &mut Store<HostState>, instance: Option<Sandbox>) -> (Event, Option<Sandbox>) {
+pub(crate) async fn run(
+    job: &Job,
+    store: &mut Store<HostState>,
+    instance: Option<Sandbox>,
+) -> (Event, Option<Sandbox>) {
     let mut instantiate_time = None;
     let session = instance.is_some();
     let ending = {

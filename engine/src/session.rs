@@ -52,13 +52,7 @@ pub struct SessionRequest {
 
 impl Default for SessionRequest {
     fn default() -> Self {
-        SessionRequest {
-            limits: None,
-            idle_timeout: DEFAULT_IDLE_TIMEOUT,
-            tenant: None,
-            data_dir: None,
-            restore: None,
-        }
+        SessionRequest { limits: None, idle_timeout: DEFAULT_IDLE_TIMEOUT, tenant: None, data_dir: None, restore: None }
     }
 }
 
@@ -308,7 +302,9 @@ pub(crate) async fn serve(mut serve: Serve, mut store: Store<HostState>, sandbox
                 store.data().broker.run_slot.release();
                 let ending = match (&event, &kept) {
                     (_, Some(_)) => None,
-                    (Event::Failed(f), None) => Some(format!("its execution ended with {}: {}", f.kind.as_str(), f.message)),
+                    (Event::Failed(f), None) => {
+                        Some(format!("its execution ended with {}: {}", f.kind.as_str(), f.message))
+                    }
                     _ => Some("its instance stopped".into()),
                 };
                 sandbox = kept;

@@ -9,3 +9,7 @@ pub static COMPONENT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/ptc-sand
 
 /// Absolute path of the WIT directory the component was built from.
 pub const WIT_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/wit");
+
+/// SHA-256 of the sources the component is built from (pins, WIT world, Python runtime): the
+/// same for every build of the same sources, unlike the component's bytes.
+pub static RUNTIME_DIGEST: &[u8; 32] = include_bytes!(concat!(env!("OUT_DIR"), "/runtime-digest"));

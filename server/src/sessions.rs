@@ -307,7 +307,10 @@ impl Sessions {
         }
         let rest = &body[MAGIC.len() + 32..];
         let header_len = u64::from_le_bytes(rest[..8].try_into().expect("8 bytes")) as usize;
-        let state = 8usize.checked_add(header_len).and_then(|start| rest.get(start..)).ok_or_else(|| invalid("it is truncated"))?;
+        let state = 8usize
+            .checked_add(header_len)
+            .and_then(|start| rest.get(start..))
+            .ok_or_else(|| invalid("it is truncated"))?;
         Ok(state.to_vec())
     }
 }

@@ -14,13 +14,14 @@ use ptc_tests::binary::{Process, free_port};
 struct Server {
     _process: Process,
     http: SocketAddr,
+    grpc: SocketAddr,
 }
 
 fn start(bin: &Path, files_dir: &Path, flags: &[&str]) -> Server {
-    let http = free_port();
+    let (http, grpc) = (free_port(), free_port());
     let mut child = Command::new(bin)
         .arg("serve")
-        .args(["--grpc-addr", &format!("127.0.0.1:{}", free_port())])
+        .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
         .args(["--metrics-addr", &format!("127.0.0.1:{}", free_port())])
         .args(["--http-addr", &format!("127.0.0.1:{http}")])
         .arg("--files-dir")
@@ -39,7 +40,7 @@ fn start(bin: &Path, files_dir: &Path, flags: &[&str]) -> Server {
     }
     // Keep reading its log so it never blocks on a full pipe.
     std::thread::spawn(move || std::io::copy(&mut log, &mut std::io::sink()));
-    Server { _process: Process(child), http: ([127, 0, 0, 1], http).into() }
+    Server { _process: Process(child), http: ([127, 0, 0, 1], http).into(), grpc: ([127, 0, 0, 1], grpc).into() }
 }
 
 #[tokio::test]
@@ -77,5 +78,60 @@ async fn the_release_binary_holds_against_every_attack() {
     attacks::cancel_frees_at_once(server.http, None).await;
     attacks::http_connections(server.http).await;
     drop(server);
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// A session's snapshot taken on one server (in-process) restores on another server process
+/// (the release binary) that shares the token secret: the same globals, functions and classes.
+#[tokio::test]
+async fn a_session_snapshot_restores_on_another_server_process() {
+    use ptc_server::proto::{self, sandbox_client::SandboxClient};
+    use ptc_tests::grpc;
+    let bin = tokio::task::spawn_blocking(ptc_tests::binary::release).await.unwrap();
+    fn keyed<T>(message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        request.metadata_mut().insert("x-api-key", "key-a".parse().unwrap());
+        request
+    }
+    let run = |client: SandboxClient<tonic::transport::Channel>, session: String, code: &'static str| async move {
+        let mut client = client;
+        let start = proto::Start { session_id: session, ..grpc::start_message(code, vec![]) };
+        let stream = grpc::Stream::open(&mut client, start, Some("key-a")).await.unwrap();
+        grpc::completed(stream.drive(|_| Ok(serde_json::json!(null))).await.0)
+    };
+
+    let mut config = grpc::config(&["a:key-a"]);
+    config.token_secret = Some("shared-secret".into());
+    let first = grpc::serve(config).await;
+    let mut client = grpc::client(&first).await;
+    let id = client.open_session(keyed(proto::OpenSessionRequest::default())).await.unwrap().into_inner().session_id;
+    let code = "import fractions\nclass Ledger:\n    def __init__(self):\n        self.items = []\n    \
+                def total(self):\n        return sum(self.items)\nledger = Ledger()\n\
+                ledger.items += [fractions.Fraction(1, 3), fractions.Fraction(1, 6)]\nlabel = 'books'";
+    run(client.clone(), id.clone(), code).await;
+    let snapshot =
+        client.snapshot_session(keyed(proto::SnapshotSessionRequest { session_id: id })).await.unwrap().into_inner();
+    assert!(snapshot.dropped.is_empty(), "{:?}", snapshot.dropped);
+
+    let base = std::env::temp_dir().join(format!("ptc-release-sessions-{}", std::process::id()));
+    let second = start(&bin, &base.join("files"), &["--api-keys", "a:key-a", "--token-secret", "shared-secret"]);
+    let mut other = SandboxClient::connect(format!("http://{}", second.grpc)).await.unwrap();
+    let request = proto::OpenSessionRequest { snapshot: snapshot.snapshot.clone(), ..Default::default() };
+    let opened = other.open_session(keyed(request)).await.unwrap().into_inner();
+    for name in ["fractions", "Ledger", "ledger", "label"] {
+        assert!(opened.restored.iter().any(|n| n == name), "{name} not in {:?}", opened.restored);
+    }
+    let done = run(other.clone(), opened.session_id, "print(label, ledger.total(), type(ledger).__name__)").await;
+    assert_eq!(done.stdout, "books 1/2 Ledger\n");
+
+    // A server with another secret refuses it, saying why.
+    drop(second);
+    let third = start(&bin, &base.join("files3"), &["--api-keys", "a:key-a", "--token-secret", "other"]);
+    let mut other = SandboxClient::connect(format!("http://{}", third.grpc)).await.unwrap();
+    let request = proto::OpenSessionRequest { snapshot: snapshot.snapshot, ..Default::default() };
+    let refused = other.open_session(keyed(request)).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert!(refused.message().contains("another token secret"), "{}", refused.message());
+    first.shutdown();
     let _ = std::fs::remove_dir_all(&base);
 }

@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ptc_engine::{
-    Engine, Event, Execution, ExecutionRequest, FailureKind, Limits, OutputStream, Session, SessionRequest, ToolCallRecord,
-    ToolDef, ToolResult,
+    Engine, Event, Execution, ExecutionRequest, FailureKind, Limits, OutputStream, Session, SessionRequest,
+    ToolCallRecord, ToolDef, ToolResult,
 };
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CreateMessageRequest,

@@ -16,7 +16,11 @@ fn with_key<T>(message: T, key: &str) -> tonic::Request<T> {
     request
 }
 
-async fn open(client: &mut SandboxClient<Channel>, key: &str, r: proto::OpenSessionRequest) -> proto::OpenSessionResponse {
+async fn open(
+    client: &mut SandboxClient<Channel>,
+    key: &str,
+    r: proto::OpenSessionRequest,
+) -> proto::OpenSessionResponse {
     client.open_session(with_key(r, key)).await.expect("open session").into_inner()
 }
 
@@ -38,9 +42,21 @@ async fn a_session_keeps_state_between_executions_and_tools_change() {
     let mut client = client(&server).await;
     let id = open(&mut client, "key-a", proto::OpenSessionRequest::default()).await.session_id;
     assert_eq!(id.len(), 32);
-    let first = run_in(&mut client, "key-a", &id, "x = await ten(a=4)\ndef twice(v):\n    return 2 * v", vec![tool("ten", None)]);
+    let first = run_in(
+        &mut client,
+        "key-a",
+        &id,
+        "x = await ten(a=4)\ndef twice(v):\n    return 2 * v",
+        vec![tool("ten", None)],
+    );
     completed(first.await.unwrap());
-    let second = run_in(&mut client, "key-a", &id, "print(twice(x), 'ten' in globals())\nprint(await other(a=1))", vec![tool("other", None)]);
+    let second = run_in(
+        &mut client,
+        "key-a",
+        &id,
+        "print(twice(x), 'ten' in globals())\nprint(await other(a=1))",
+        vec![tool("other", None)],
+    );
     let done = completed(second.await.unwrap());
     assert_eq!(done.stdout, "80 False\n10\n");
 
@@ -50,7 +66,8 @@ async fn a_session_keeps_state_between_executions_and_tools_change() {
     assert_eq!(theirs.code(), tonic::Code::NotFound);
     assert_eq!(theirs.message().replace(&id, "ID"), unknown.message().replace("nope", "ID"));
     assert!(theirs.message().contains("open a new session"), "{}", theirs.message());
-    let snap = client.snapshot_session(with_key(proto::SnapshotSessionRequest { session_id: id.clone() }, "key-b")).await;
+    let snap =
+        client.snapshot_session(with_key(proto::SnapshotSessionRequest { session_id: id.clone() }, "key-b")).await;
     assert_eq!(snap.unwrap_err().code(), tonic::Code::NotFound);
     let closed = client.close_session(with_key(proto::CloseSessionRequest { session_id: id.clone() }, "key-b")).await;
     assert!(!closed.unwrap().into_inner().closed);
@@ -72,13 +89,15 @@ async fn a_session_keeps_state_between_executions_and_tools_change() {
 async fn one_execution_at_a_time_and_idle_sessions_end() {
     let server = serve(config(&["a:key-a"])).await;
     let mut client = client(&server).await;
-    let request = proto::OpenSessionRequest { session_id: "mine".into(), idle_timeout_ms: Some(1500), ..Default::default() };
+    let request =
+        proto::OpenSessionRequest { session_id: "mine".into(), idle_timeout_ms: Some(1500), ..Default::default() };
     let opened = open(&mut client, "key-a", request.clone()).await;
     assert_eq!((opened.session_id.as_str(), opened.idle_timeout_ms), ("mine", 1500));
     let again = client.open_session(with_key(request, "key-a")).await.unwrap_err();
     assert_eq!(again.code(), tonic::Code::AlreadyExists);
 
-    let start = proto::Start { session_id: "mine".into(), ..start_message("v = await ten(a=1)", vec![tool("ten", None)]) };
+    let start =
+        proto::Start { session_id: "mine".into(), ..start_message("v = await ten(a=1)", vec![tool("ten", None)]) };
     let mut first = Stream::open(&mut client, start, Some("key-a")).await.unwrap();
     let calls = first.until(|m| if let Msg::ToolCalls(c) = m { Some(c) } else { None }).await;
     let busy = run_in(&mut client, "key-a", "mine", "pass", vec![]).await.unwrap_err();
@@ -127,9 +146,13 @@ async fn snapshots_restore_and_refuse_altered_or_foreign_bytes() {
     assert_eq!(snap.dropped[0].name, "it");
     assert!(snap.modules.contains(&"math".to_string()));
 
-    let restored = open(&mut client, "key-a", proto::OpenSessionRequest { snapshot: snap.snapshot.clone(), ..Default::default() }).await;
+    let restored =
+        open(&mut client, "key-a", proto::OpenSessionRequest { snapshot: snap.snapshot.clone(), ..Default::default() })
+            .await;
     assert!(restored.restored.contains(&"total".to_string()), "{:?}", restored.restored);
-    let done = completed(run_in(&mut client, "key-a", &restored.session_id, "print(total(), math.floor(2.5))", vec![]).await.unwrap());
+    let done = completed(
+        run_in(&mut client, "key-a", &restored.session_id, "print(total(), math.floor(2.5))", vec![]).await.unwrap(),
+    );
     assert_eq!(done.stdout, "6 2\n");
 
     let refuse = |bytes: Vec<u8>, key: &'static str| {

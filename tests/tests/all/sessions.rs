@@ -22,9 +22,8 @@ async fn globals_imports_functions_and_classes_persist_between_executions() {
     let first = "import statistics as st\nrows = [3, 1, 2]\ndef top(n):\n    return sorted(rows)[-n:]\n\
                  class Acc:\n    total = 0\nacc = Acc()\nacc.total = int(await add(a=40, b=2))";
     exec(engine, &session, first, standard_tools()).await.completed();
-    let done = exec(engine, &session, "print(st.median(rows), top(2), acc.total)\nreturn len(rows)", vec![])
-        .await
-        .completed();
+    let done =
+        exec(engine, &session, "print(st.median(rows), top(2), acc.total)\nreturn len(rows)", vec![]).await.completed();
     assert_eq!(done.stdout, "2 [2, 3] 42\n");
     assert_eq!(done.return_value, "3");
     // Each execution has its own output, call log and counters.
@@ -103,11 +102,8 @@ async fn a_timeout_ends_the_session_and_frees_its_instance() {
 async fn close_and_idle_expiry_free_the_instance() {
     let engine = engine_with(|_| {});
     let closed = open(&engine).await;
-    let idle = engine
-        .open_session(SessionRequest::new().with_idle_timeout(Duration::from_millis(300)))
-        .await
-        .unwrap()
-        .0;
+    let idle =
+        engine.open_session(SessionRequest::new().with_idle_timeout(Duration::from_millis(300))).await.unwrap().0;
     assert_eq!(engine.live_instances(), 2);
     closed.close();
     eventually("the closed session's instance is freed", || engine.live_instances() == 1).await;
@@ -158,8 +154,7 @@ async fn a_snapshot_restores_into_a_new_session_with_what_it_could_keep() {
     }
     assert!(state.modules.contains(&"json".to_string()), "{:?}", state.modules);
 
-    let (restored, report) =
-        engine.open_session(SessionRequest::new().with_restore(state.data.clone())).await.unwrap();
+    let (restored, report) = engine.open_session(SessionRequest::new().with_restore(state.data.clone())).await.unwrap();
     assert!(report.dropped.is_empty(), "{:?}", report.dropped);
     let done = exec(engine, &restored, "print(total(), rows[1], j.dumps(rows[0].k))", vec![]).await.completed();
     assert_eq!(done.stdout, "3 Row(k='b', v=2) \"a\"\n");

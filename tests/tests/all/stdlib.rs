@@ -8,18 +8,18 @@ async fn documented_stdlib_modules_import_and_work() {
 import json, re, datetime, math, statistics, decimal, fractions, collections, itertools
 import functools, random, csv, io, textwrap, string, base64, hashlib, hmac, uuid, typing
 import dataclasses, enum, heapq, bisect, operator, copy, pprint, difflib, html, urllib.parse
-import zoneinfo, zlib, gzip, struct, unicodedata, ipaddress, graphlib, tomllib
+import zoneinfo, zlib, gzip, struct, unicodedata, ipaddress, graphlib, tomllib, pickle
 import xml.etree.ElementTree as ET
 print(statistics.mean([1, 2, 3]), decimal.Decimal("1.10") + decimal.Decimal("2.20"))
 print(hashlib.sha256(b"abc").hexdigest()[:16], base64.b64encode(b"hi").decode())
 print(len(str(uuid.uuid4())), ET.fromstring("<a><b>x</b></a>").find("b").text)
-print(zlib.decompress(zlib.compress(b"z" * 100)) == b"z" * 100, tomllib.loads("a = 1")["a"])
+print(zlib.decompress(zlib.compress(b"z" * 100)) == b"z" * 100, tomllib.loads("a = 1")["a"], pickle.loads(pickle.dumps([1]))[0])
 print(datetime.date(2024, 2, 29).isoformat(), urllib.parse.urlparse("http://h/p?q=1").query)
 print(list(graphlib.TopologicalSorter({"b": {"a"}}).static_order()))
 print(datetime.datetime.now(datetime.timezone.utc).year >= 2024)
 "#;
     let done = run_code(code).await.completed();
-    assert_eq!(done.stdout, "2 3.30\nba7816bf8f01cfea aGk=\n36 x\nTrue 1\n2024-02-29 q=1\n['a', 'b']\nTrue\n");
+    assert_eq!(done.stdout, "2 3.30\nba7816bf8f01cfea aGk=\n36 x\nTrue 1 1\n2024-02-29 q=1\n['a', 'b']\nTrue\n");
 }
 
 #[tokio::test]
