@@ -139,8 +139,11 @@ pub(crate) struct Shared {
     pub(crate) output: Output,
 }
 
+/// Prepares the store for the next execution (its exchange, events, tools and limits).
+pub(crate) type Install = Box<dyn FnOnce(&mut Store<HostState>) + Send>;
+
 pub(crate) enum Command {
-    Execute(Box<Job>, Box<dyn FnOnce(&mut Store<HostState>) + Send>),
+    Execute(Box<Job>, Install),
     Snapshot { max_bytes: u64, reply: oneshot::Sender<Result<SessionState>> },
 }
 

@@ -2,8 +2,6 @@
 //! change, one execution at a time, tenants, idle expiry and close freeing the instance,
 //! snapshots refused when altered or foreign.
 
-use std::time::Duration;
-
 use ptc_server::proto::{self, sandbox_client::SandboxClient};
 use ptc_tests::eventually;
 use ptc_tests::grpc::*;
