@@ -64,23 +64,17 @@ fn add(input: &str) -> String {
 /// Runs `code` to completion through the library, answering `add` instantly.
 pub async fn run_library(engine: &Engine, code: &str) {
     let request = ExecutionRequest::new(code).with_tools(tools()).with_limits(limits());
-    let mut exec = engine.start(request).await.unwrap();
-    while let Some(event) = exec.next_event().await {
-        match event {
-            Event::ToolCalls { calls, .. } => {
-                exec.submit(calls.iter().map(|c| ToolResult::ok_json(&c.id, add(&c.input))).collect()).unwrap()
-            }
-            Event::Completed(_) => return,
-            Event::Failed(f) => panic!("{}: {}", f.message, f.stderr),
-            Event::Output { .. } => {}
-        }
-    }
+    finish(engine.start(request).await.unwrap()).await
 }
 
 /// Runs `code` to completion in a live session through the library, answering `add` instantly.
 pub async fn run_in_session(engine: &Engine, session: &ptc_engine::Session, code: &str) {
     let request = ExecutionRequest::new(code).with_tools(tools()).with_limits(limits());
-    let mut exec = engine.execute_in(session, request).await.unwrap();
+    finish(engine.execute_in(session, request).await.unwrap()).await
+}
+
+/// Answers `add` instantly until the execution completes.
+async fn finish(mut exec: ptc_engine::Execution) {
     while let Some(event) = exec.next_event().await {
         match event {
             Event::ToolCalls { calls, .. } => {

@@ -185,9 +185,7 @@ impl Engine {
     /// a task of its own and reports through [`Execution::next_event`].
     pub async fn start(&self, request: ExecutionRequest) -> Result<Execution> {
         let inner = &self.inner;
-        if !inner.accepting.load(Ordering::SeqCst) {
-            return Err(Error::new(ErrorKind::Unavailable, "the engine is shutting down"));
-        }
+        self.check_accepting()?;
         let limits = request.limits.clone().unwrap_or_else(|| inner.config.default_limits.clone());
         inner.config.ceilings.check(&limits, inner.config.fuel)?;
         request.check_size(&inner.config.ceilings)?;
@@ -224,9 +222,7 @@ impl Engine {
     /// execution slot (see [`WhenBusy`]) and its memory until it ends.
     pub async fn open_session(&self, request: SessionRequest) -> Result<(Session, Restored)> {
         let inner = &self.inner;
-        if !inner.accepting.load(Ordering::SeqCst) {
-            return Err(Error::new(ErrorKind::Unavailable, "the engine is shutting down"));
-        }
+        self.check_accepting()?;
         let limits = request.limits.clone().unwrap_or_else(|| inner.config.default_limits.clone());
         inner.config.ceilings.check(&limits, inner.config.fuel)?;
         if request.idle_timeout.is_zero() {
@@ -275,9 +271,7 @@ impl Engine {
     /// is the memory limit; the other limits are the request's, or the session's defaults.
     pub async fn execute_in(&self, session: &Session, request: ExecutionRequest) -> Result<Execution> {
         let inner = &self.inner;
-        if !inner.accepting.load(Ordering::SeqCst) {
-            return Err(Error::new(ErrorKind::Unavailable, "the engine is shutting down"));
-        }
+        self.check_accepting()?;
         let mut limits = request.limits.clone().unwrap_or_else(|| session.limits().clone());
         limits.max_memory_bytes = session.limits().max_memory_bytes;
         inner.config.ceilings.check(&limits, inner.config.fuel)?;
@@ -288,7 +282,7 @@ impl Engine {
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let exchange = Arc::new(Exchange::new(inner.paused.clone(), inner.config.ceilings.max_tool_result_bytes));
         let cancel = session.cancel_token();
-        let fuel = if inner.config.fuel { Some(limits.fuel.unwrap_or(u64::MAX)) } else { None };
+        let fuel = self.fuel(&limits);
         let output = session.output();
         let job = Job {
             pre: inner.pre.clone(),
@@ -351,6 +345,20 @@ impl Engine {
         })
     }
 
+    /// Refuses work (kind `Unavailable`) once the engine has stopped accepting it.
+    fn check_accepting(&self) -> Result<()> {
+        if self.inner.accepting.load(Ordering::SeqCst) {
+            Ok(())
+        } else {
+            Err(Error::new(ErrorKind::Unavailable, "the engine is shutting down"))
+        }
+    }
+
+    /// The fuel an execution starts with: its limit, or unlimited; `None` without metering.
+    fn fuel(&self, limits: &Limits) -> Option<u64> {
+        self.inner.config.fuel.then(|| limits.fuel.unwrap_or(u64::MAX))
+    }
+
     /// An execution slot, waiting or refusing as configured.
     async fn acquire(&self) -> Result<OwnedSemaphorePermit> {
         let inner = &self.inner;
@@ -397,7 +405,7 @@ impl Engine {
         let mut store = Store::new(&inner.wasmtime, HostState::new(wasi.build(), limiter, broker, inner.live.clone()));
         store.limiter(|s| &mut s.limiter);
         store.set_epoch_deadline(1);
-        let fuel = if inner.config.fuel { Some(limits.fuel.unwrap_or(u64::MAX)) } else { None };
+        let fuel = self.fuel(limits);
         if let Some(fuel) = fuel {
             store.set_fuel(fuel).map_err(|e| Error::engine("setting fuel", e))?;
             store.fuel_async_yield_interval(Some(1_000_000)).map_err(|e| Error::engine("setting fuel", e))?;

@@ -195,10 +195,31 @@ impl Session {
         self.shared.output.clone()
     }
 
+    /// The error any use of the session gets once it has ended (kind `Finished`, saying why
+    /// and what to do); `None` while it lives.
+    pub fn ended_error(&self) -> Option<Error> {
+        Some(self.ended_with(&self.ended_reason()?))
+    }
+
+    /// [`Session::ended_error`] for a session whose task is gone.
+    fn gone(&self) -> Error {
+        self.ended_with(&self.ended_reason().unwrap_or_else(|| "closed".into()))
+    }
+
+    fn ended_with(&self, reason: &str) -> Error {
+        Error::new(
+            ErrorKind::Finished,
+            format!(
+                "session {} has ended ({reason}); its variables are gone: open a new session and define them again",
+                self.shared.id
+            ),
+        )
+    }
+
     /// Takes the busy flag, or says why not.
     pub(crate) fn claim(&self) -> Result<()> {
-        if let Some(reason) = self.ended_reason() {
-            return Err(ended_error(&self.shared.id, &reason));
+        if let Some(error) = self.ended_error() {
+            return Err(error);
         }
         if self.shared.busy.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire).is_err() {
             return Err(Error::new(
@@ -216,7 +237,7 @@ impl Session {
     pub(crate) fn send(&self, command: Command) -> Result<()> {
         self.commands.send(command).map_err(|_| {
             self.shared.busy.store(false, Ordering::Release);
-            ended_error(&self.shared.id, &self.ended_reason().unwrap_or_else(|| "closed".into()))
+            self.gone()
         })
     }
 
@@ -226,9 +247,7 @@ impl Session {
         self.claim()?;
         let (reply, answer) = oneshot::channel();
         self.send(Command::Snapshot { max_bytes, reply })?;
-        answer.await.unwrap_or_else(|_| {
-            Err(ended_error(&self.shared.id, &self.ended_reason().unwrap_or_else(|| "closed".into())))
-        })
+        answer.await.unwrap_or_else(|_| Err(self.gone()))
     }
 }
 
@@ -252,13 +271,6 @@ impl Shared {
         drop(slot);
         self.ended.cancel();
     }
-}
-
-pub(crate) fn ended_error(id: &str, reason: &str) -> Error {
-    Error::new(
-        ErrorKind::Finished,
-        format!("session {id} has ended ({reason}); its variables are gone: open a new session and define them again"),
-    )
 }
 
 pub(crate) fn handle(shared: Arc<Shared>, commands: mpsc::UnboundedSender<Command>, limits: Limits) -> Session {

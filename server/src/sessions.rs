@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use ptc_engine::{Dropped, Engine, ErrorKind, Restored, Session, SessionRequest, SessionState};
+use ptc_engine::{Engine, ErrorKind, Restored, Session, SessionRequest, SessionState};
 
 /// Bounds on live sessions; every field has a default.
 #[derive(Debug, Clone)]
@@ -210,17 +210,16 @@ impl Sessions {
         let mut map = self.map.lock().unwrap();
         let key = (tenant.to_string(), id.to_string());
         match map.get_mut(&key) {
-            Some(e) if !e.session.is_ended() => {
-                e.last_used = Instant::now();
-                Ok(e.session.clone())
-            }
-            Some(e) => {
-                let reason = e.session.ended_reason().unwrap_or_default();
-                map.remove(&key);
-                Err(SessionError::NotFound(format!(
-                    "session {id} has ended ({reason}); its variables are gone: open a new session and define them again"
-                )))
-            }
+            Some(e) => match e.session.ended_error() {
+                None => {
+                    e.last_used = Instant::now();
+                    Ok(e.session.clone())
+                }
+                Some(ended) => {
+                    map.remove(&key);
+                    Err(ended.into())
+                }
+            },
             None => Err(not_found(id)),
         }
     }
@@ -236,11 +235,6 @@ impl Sessions {
             }
             None => false,
         }
-    }
-
-    /// Sessions alive now (all tenants).
-    pub fn open_count(&self) -> usize {
-        self.map.lock().unwrap().values().filter(|e| !e.session.is_ended()).count()
     }
 
     /// Ends every session (server shutdown).
@@ -334,9 +328,4 @@ fn not_found(id: &str) -> SessionError {
 
 fn exists(id: &str) -> SessionError {
     SessionError::Exists(format!("a session {id:?} is already open; use it, close it, or choose another id"))
-}
-
-/// The dropped globals as `name: reason` lines for a model.
-pub fn dropped_lines(dropped: &[Dropped]) -> Vec<String> {
-    dropped.iter().map(|d| format!("{}: {}", d.name, d.reason)).collect()
 }

@@ -24,10 +24,6 @@ import weakref
 
 FORMAT = 1
 
-# Names the runtime puts into every namespace; never part of the state.
-RUNTIME_NAMES = frozenset({"__ptc_return__", "__builtins__", "__name__", "__doc__", "__spec__",
-                           "__loader__", "__package__", "__file__", "__cached__"})
-
 
 class SnapshotTooLarge(Exception):
     pass
@@ -105,8 +101,8 @@ class Live:
             sys.modules["__main__"] = previous
 
     def state_names(self):
-        return [n for n in self.globals if n not in RUNTIME_NAMES and n not in self.bound
-                and not (n.startswith("__") and n.endswith("__"))]
+        # Dunder names are the module's and the runtime's (`__builtins__`, `__ptc_return__`).
+        return [n for n in self.globals if n not in self.bound and not (n.startswith("__") and n.endswith("__"))]
 
     def snapshot(self, max_bytes, injected=()):
         """(bytes, kept names, module names, [(name, reason)] not kept)."""
