@@ -171,3 +171,45 @@ async fn snapshots_restore_and_refuse_altered_or_foreign_bytes() {
     let e = refuse(b"PTCSNAP1 short".to_vec(), "key-a").await;
     assert!(e.message().contains("not a ptc-engine session snapshot"), "{}", e.message());
 }
+
+#[tokio::test]
+async fn a_tenants_sessions_are_capped_and_ids_and_timeouts_checked() {
+    let mut config = config(&["a:key-a", "b:key-b"]);
+    config.sessions.max_per_tenant = 2;
+    let server = serve(config).await;
+    let mut client = client(&server).await;
+    let named = |id: &str| proto::OpenSessionRequest { session_id: id.into(), ..Default::default() };
+
+    for bad in ["../etc", "a b", &"x".repeat(129)] {
+        let e = client.open_session(with_key(named(bad), "key-a")).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad:?}");
+        assert!(e.message().contains("letters, digits"), "{}", e.message());
+    }
+    let too_long = proto::OpenSessionRequest { idle_timeout_ms: Some(3_600_001), ..Default::default() };
+    let e = client.open_session(with_key(too_long, "key-a")).await.unwrap_err();
+    assert!(e.message().contains("idle_timeout_ms must be between 1 and 3600000"), "{}", e.message());
+
+    // At the cap, the tenant's session idle the longest ends for the new one.
+    open(&mut client, "key-a", named("first")).await;
+    open(&mut client, "key-a", named("second")).await;
+    completed(run_in(&mut client, "key-a", "second", "pass", vec![]).await.unwrap());
+    open(&mut client, "key-a", named("third")).await;
+    let gone = run_in(&mut client, "key-a", "first", "pass", vec![]).await.unwrap_err();
+    assert_eq!(gone.code(), tonic::Code::NotFound);
+    completed(run_in(&mut client, "key-a", "second", "pass", vec![]).await.unwrap());
+    // Another tenant's sessions do not count.
+    open(&mut client, "key-b", named("first")).await;
+
+    // With every session running, a new one is refused.
+    let busy =
+        |id: &str| proto::Start { session_id: id.into(), ..start_message("await ten(a=1)", vec![tool("ten", None)]) };
+    let mut running = vec![];
+    for id in ["second", "third"] {
+        let mut stream = Stream::open(&mut client, busy(id), Some("key-a")).await.unwrap();
+        stream.until(|m| matches!(m, Msg::ToolCalls(_)).then_some(())).await;
+        running.push(stream);
+    }
+    let e = client.open_session(with_key(named("fourth"), "key-a")).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted);
+    assert!(e.message().contains("all 2 sessions of this tenant are running"), "{}", e.message());
+}
