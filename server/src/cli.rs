@@ -48,7 +48,8 @@ pub struct ServeArgs {
     /// Secret for signing HTTP continuation tokens (default: random per process).
     #[arg(long, env = "PTC_TOKEN_SECRET", hide_env_values = true)]
     pub token_secret: Option<String>,
-    /// Where HTTP session files (`/mnt/data`) live (default: `ptc-engine-files` in the temp dir).
+    /// Where session files (`/mnt/data`) of the HTTP API and of live sessions live (default:
+    /// `ptc-engine-files` in the temp dir).
     #[arg(long, env = "PTC_FILES_DIR")]
     pub files_dir: Option<PathBuf>,
     /// Seconds a session's files are kept after its last change.

@@ -18,8 +18,8 @@
 //! (never a whole tenant on the request path). Every function here does blocking I/O: callers
 //! on the async runtime go through `spawn_blocking`.
 
-use std::collections::HashMap;
-use std::io::{self, Read};
+use std::collections::{HashMap, HashSet};
+use std::io::{self, Read, Write};
 use std::path::{Component, Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
@@ -141,7 +141,15 @@ pub struct FileStore {
     /// Per tenant digest: each session's usage as last seen. A tenant is loaded once (a walk
     /// of its sessions, each bounded) and kept up to date from session walks afterwards.
     usage: Mutex<HashMap<String, HashMap<String, Usage>>>,
+    /// Directories of live sessions (tenant digest, name): the sweep never removes them,
+    /// however long ago they were written; their session removes them when it ends.
+    live: Mutex<HashSet<(String, String)>>,
 }
+
+/// What a live session's directory is named: never a name the HTTP API hands out (those
+/// have no `live_` prefix), and new for every session, so a reused session id finds no
+/// files of an earlier session.
+const LIVE_PREFIX: &str = "live_";
 
 fn tenant_dir_name(tenant: &str) -> String {
     hex::encode(&Sha256::digest(tenant.as_bytes())[..12])
@@ -248,7 +256,7 @@ impl FileStore {
     pub fn new(config: FilesConfig) -> io::Result<Self> {
         std::fs::create_dir_all(&config.dir)?;
         let root = Dir::open_ambient_dir(&config.dir, ambient_authority())?;
-        Ok(FileStore { config, root, usage: Mutex::new(HashMap::new()) })
+        Ok(FileStore { config, root, usage: Mutex::new(HashMap::new()), live: Mutex::new(HashSet::new()) })
     }
 
     pub fn config(&self) -> &FilesConfig {
@@ -277,6 +285,107 @@ impl FileStore {
             .map_err(io_error("cannot create the session directory"))?;
         let path = self.config.dir.join(tenant_dir_name(tenant)).join(session_id);
         Ok(Session { dir, tenant_dir, path, tenant: tenant.to_string(), id: session_id.to_string() })
+    }
+
+    /// A new directory for a live session of `tenant`, kept (never swept) until
+    /// [`FileStore::remove_live`].
+    pub fn open_live(&self, tenant: &str) -> Result<Session, FilesError> {
+        let name = format!("{LIVE_PREFIX}{}", crate::token::random_hex::<16>());
+        let session = self.open_session(tenant, &name)?;
+        self.live.lock().unwrap().insert((tenant_dir_name(tenant), name));
+        Ok(session)
+    }
+
+    /// Removes a live session's directory and forgets its usage.
+    pub fn remove_live(&self, session: &Session) {
+        let key = tenant_dir_name(&session.tenant);
+        // cap-std removes links as links: nothing outside the session is touched.
+        if let Err(e) = session.tenant_dir.remove_dir_all(&session.id)
+            && e.kind() != io::ErrorKind::NotFound
+        {
+            tracing::warn!(session = %session.id, "removing a live session's files: {e}");
+        }
+        if let Some(sessions) = self.usage.lock().unwrap().get_mut(&key) {
+            sessions.remove(&session.id);
+        }
+        self.live.lock().unwrap().remove(&(key, session.id.clone()));
+    }
+
+    /// The session's regular files (links and special files are never read), name and bytes,
+    /// sorted by name; refused if together they exceed `max_bytes`.
+    pub fn export(&self, session: &Session, max_bytes: u64) -> Result<Vec<(String, Vec<u8>)>, FilesError> {
+        let scan = self.scan(session)?;
+        let mut names: Vec<&PathBuf> =
+            scan.entries.iter().filter(|(_, e)| e.kind == Kind::File).map(|(path, _)| path).collect();
+        names.sort();
+        let too_large = || {
+            FilesError::Quota(format!(
+                "the session's files are larger than the {max_bytes} bytes a snapshot may hold with its state; delete \
+                 files you no longer need from /mnt/data, or take the snapshot without files"
+            ))
+        };
+        let mut out = Vec::with_capacity(names.len());
+        let mut total = 0u64;
+        for rel in names {
+            let Some(name) = rel.to_str() else { continue };
+            let (parent, file_name) = split(rel);
+            // Swapped for a link or removed since the walk: skipped, never followed.
+            let Ok(dir) = open_dir_beneath(&session.dir, parent) else { continue };
+            let mut options = OpenOptions::new();
+            options.read(true).follow(FollowSymlinks::No);
+            let Ok(file) = dir.open_with(file_name, &options) else { continue };
+            let Ok(meta) = file.metadata() else { continue };
+            if entry_of(&meta).kind != Kind::File {
+                continue;
+            }
+            let left = max_bytes.saturating_sub(total);
+            let mut bytes = Vec::new();
+            // One byte past what is left tells a file that grew past it.
+            file.take(left.saturating_add(1))
+                .read_to_end(&mut bytes)
+                .map_err(io_error("cannot read a session file"))?;
+            total += bytes.len() as u64;
+            if total > max_bytes {
+                return Err(too_large());
+            }
+            out.push((name.to_string(), bytes));
+        }
+        Ok(out)
+    }
+
+    /// Writes `files` (name, bytes) into `session`, checked against the tenant's quota first;
+    /// names are relative paths beneath it (no `..`, no absolute paths).
+    pub fn write(&self, session: &Session, files: &[(String, Vec<u8>)]) -> Result<(), FilesError> {
+        let mut needed = Usage::default();
+        let mut dirs = HashSet::new();
+        let mut targets = Vec::with_capacity(files.len());
+        for (name, bytes) in files {
+            let rel = safe_relative(name).ok_or_else(|| FilesError::Invalid(format!("invalid file name {name:?}")))?;
+            needed = needed.add(Usage { bytes: bytes.len() as u64, files: 1 });
+            dirs.extend(rel.ancestors().skip(1).filter(|a| !a.as_os_str().is_empty()).map(Path::to_path_buf));
+            targets.push((rel, bytes));
+        }
+        needed.files += dirs.len() as u64;
+        let before = self.scan(session)?;
+        let after = self.tenant_usage_with(&session.tenant, &session.id, before.usage.add(needed));
+        if self.over_quota(after) {
+            return Err(FilesError::Quota(format!(
+                "File quota exceeded: these files would leave {} bytes in {} entries; a tenant may keep {} bytes in {} entries",
+                after.bytes, after.files, self.config.quota_bytes, self.config.quota_files
+            )));
+        }
+        for (rel, bytes) in targets {
+            let (parent, file_name) = split(&rel);
+            let invalid = |e: io::Error| FilesError::Invalid(format!("cannot write {}: {e}", rel.display()));
+            let dir = create_dir_beneath(&session.dir, parent).map_err(invalid)?;
+            let mut options = OpenOptions::new();
+            options.write(true).create_new(true).follow(FollowSymlinks::No);
+            let mut file = dir.open_with(file_name, &options).map_err(invalid)?;
+            file.write_all(bytes).map_err(io_error("cannot write a file"))?;
+        }
+        let usage = self.scan(session)?.usage;
+        self.record(&session.tenant, &session.id, usage);
+        Ok(())
     }
 
     /// First sight of a tenant since start: what its sessions hold, each walk bounded.
@@ -461,6 +570,11 @@ impl FileStore {
             let Ok(sessions) = tenant_dir.entries() else { continue };
             for session in sessions.flatten() {
                 let name = session.file_name();
+                if let (Some(t), Some(s)) = (tenant_name.to_str(), name.to_str())
+                    && self.live.lock().unwrap().contains(&(t.to_string(), s.to_string()))
+                {
+                    continue;
+                }
                 let Ok(dir) = tenant_dir.open_dir_nofollow(&name) else { continue };
                 let scan = walk(&dir, self.walk_limit()).unwrap_or_default();
                 let newest = scan

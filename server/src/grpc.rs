@@ -16,7 +16,9 @@ use tracing::Instrument;
 use super::auth::{ApiKeys, presented_key};
 use super::sessions::{OpenOptions, SessionError, Sessions};
 use super::tenants::{Admission, Refusal, Tenants};
+use crate::files::{FileStore, FilesError};
 use crate::proto::{self, client_message, sandbox_server, server_message};
+use crate::run_files::RunFiles;
 use ptc_engine::{Engine, ErrorKind, Event, ExecutionRequest};
 
 #[derive(Clone)]
@@ -106,20 +108,31 @@ impl sandbox_server::Sandbox for SandboxService {
         let mut request =
             ExecutionRequest::new(start.code).with_tools(tools).with_limits(limits.clone()).with_tenant(tenant.clone());
         request.session_id = session_id.clone();
-        let execution = match &session_id {
-            None => self.engine.start(request).await.map_err(status_from)?,
+        let (execution, files) = match &session_id {
+            None => (self.engine.start(request).await.map_err(status_from)?, None),
             Some(id) => {
-                let session = match self.sessions.get(&tenant, id) {
+                let live = match self.sessions.get(&tenant, id) {
                     Err(SessionError::NotFound(_)) if start.open_session => {
                         let options = OpenOptions { id: Some(id.clone()), limits: Some(limits), ..Default::default() };
-                        self.sessions.open(&tenant, options).await.map_err(session_status)?.1
+                        self.sessions.open(&tenant, options).await.map_err(session_status)?.live
                     }
                     other => other.map_err(session_status)?,
                 };
-                self.engine.execute_in(&session, request).await.map_err(|e| session_status(e.into()))?
+                let files = match (self.sessions.file_store(), &live.files) {
+                    (Some(store), Some(dir)) => {
+                        Some((store.clone(), RunFiles::resume(store, dir).await.map_err(|e| session_status(e.into()))?))
+                    }
+                    _ => None,
+                };
+                let execution =
+                    self.engine.execute_in(&live.session, request).await.map_err(|e| session_status(e.into()))?;
+                (execution, files)
             }
         };
         admission.attach(execution.control());
+        if let Some((store, run)) = &files {
+            run.watch(store, execution.control(), &self.tasks);
+        }
 
         let span = tracing::info_span!("grpc_execute", execution = %execution.id(), tenant = %tenant,
             session = session_id.as_deref().unwrap_or(""));
@@ -130,7 +143,7 @@ impl sandbox_server::Sandbox for SandboxService {
             })),
         };
         tx.send(Ok(started)).await.map_err(|_| Status::cancelled("client went away"))?;
-        self.tasks.spawn(pump(execution, inbound, tx, admission, self.max_message_bytes).instrument(span));
+        self.tasks.spawn(pump(execution, inbound, tx, admission, files, self.max_message_bytes).instrument(span));
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 
@@ -149,13 +162,15 @@ impl sandbox_server::Sandbox for SandboxService {
             idle_timeout: Some(idle_timeout),
             snapshot: (!r.snapshot.is_empty()).then_some(r.snapshot),
         };
-        let (session_id, _, restored) = self.sessions.open(&tenant, options).await.map_err(session_status)?;
-        tracing::info!(tenant = %tenant, session = %session_id, restored = restored.kept.len(), "session opened");
+        let opened = self.sessions.open(&tenant, options).await.map_err(session_status)?;
+        tracing::info!(tenant = %tenant, session = %opened.id, restored = opened.restored.kept.len(),
+            files = opened.files.len(), "session opened");
         Ok(Response::new(proto::OpenSessionResponse {
-            session_id,
-            restored: restored.kept,
-            dropped: dropped(restored.dropped),
+            session_id: opened.id,
+            restored: opened.restored.kept,
+            dropped: dropped(opened.restored.dropped),
             idle_timeout_ms: idle_timeout.as_millis().try_into().unwrap_or(u32::MAX),
+            files: opened.files,
         }))
     }
 
@@ -173,13 +188,14 @@ impl sandbox_server::Sandbox for SandboxService {
         request: Request<proto::SnapshotSessionRequest>,
     ) -> Result<Response<proto::SessionSnapshot>, Status> {
         let tenant = self.tenant(&request)?;
-        let snapshot =
-            self.sessions.snapshot(&tenant, &request.into_inner().session_id).await.map_err(session_status)?;
+        let r = request.into_inner();
+        let snapshot = self.sessions.snapshot(&tenant, &r.session_id, r.include_files).await.map_err(session_status)?;
         Ok(Response::new(proto::SessionSnapshot {
             snapshot: snapshot.bytes,
             kept: snapshot.state.kept,
             modules: snapshot.state.modules,
             dropped: dropped(snapshot.state.dropped),
+            files: snapshot.files,
         }))
     }
 
@@ -206,6 +222,7 @@ async fn pump(
     mut inbound: Streaming<proto::ClientMessage>,
     tx: mpsc::Sender<Result<proto::ServerMessage, Status>>,
     _admission: Admission,
+    files: Option<(Arc<FileStore>, Arc<RunFiles>)>,
     max_message_bytes: usize,
 ) {
     let mut inbound_open = true;
@@ -214,7 +231,11 @@ async fn pump(
             event = execution.next_event() => {
                 let Some(event) = event else { break };
                 let last = matches!(event, Event::Completed(_) | Event::Failed(_));
-                if tx.send(Ok(proto::server_message(event))).await.is_err() {
+                let message = match &files {
+                    Some((store, run)) if last => settled(event, store, run).await,
+                    _ => proto::server_message(event),
+                };
+                if tx.send(Ok(message)).await.is_err() {
                     tracing::info!("client went away; cancelling");
                     break;
                 }
@@ -247,6 +268,45 @@ async fn pump(
         }
     }
     // Dropping `execution` cancels it if it is still running.
+}
+
+/// The final message of an execution in a live session, once its files are settled: a
+/// `FILE_QUOTA` failure if they left the tenant over its quota (what the run wrote is gone).
+async fn settled(event: Event, store: &Arc<FileStore>, run: &Arc<RunFiles>) -> proto::ServerMessage {
+    let result = run.settle(store).await;
+    let quota = run.over_quota().or(match &result {
+        Err(FilesError::Quota(m)) => Some(m.clone()),
+        _ => None,
+    });
+    if let Err(FilesError::Io(e)) = &result {
+        tracing::warn!("settling a session's files: {e}");
+    }
+    let mut message = proto::server_message(event);
+    if let (Some(quota), Some(server_message::Message::Completed(_) | server_message::Message::Failed(_))) =
+        (quota, &message.message)
+    {
+        let (stdout, stderr, tool_calls, stats) = match message.message.take() {
+            Some(server_message::Message::Completed(c)) => (c.stdout, c.stderr, c.tool_calls, c.stats),
+            Some(server_message::Message::Failed(f)) => (f.stdout, f.stderr, f.tool_calls, f.stats),
+            _ => unreachable!("matched above"),
+        };
+        let stopped = if run.over_quota().is_some() {
+            " The program was stopped mid-way for it, so the session has ended: open a new one."
+        } else {
+            ""
+        };
+        message.message = Some(server_message::Message::Failed(proto::Failed {
+            kind: proto::FailureKind::FileQuota as i32,
+            message: format!("{quota}. Write less to /mnt/data or delete files you no longer need.{stopped}"),
+            traceback: String::new(),
+            exit_code: None,
+            stdout,
+            stderr,
+            tool_calls,
+            stats,
+        }));
+    }
+    message
 }
 
 /// The status a stream ends with when reading the client's next message failed.

@@ -16,6 +16,7 @@ pub mod http;
 pub mod mcp;
 pub mod metrics;
 pub mod proto;
+mod run_files;
 pub mod sessions;
 pub mod tenants;
 pub mod token;
@@ -45,7 +46,7 @@ pub struct ServerConfig {
     pub api_keys: ApiKeys,
     /// Key for signing HTTP continuation tokens; `None` generates one at start.
     pub token_secret: Option<String>,
-    /// Session files of the HTTP API (`/mnt/data`).
+    /// Session files (`/mnt/data`) of the HTTP API and of live sessions.
     pub files: files::FilesConfig,
     pub tenant_limits: TenantLimits,
     /// HTTP connection and body bounds.
@@ -184,7 +185,11 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         (!config.mcp_stateless).then_some(config.sessions.idle_timeout),
     );
     let signer = token::Signer::new(config.token_secret.as_deref());
-    let sessions = sessions::Sessions::new(engine.clone(), config.sessions.clone(), sessions::snapshot_key(&signer));
+    let files = files::FileStore::new(config.files.clone())
+        .map_err(|e| anyhow::anyhow!("cannot open the files directory {}: {e}", config.files.dir.display()))?;
+    let files = Arc::new(files);
+    let key = sessions::snapshot_key(&signer);
+    let sessions = sessions::Sessions::new(engine.clone(), config.sessions.clone(), key, Some(files.clone()));
     // Work started on behalf of requests: gRPC stream pumps and HTTP file watchers.
     let request_tasks = TaskTracker::new();
     let service = grpc::SandboxService {
@@ -195,8 +200,6 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         tasks: request_tasks.clone(),
         sessions: sessions.clone(),
     };
-    let files = files::FileStore::new(config.files.clone())
-        .map_err(|e| anyhow::anyhow!("cannot open the files directory {}: {e}", config.files.dir.display()))?;
     let http_state = http::HttpState::new(
         engine.clone(),
         keys.clone(),

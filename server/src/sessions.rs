@@ -10,11 +10,17 @@
 //! tenant is running, the open is refused. Idle sessions also hold their memory (counted in
 //! the engine's budget and the tenant's share) and an execution slot.
 //!
+//! **Files.** Each session has its own `/mnt/data`, a new directory of the server's file
+//! store (`live_<random>` in the tenant's directory) that lives as long as the session: files
+//! a program writes are there for the next one, count against the tenant's file quota like
+//! the HTTP API's, and are removed when the session ends, however it ends.
+//!
 //! **Snapshots** are sealed: `PTCSNAP1`, the component's SHA-256, a JSON header (what was
-//! kept and dropped), the guest's state, and an HMAC-SHA256 over all of it and the tenant,
-//! keyed from the token secret (`--token-secret`). Any change to the bytes, another tenant, a
-//! server with another secret, or another component version is refused with a message saying
-//! which.
+//! kept and dropped, the state's size, and the names and sizes of the files it carries), the
+//! guest's state, the files' bytes, and an HMAC-SHA256 over all of it and the tenant, keyed
+//! from the token secret (`--token-secret`). Any change to the bytes, another tenant, a server
+//! with another secret, or another component version is refused with a message saying which.
+//! The state and the files together are bounded by `max_snapshot_bytes`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -24,6 +30,8 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 use ptc_engine::{Engine, ErrorKind, Restored, Session, SessionRequest, SessionState};
+
+use crate::files::{self, FileStore, FilesError};
 
 /// Bounds on live sessions; every field has a default.
 #[derive(Debug, Clone)]
@@ -90,6 +98,16 @@ impl From<ptc_engine::Error> for SessionError {
     }
 }
 
+impl From<FilesError> for SessionError {
+    fn from(e: FilesError) -> Self {
+        match e {
+            FilesError::Invalid(m) => SessionError::Invalid(m),
+            FilesError::Quota(m) => SessionError::TooMany(m),
+            FilesError::Io(m) => SessionError::Internal(m),
+        }
+    }
+}
+
 /// What a client asks for when it opens a session.
 #[derive(Debug, Clone, Default)]
 pub struct OpenOptions {
@@ -106,10 +124,29 @@ pub struct OpenOptions {
 pub struct Snapshot {
     pub bytes: Vec<u8>,
     pub state: SessionState,
+    /// Names of the files it carries (under `/mnt/data`).
+    pub files: Vec<String>,
+}
+
+/// A live session and its directory (`/mnt/data`), if the server keeps files.
+#[derive(Clone)]
+pub struct LiveSession {
+    pub session: Session,
+    pub files: Option<Arc<files::Session>>,
+}
+
+/// A session just opened.
+pub struct Opened {
+    pub id: String,
+    pub live: LiveSession,
+    /// What a snapshot's state rebuilt.
+    pub restored: Restored,
+    /// The files a snapshot put back into `/mnt/data`.
+    pub files: Vec<String>,
 }
 
 struct Entry {
-    session: Session,
+    live: LiveSession,
     last_used: Instant,
 }
 
@@ -117,7 +154,14 @@ pub struct Sessions {
     engine: Engine,
     limits: SessionLimits,
     key: Vec<u8>,
+    files: Option<Arc<FileStore>>,
     map: Mutex<HashMap<(String, String), Entry>>,
+}
+
+/// A sealed snapshot's contents, once its seal checks out.
+struct Unsealed {
+    state: Vec<u8>,
+    files: Vec<(String, Vec<u8>)>,
 }
 
 const MAGIC: &[u8; 8] = b"PTCSNAP1";
@@ -125,9 +169,14 @@ const TAG: usize = 32;
 
 impl Sessions {
     /// `key` seals snapshots (derive it from the token secret so that servers sharing the
-    /// secret accept each other's snapshots).
-    pub fn new(engine: Engine, limits: SessionLimits, key: Vec<u8>) -> Arc<Self> {
-        Arc::new(Sessions { engine, limits, key, map: Mutex::new(HashMap::new()) })
+    /// secret accept each other's snapshots); with `files`, each session gets a `/mnt/data`.
+    pub fn new(engine: Engine, limits: SessionLimits, key: Vec<u8>, files: Option<Arc<FileStore>>) -> Arc<Self> {
+        Arc::new(Sessions { engine, limits, key, files, map: Mutex::new(HashMap::new()) })
+    }
+
+    /// The file store sessions keep their files in.
+    pub fn file_store(&self) -> Option<&Arc<FileStore>> {
+        self.files.as_ref()
     }
 
     pub fn limits(&self) -> &SessionLimits {
@@ -135,7 +184,7 @@ impl Sessions {
     }
 
     /// Opens a session for `tenant` (restoring a snapshot if given).
-    pub async fn open(&self, tenant: &str, options: OpenOptions) -> Result<(String, Session, Restored), SessionError> {
+    pub async fn open(&self, tenant: &str, options: OpenOptions) -> Result<Opened, SessionError> {
         let id = match options.id {
             Some(id) if !valid_id(&id) => {
                 return Err(SessionError::Invalid(
@@ -152,32 +201,61 @@ impl Sessions {
                 self.limits.max_idle_timeout.as_millis()
             )));
         }
-        let restore = match &options.snapshot {
+        let unsealed = match &options.snapshot {
             Some(bytes) => Some(self.unseal(tenant, bytes)?),
             None => None,
         };
         self.make_room(tenant, &id)?;
         let mut request = SessionRequest::new().with_tenant(tenant).with_idle_timeout(idle);
         request.limits = options.limits;
+        let (restore, restore_files) = match unsealed {
+            Some(u) => (Some(u.state), u.files),
+            None => (None, Vec::new()),
+        };
         request.restore = restore;
-        let (session, restored) = self.engine.open_session(request).await?;
+        let file_names: Vec<String> = restore_files.iter().map(|(name, _)| name.clone()).collect();
+        let dir = match &self.files {
+            Some(store) => Some(open_dir(store.clone(), tenant.to_string(), restore_files).await?),
+            None => None,
+        };
+        if let Some((_, dir)) = &dir {
+            request.data_dir = Some(dir.path.clone());
+        }
+        let (session, restored) = match self.engine.open_session(request).await {
+            Ok(opened) => opened,
+            Err(e) => {
+                if let Some((store, dir)) = dir {
+                    let _ = tokio::task::spawn_blocking(move || store.remove_live(&dir)).await;
+                }
+                return Err(e.into());
+            }
+        };
+        let live = LiveSession { session: session.clone(), files: dir.as_ref().map(|(_, d)| d.clone()) };
+        if let Some((store, dir)) = dir {
+            // The directory goes with the session, however the session ends.
+            let session = session.clone();
+            tokio::spawn(async move {
+                session.ended().await;
+                let _ = tokio::task::spawn_blocking(move || store.remove_live(&dir)).await;
+            });
+        }
         let mut map = self.map.lock().unwrap();
         let key = (tenant.to_string(), id.clone());
-        if map.get(&key).is_some_and(|e| !e.session.is_ended()) {
+        if map.get(&key).is_some_and(|e| !e.live.session.is_ended()) {
             session.close();
             return Err(exists(&id));
         }
-        map.insert(key, Entry { session: session.clone(), last_used: Instant::now() });
+        map.insert(key, Entry { live: live.clone(), last_used: Instant::now() });
         drop(map);
         metrics::counter!("ptc_sessions_opened_total").increment(1);
-        Ok((id, session, restored))
+        Ok(Opened { id, live, restored, files: file_names })
     }
 
     /// Ends sessions of `tenant` that ended or must go for a new one; refuses if `id` is
     /// taken or every session of the tenant is running.
     fn make_room(&self, tenant: &str, id: &str) -> Result<(), SessionError> {
         let mut map = self.map.lock().unwrap();
-        map.retain(|_, e| !e.session.is_ended());
+        map.retain(|_, e| !e.live.session.is_ended());
         if map.contains_key(&(tenant.to_string(), id.to_string())) {
             return Err(exists(id));
         }
@@ -187,14 +265,14 @@ impl Sessions {
         }
         let oldest_idle = mine
             .iter()
-            .filter(|(_, e)| !e.session.is_busy())
+            .filter(|(_, e)| !e.live.session.is_busy())
             .min_by_key(|(_, e)| e.last_used)
             .map(|(k, _)| (*k).clone());
         match oldest_idle {
             Some(key) => {
                 if let Some(e) = map.remove(&key) {
                     tracing::info!(tenant, session = %key.1, "ending the tenant's longest idle session for a new one");
-                    e.session.close();
+                    e.live.session.close();
                 }
                 Ok(())
             }
@@ -206,14 +284,14 @@ impl Sessions {
     }
 
     /// The live session `id` of `tenant`.
-    pub fn get(&self, tenant: &str, id: &str) -> Result<Session, SessionError> {
+    pub fn get(&self, tenant: &str, id: &str) -> Result<LiveSession, SessionError> {
         let mut map = self.map.lock().unwrap();
         let key = (tenant.to_string(), id.to_string());
         match map.get_mut(&key) {
-            Some(e) => match e.session.ended_error() {
+            Some(e) => match e.live.session.ended_error() {
                 None => {
                     e.last_used = Instant::now();
-                    Ok(e.session.clone())
+                    Ok(e.live.clone())
                 }
                 Some(ended) => {
                     map.remove(&key);
@@ -229,8 +307,8 @@ impl Sessions {
         let removed = self.map.lock().unwrap().remove(&(tenant.to_string(), id.to_string()));
         match removed {
             Some(e) => {
-                let alive = !e.session.is_ended();
-                e.session.close();
+                let alive = !e.live.session.is_ended();
+                e.live.session.close();
                 alive
             }
             None => false,
@@ -240,15 +318,27 @@ impl Sessions {
     /// Ends every session (server shutdown).
     pub fn clear(&self) {
         for (_, e) in self.map.lock().unwrap().drain() {
-            e.session.close();
+            e.live.session.close();
         }
     }
 
-    /// Takes session `id`'s state and seals it for `tenant`.
-    pub async fn snapshot(&self, tenant: &str, id: &str) -> Result<Snapshot, SessionError> {
-        let session = self.get(tenant, id)?;
-        let state = session.snapshot(self.limits.max_snapshot_bytes).await?;
-        Ok(Snapshot { bytes: self.seal(tenant, &state), state })
+    /// Takes session `id`'s state (and with `include_files` its files, as they are once the
+    /// state is taken) and seals them for `tenant`.
+    pub async fn snapshot(&self, tenant: &str, id: &str, include_files: bool) -> Result<Snapshot, SessionError> {
+        let live = self.get(tenant, id)?;
+        let max = self.limits.max_snapshot_bytes;
+        let state = live.session.snapshot(max).await?;
+        let files = match (&self.files, &live.files) {
+            (Some(store), Some(dir)) if include_files => {
+                let (store, dir, left) = (store.clone(), dir.clone(), max.saturating_sub(state.data.len() as u64));
+                tokio::task::spawn_blocking(move || store.export(&dir, left))
+                    .await
+                    .map_err(|e| SessionError::Internal(format!("reading the session's files: {e}")))??
+            }
+            _ => Vec::new(),
+        };
+        let names = files.iter().map(|(name, _)| name.clone()).collect();
+        Ok(Snapshot { bytes: self.seal(tenant, &state, &files), state, files: names })
     }
 
     fn mac(&self, tenant: &str) -> Hmac<Sha256> {
@@ -258,27 +348,34 @@ impl Sessions {
         mac
     }
 
-    fn seal(&self, tenant: &str, state: &SessionState) -> Vec<u8> {
+    fn seal(&self, tenant: &str, state: &SessionState, files: &[(String, Vec<u8>)]) -> Vec<u8> {
         let header = serde_json::json!({
             "kept": state.kept,
             "modules": state.modules,
             "dropped": state.dropped.iter().map(|d| [&d.name, &d.reason]).collect::<Vec<_>>(),
+            "state_bytes": state.data.len(),
+            "files": files.iter().map(|(name, bytes)| serde_json::json!([name, bytes.len()])).collect::<Vec<_>>(),
         })
         .to_string();
-        let mut out = Vec::with_capacity(state.data.len() + header.len() + 96);
+        let file_bytes: usize = files.iter().map(|(_, b)| b.len()).sum();
+        let mut out = Vec::with_capacity(state.data.len() + file_bytes + header.len() + 96);
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&self.engine.component_digest());
         out.extend_from_slice(&(header.len() as u64).to_le_bytes());
         out.extend_from_slice(header.as_bytes());
         out.extend_from_slice(&state.data);
+        for (_, bytes) in files {
+            out.extend_from_slice(bytes);
+        }
         let mut mac = self.mac(tenant);
         mac.update(&out);
         out.extend_from_slice(&mac.finalize().into_bytes());
         out
     }
 
-    /// The guest state inside a sealed snapshot, once its seal, tenant and component check out.
-    fn unseal(&self, tenant: &str, bytes: &[u8]) -> Result<Vec<u8>, SessionError> {
+    /// The guest state and files inside a sealed snapshot, once its seal, tenant and component
+    /// check out.
+    fn unseal(&self, tenant: &str, bytes: &[u8]) -> Result<Unsealed, SessionError> {
         let invalid = |why: &str| SessionError::Invalid(format!("the snapshot is refused: {why}"));
         if bytes.len() < MAGIC.len() + 32 + 8 + TAG || &bytes[..MAGIC.len()] != MAGIC {
             return Err(invalid("it is not a ptc-engine session snapshot (or not version 1)"));
@@ -301,12 +398,49 @@ impl Sessions {
         }
         let rest = &body[MAGIC.len() + 32..];
         let header_len = u64::from_le_bytes(rest[..8].try_into().expect("8 bytes")) as usize;
-        let state = 8usize
-            .checked_add(header_len)
-            .and_then(|start| rest.get(start..))
-            .ok_or_else(|| invalid("it is truncated"))?;
-        Ok(state.to_vec())
+        let truncated = || invalid("it is truncated");
+        let header = rest.get(8..8usize.checked_add(header_len).ok_or_else(truncated)?).ok_or_else(truncated)?;
+        let mut payload = &rest[8 + header_len..];
+        // Sealed by this server's key, so well formed unless the server wrote it wrong; read
+        // defensively all the same. Snapshots without files have no `state_bytes`.
+        let header: Header = serde_json::from_slice(header).map_err(|_| invalid("its header is malformed"))?;
+        let state_len = header.state_bytes.unwrap_or(payload.len());
+        let state = payload.get(..state_len).ok_or_else(truncated)?.to_vec();
+        payload = &payload[state_len..];
+        let mut files = Vec::with_capacity(header.files.len());
+        for (name, len) in header.files {
+            let bytes = payload.get(..len).ok_or_else(truncated)?;
+            files.push((name, bytes.to_vec()));
+            payload = &payload[len..];
+        }
+        Ok(Unsealed { state, files })
     }
+}
+
+/// The part of a snapshot's header the server reads back.
+#[derive(serde::Deserialize)]
+struct Header {
+    state_bytes: Option<usize>,
+    #[serde(default)]
+    files: Vec<(String, usize)>,
+}
+
+/// A new live-session directory for `tenant`, with `files` (from a snapshot) written into it.
+async fn open_dir(
+    store: Arc<FileStore>,
+    tenant: String,
+    files: Vec<(String, Vec<u8>)>,
+) -> Result<(Arc<FileStore>, Arc<files::Session>), SessionError> {
+    tokio::task::spawn_blocking(move || {
+        let dir = store.open_live(&tenant)?;
+        if let Err(e) = store.write(&dir, &files) {
+            store.remove_live(&dir);
+            return Err(e.into());
+        }
+        Ok((store, Arc::new(dir)))
+    })
+    .await
+    .map_err(|e| SessionError::Internal(format!("preparing the session's files: {e}")))?
 }
 
 /// 32 bytes for sealing snapshots, derived from the token secret (so servers that share the

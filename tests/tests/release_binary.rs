@@ -109,8 +109,11 @@ async fn a_session_snapshot_restores_on_another_server_process() {
                 def total(self):\n        return sum(self.items)\nledger = Ledger()\n\
                 ledger.items += [fractions.Fraction(1, 3), fractions.Fraction(1, 6)]\nlabel = 'books'";
     run(client.clone(), id.clone(), code).await;
-    let snapshot =
-        client.snapshot_session(keyed(proto::SnapshotSessionRequest { session_id: id })).await.unwrap().into_inner();
+    let snapshot = client
+        .snapshot_session(keyed(proto::SnapshotSessionRequest { session_id: id, ..Default::default() }))
+        .await
+        .unwrap()
+        .into_inner();
     assert!(snapshot.dropped.is_empty(), "{:?}", snapshot.dropped);
 
     let base = std::env::temp_dir().join(format!("ptc-release-sessions-{}", std::process::id()));

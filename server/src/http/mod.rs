@@ -11,7 +11,6 @@
 
 pub(crate) mod api;
 mod paused;
-mod run_files;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -29,6 +28,7 @@ use tokio_util::task::TaskTracker;
 use crate::auth::ApiKeys;
 use crate::conn::HttpLimits;
 use crate::files::{FileStore, FilesError};
+use crate::run_files::RunFiles;
 use crate::tenants::Tenants;
 use crate::token::{Claims, Signer, TokenError, now_ms};
 use api::{
@@ -36,7 +36,6 @@ use api::{
 };
 use paused::{Paused, Registry};
 use ptc_engine::{Engine, ErrorKind, Event, Execution, ExecutionRequest, ToolCall, ToolDef, ToolResult};
-use run_files::RunFiles;
 
 const REQUEST_ID_HEADER: &str = "x-librechat-code-request-id";
 
@@ -58,20 +57,11 @@ impl HttpState {
         keys: Arc<ApiKeys>,
         tenants: Arc<Tenants>,
         signer: Signer,
-        files: FileStore,
+        files: Arc<FileStore>,
         limits: HttpLimits,
         tasks: TaskTracker,
     ) -> Arc<Self> {
-        Arc::new(HttpState {
-            engine,
-            keys,
-            tenants,
-            signer,
-            files: Arc::new(files),
-            limits,
-            paused: Registry::default(),
-            tasks,
-        })
+        Arc::new(HttpState { engine, keys, tenants, signer, files, limits, paused: Registry::default(), tasks })
     }
 
     /// Executions paused between two requests.

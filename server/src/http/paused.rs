@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use ptc_engine::Execution;
 
-use super::run_files::RunFiles;
+use crate::run_files::RunFiles;
 use crate::tenants::Admission;
 use crate::token::now_ms;
 

@@ -64,8 +64,12 @@ async fn a_session_keeps_state_between_executions_and_tools_change() {
     assert_eq!(theirs.code(), tonic::Code::NotFound);
     assert_eq!(theirs.message().replace(&id, "ID"), unknown.message().replace("nope", "ID"));
     assert!(theirs.message().contains("open a new session"), "{}", theirs.message());
-    let snap =
-        client.snapshot_session(with_key(proto::SnapshotSessionRequest { session_id: id.clone() }, "key-b")).await;
+    let snap = client
+        .snapshot_session(with_key(
+            proto::SnapshotSessionRequest { session_id: id.clone(), ..Default::default() },
+            "key-b",
+        ))
+        .await;
     assert_eq!(snap.unwrap_err().code(), tonic::Code::NotFound);
     let closed = client.close_session(with_key(proto::CloseSessionRequest { session_id: id.clone() }, "key-b")).await;
     assert!(!closed.unwrap().into_inner().closed);
@@ -136,7 +140,10 @@ async fn snapshots_restore_and_refuse_altered_or_foreign_bytes() {
     let code = "import math\nrows = {'a': [1, 2], 'b': [3]}\ndef total():\n    return sum(map(sum, rows.values()))\nit = (i for i in [1])";
     completed(run_in(&mut client, "key-a", &id, code, vec![]).await.unwrap());
     let snap = client
-        .snapshot_session(with_key(proto::SnapshotSessionRequest { session_id: id.clone() }, "key-a"))
+        .snapshot_session(with_key(
+            proto::SnapshotSessionRequest { session_id: id.clone(), ..Default::default() },
+            "key-a",
+        ))
         .await
         .unwrap()
         .into_inner();
@@ -212,4 +219,81 @@ async fn a_tenants_sessions_are_capped_and_ids_and_timeouts_checked() {
     let e = client.open_session(with_key(named("fourth"), "key-a")).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::ResourceExhausted);
     assert!(e.message().contains("all 2 sessions of this tenant are running"), "{}", e.message());
+}
+
+/// Every `live_*` directory under the server's files directory (one per live session).
+fn live_dirs(files_dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = vec![];
+    for tenant in std::fs::read_dir(files_dir).into_iter().flatten().flatten() {
+        for dir in std::fs::read_dir(tenant.path()).into_iter().flatten().flatten() {
+            if dir.file_name().to_string_lossy().starts_with("live_") {
+                out.push(dir.path());
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_sessions_files_persist_count_against_the_quota_and_travel_in_snapshots() {
+    let mut config = config(&["a:key-a"]);
+    config.files.quota_bytes = 1_000_000;
+    let files_dir = config.files.dir.clone();
+    let server = serve(config).await;
+    let mut client = client(&server).await;
+    let id = open(&mut client, "key-a", proto::OpenSessionRequest::default()).await.session_id;
+    let other = open(&mut client, "key-a", proto::OpenSessionRequest::default()).await.session_id;
+    assert_eq!(live_dirs(&files_dir).len(), 2, "one directory per session");
+
+    // Files stay for the next execution of the session, and only of that session. A link the
+    // program makes stays the program's: it is never exported.
+    let write = "import os\nos.makedirs('/mnt/data/notes')\nopen('/mnt/data/notes/a.txt', 'w').write('hello')\n\
+                 os.symlink('../../..', '/mnt/data/up')\nn = 1";
+    completed(run_in(&mut client, "key-a", &id, write, vec![]).await.unwrap());
+    let read = "print(open('/mnt/data/notes/a.txt').read(), n)";
+    assert_eq!(completed(run_in(&mut client, "key-a", &id, read, vec![]).await.unwrap()).stdout, "hello 1\n");
+    let theirs = "import os\nprint(os.listdir('/mnt/data'))";
+    assert_eq!(completed(run_in(&mut client, "key-a", &other, theirs, vec![]).await.unwrap()).stdout, "[]\n");
+
+    // A run that leaves the tenant over quota fails in words, and what it wrote is removed;
+    // the session, its variables and its earlier files stay.
+    let big = "open('/mnt/data/big.bin', 'wb').write(b'x' * 2_000_000)\nn = 2";
+    let f = failed(run_in(&mut client, "key-a", &id, big, vec![]).await.unwrap());
+    assert_eq!(f.kind, proto::FailureKind::FileQuota as i32);
+    assert!(f.message.contains("File quota exceeded") && f.message.contains("delete files"), "{}", f.message);
+    let check = "import os\nprint(os.path.exists('/mnt/data/big.bin'), open('/mnt/data/notes/a.txt').read(), n)";
+    assert_eq!(completed(run_in(&mut client, "key-a", &id, check, vec![]).await.unwrap()).stdout, "False hello 2\n");
+
+    // Snapshots carry the files only when asked; a restore puts them back.
+    let snapshot = |include_files: bool| {
+        let mut client = client.clone();
+        let request = proto::SnapshotSessionRequest { session_id: id.clone(), include_files };
+        async move { client.snapshot_session(with_key(request, "key-a")).await.unwrap().into_inner() }
+    };
+    assert!(snapshot(false).await.files.is_empty());
+    let snap = snapshot(true).await;
+    assert_eq!(snap.files, ["notes/a.txt"]);
+    let restored =
+        open(&mut client, "key-a", proto::OpenSessionRequest { snapshot: snap.snapshot, ..Default::default() }).await;
+    assert_eq!(restored.files, ["notes/a.txt"]);
+    let both = "import os\nprint(open('/mnt/data/notes/a.txt').read(), n, sorted(os.listdir('/mnt/data')))";
+    let done = completed(run_in(&mut client, "key-a", &restored.session_id, both, vec![]).await.unwrap());
+    assert_eq!(done.stdout, "hello 2 ['notes']\n");
+
+    // A program that writes without end is stopped by the quota, not its deadline; being
+    // stopped mid-program ends its session.
+    let flood = "f = open('/mnt/data/flood.bin', 'wb')\nwhile True:\n    f.write(b'x' * 100_000)\n    f.flush()";
+    let f = failed(run_in(&mut client, "key-a", &other, flood, vec![]).await.unwrap());
+    assert_eq!(f.kind, proto::FailureKind::FileQuota as i32);
+    assert!(f.message.contains("session has ended"), "{}", f.message);
+    let gone = run_in(&mut client, "key-a", &other, "pass", vec![]).await.unwrap_err();
+    assert_eq!(gone.code(), tonic::Code::NotFound);
+
+    // Every way a session ends removes its directory.
+    for session_id in [&id, &restored.session_id] {
+        let request = proto::CloseSessionRequest { session_id: session_id.clone() };
+        assert!(client.close_session(with_key(request, "key-a")).await.unwrap().into_inner().closed);
+    }
+    eventually("the ended sessions' files are removed", || live_dirs(&files_dir).is_empty()).await;
+    eventually("their instances are freed", || server.engine.live_instances() == 0).await;
 }

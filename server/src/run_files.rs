@@ -1,5 +1,6 @@
 //! One run's session files (`/mnt/data`): prepared before it starts, watched against the
-//! tenant's quota while it runs, and settled exactly once however it ends.
+//! tenant's quota while it runs, and settled exactly once however it ends. An HTTP run's
+//! directory is its session id's; an execution in a live session (gRPC) uses the session's.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,7 +19,7 @@ const QUOTA_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 /// run's files were settled once it ended (by whichever of the request or the watcher saw
 /// the end first).
 pub(crate) struct RunFiles {
-    pub session: Session,
+    pub session: Arc<Session>,
     before: Scan,
     /// Set when a check found the tenant over quota (the execution was cancelled for it).
     over_quota: Mutex<Option<String>>,
@@ -39,10 +40,22 @@ impl RunFiles {
             let session = files.open_session(&tenant, &session_id)?;
             files.import(&session, &imports)?;
             let before = files.scan(&session)?;
-            Ok(Arc::new(RunFiles { session, before, over_quota: Mutex::new(None), settled: Mutex::new(None) }))
+            Ok(Self::new(Arc::new(session), before))
         })
         .await
         .unwrap_or_else(|e| Err(FilesError::Io(format!("preparing files: {e}"))))
+    }
+
+    /// The next run in a live session's directory (which holds what earlier runs left).
+    pub(crate) async fn resume(files: &Arc<FileStore>, session: &Arc<Session>) -> Result<Arc<Self>, FilesError> {
+        let (files, session) = (files.clone(), session.clone());
+        tokio::task::spawn_blocking(move || Ok(Self::new(session.clone(), files.scan(&session)?)))
+            .await
+            .unwrap_or_else(|e| Err(FilesError::Io(format!("preparing files: {e}"))))
+    }
+
+    fn new(session: Arc<Session>, before: Scan) -> Arc<Self> {
+        Arc::new(RunFiles { session, before, over_quota: Mutex::new(None), settled: Mutex::new(None) })
     }
 
     /// The run's files once it has ended: checked against the quota exactly once.
