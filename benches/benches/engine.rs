@@ -42,6 +42,23 @@ fn benches(c: &mut Criterion) {
         b.to_async(&rt).iter(|| run_in_session(&engine, &session, "print(await add(a=1, b=2))"))
     });
     group.bench_function("fresh_pass_library", |b| b.to_async(&rt).iter(|| run_library(&engine, "pass")));
+    let grpc_session = {
+        let mut client = client.clone();
+        let request = ptc_server::proto::OpenSessionRequest::default();
+        rt.block_on(client.open_session(request)).unwrap().into_inner().session_id
+    };
+    group.bench_function("pass_grpc", |b| {
+        b.to_async(&rt).iter(|| {
+            let (mut client, id) = (client.clone(), grpc_session.clone());
+            async move { run_grpc_in_session(&mut client, &id, "pass").await }
+        })
+    });
+    group.bench_function("fresh_pass_grpc", |b| {
+        b.to_async(&rt).iter(|| {
+            let mut client = client.clone();
+            async move { run_grpc(&mut client, "pass").await }
+        })
+    });
     let state_code = "rows = [{'id': i, 'name': f'row {i}', 'tags': ['a', 'b']} for i in range(1000)]\n\
                       def by_id(i):\n    return rows[i]\nimport statistics";
     rt.block_on(run_in_session(&engine, &session, state_code));

@@ -110,6 +110,16 @@ pub async fn run_grpc(client: &mut SandboxClient<Channel>, code: &str) {
     }
 }
 
+/// `code` in the live session `session_id` over gRPC (open it with `OpenSession` first).
+pub async fn run_grpc_in_session(client: &mut SandboxClient<Channel>, session_id: &str, code: &str) {
+    let start = ptc_server::proto::Start { session_id: session_id.into(), ..grpc::start(code, &["add"]) };
+    let mut exec = Exec::open(client, start, None).await.unwrap();
+    while let Some(calls) = exec.next_batch().await.unwrap() {
+        let results = calls.iter().map(|c| ToolResult::ok_json(&c.id, add(&c.input_json)).into()).collect();
+        exec.send_results(results).await.unwrap();
+    }
+}
+
 /// `python3 -c CODE`, what people do without a sandbox.
 pub fn run_subprocess(native: &str) {
     let out = Command::new("python3").arg("-c").arg(native).output().unwrap();

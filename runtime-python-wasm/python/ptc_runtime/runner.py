@@ -100,7 +100,8 @@ _prepared = None
 
 
 def prepare():
-    """Builds the next run's session ahead of time and warms the run path up.
+    """Builds the next run's session ahead of time and warms the run paths (fresh and in a live
+    session) up.
 
     In the component this runs during pre-initialisation, so every instance starts from a
     snapshot with its event loop already built and the interpreter's caches and specialised
@@ -119,10 +120,11 @@ def prepare():
         "return len(r)\n"
     )
     tools = [("echo", "Echoes.", '{"type": "object", "properties": {"text": {"type": "string"}}}')]
-    for _ in range(3):
-        outcome = run_program(warm_up, tools, answer)
+    for persist in (False, False, False, True, True, True):
+        outcome = run_program(warm_up, tools, answer, persist)
         if not outcome.ok:
             raise RuntimeError(f"warming up the runtime failed: {outcome.message}\n{outcome.traceback}")
+    _forget_live_session()
     _prepared = _Session()
 
 
@@ -213,6 +215,17 @@ def live_session():
     if _live is None:
         _live = Live(builtins, INJECTED)
     return _live
+
+
+def _forget_live_session():
+    """Drops the live session (and its cells' lines): after warming up the session path, so
+    that every instance starts with an empty one."""
+    global _live
+    if _live is not None and _live.run is not None:
+        _close(_live.run.loop)
+    _live = None
+    for name in [n for n in linecache.cache if isinstance(n, str) and n.startswith("<code #")]:
+        del linecache.cache[name]
 
 
 def run_program(code, tool_defs, wait_for_tools, persist=False):

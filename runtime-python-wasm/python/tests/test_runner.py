@@ -214,6 +214,16 @@ class PreparedSessionTest(unittest.TestCase):
         o, out, _, _ = run("print(await add(a=2, b=2))")
         self.assertEqual(out, "4\n")
 
+    def test_a_live_session_after_prepare_starts_empty(self):
+        """The warm-up also runs in a live session (to warm that path), which is then dropped."""
+        import linecache
+        from ptc_runtime import prepare, runner
+        prepare()
+        self.assertFalse([n for n in linecache.cache if str(n).startswith("<code #")])
+        live = runner.live_session()
+        self.assertEqual((live.cells, live.state_names()), (0, list(runner.INJECTED)))
+        runner._forget_live_session()
+
 
 if __name__ == "__main__":
     unittest.main()

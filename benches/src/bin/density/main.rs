@@ -3,7 +3,9 @@
 //! It starts the server in a child process (this binary again, in `__serve` mode), so the memory
 //! read from `/proc/PID/smaps_rollup` is the server's alone, then steps N up: N gRPC `Execute`
 //! streams, each paused at a tool call; memory is read while all N wait; then every execution
-//! is resumed, answered at once, and its output checked. A throughput phase follows. Results go
+//! is resumed, answered at once, and its output checked. A throughput phase follows, then an
+//! idle-session phase: N live sessions, each left idle after one program that defined a
+//! variable, memory read while all N are open, then every variable read back. Results go
 //! to stdout as a table and to a JSON file. `just density` runs it; `--help` lists the knobs.
 
 mod procfs;
@@ -48,6 +50,9 @@ struct Args {
     /// Clients running trivial executions at once in the throughput phase.
     #[arg(long, default_value_t = 8)]
     throughput_clients: usize,
+    /// Live sessions for the idle-session phase (0 skips it), on a fresh server.
+    #[arg(long, default_value_t = 500)]
+    idle_sessions: usize,
     /// Where the JSON report goes.
     #[arg(long, default_value = "target/density.json")]
     json: PathBuf,
@@ -128,12 +133,13 @@ async fn start_server(args: &Args) -> anyhow::Result<Server> {
             _child: None,
         });
     }
-    let most = args.counts.iter().copied().max().unwrap_or(0) + args.throughput_clients + 16;
+    let most = args.counts.iter().copied().max().unwrap_or(0).max(args.idle_sessions) + args.throughput_clients + 16;
     let most = most.to_string();
     let mut cmd = tokio::process::Command::new(std::env::current_exe()?);
     cmd.arg("__serve")
         .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0"])
         .args(["--max-concurrent", &most, "--tenant-max-concurrent", &most, "--tenant-max-paused", &most])
+        .args(["--max-sessions-per-tenant", &most])
         .args(&args.serve_flags)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -213,10 +219,21 @@ async fn harness(args: Args) -> anyhow::Result<()> {
     } else {
         None
     };
+    let idle_sessions = if args.idle_sessions > 0 {
+        eprintln!("density: {} idle sessions ...", args.idle_sessions);
+        if args.connect.is_none() {
+            drop((server, channels));
+            (server, channels) = ready_server(&args, max).await?;
+        }
+        Some(idle_sessions(&server, &channels, key.as_deref(), args.idle_sessions).await?)
+    } else {
+        None
+    };
     let report = report::Report {
         machine: procfs::machine(),
         steps,
         throughput,
+        idle_sessions,
         stopped,
         serve_flags: args.serve_flags.clone(),
     };
@@ -227,6 +244,72 @@ async fn harness(args: Args) -> anyhow::Result<()> {
     std::fs::write(&args.json, serde_json::to_string_pretty(&report.to_json())?)?;
     println!("JSON: {}", args.json.display());
     Ok(())
+}
+
+/// Opens `n` live sessions, runs one program defining a variable in each, reads memory while
+/// all are idle, then checks each variable and closes the sessions.
+async fn idle_sessions(
+    server: &Server,
+    channels: &[SandboxClient<Channel>],
+    key: Option<&str>,
+    n: usize,
+) -> anyhow::Result<report::IdleSessions> {
+    use ptc_server::proto;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = Memory::read(server.pid)?;
+    let mut ids = Vec::with_capacity(n);
+    let mut runs = Vec::with_capacity(n);
+    let started = Instant::now();
+    for i in 0..n {
+        let mut client = channels[i % channels.len()].clone();
+        let id = client.open_session(keyed(proto::OpenSessionRequest::default(), key)).await?.into_inner().session_id;
+        let start = proto::Start { session_id: id.clone(), ..grpc::start(&format!("v = {i}"), &[]) };
+        let t0 = Instant::now();
+        Exec::open(&mut client, start, key)
+            .await
+            .map_err(anyhow::Error::msg)?
+            .completion()
+            .await
+            .map_err(anyhow::Error::msg)?;
+        runs.push(t0.elapsed());
+        ids.push(id);
+    }
+    let open = started.elapsed();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let at_n = Memory::read(server.pid)?;
+    let mut correct = 0;
+    let mut reads = Vec::with_capacity(n);
+    for (i, id) in ids.iter().enumerate() {
+        let mut client = channels[i % channels.len()].clone();
+        let start = proto::Start { session_id: id.clone(), ..grpc::start("print(v)", &[]) };
+        let t0 = Instant::now();
+        let out = Exec::open(&mut client, start, key).await.map_err(anyhow::Error::msg)?.completion().await;
+        reads.push(t0.elapsed());
+        if out.is_ok_and(|done| done.stdout == format!("{i}\n")) {
+            correct += 1;
+        }
+        client.close_session(keyed(proto::CloseSessionRequest { session_id: id.clone() }, key)).await?;
+    }
+    runs.sort();
+    reads.sort();
+    Ok(report::IdleSessions {
+        n,
+        correct,
+        before,
+        at_n,
+        open,
+        first_p50: percentile(&runs, 50.0),
+        next_p50: percentile(&reads, 50.0),
+    })
+}
+
+/// `message` with `x-api-key` when a key is given.
+fn keyed<T>(message: T, key: Option<&str>) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    if let Some(key) = key {
+        request.metadata_mut().insert("x-api-key", key.parse().expect("an API key is valid metadata"));
+    }
+    request
 }
 
 async fn connect(url: &str, n: usize) -> anyhow::Result<Vec<SandboxClient<Channel>>> {

@@ -80,10 +80,44 @@ impl Throughput {
     }
 }
 
+/// N live sessions left idle after one program each.
+pub struct IdleSessions {
+    pub n: usize,
+    /// Sessions whose variable read back right.
+    pub correct: usize,
+    pub before: Memory,
+    pub at_n: Memory,
+    /// Opening all N and running their first program, one after another.
+    pub open: Duration,
+    /// Median of a session's first program (`v = i`) over gRPC, right after opening it.
+    pub first_p50: Duration,
+    /// Median of its next program (`print(v)`), once all N had been idle.
+    pub next_p50: Duration,
+}
+
+impl IdleSessions {
+    pub fn pss_per_session(&self) -> u64 {
+        self.at_n.pss.saturating_sub(self.before.pss) / self.n.max(1) as u64
+    }
+
+    fn to_json(&self) -> Value {
+        json!({
+            "sessions": self.n,
+            "correct": self.correct,
+            "pss_per_session_bytes": self.pss_per_session(),
+            "pss_anon_per_session_bytes": self.at_n.pss_anon.saturating_sub(self.before.pss_anon) / self.n.max(1) as u64,
+            "open_seconds": self.open.as_secs_f64(),
+            "first_program_us_p50": us(self.first_p50),
+            "next_program_us_p50": us(self.next_p50),
+        })
+    }
+}
+
 pub struct Report {
     pub machine: Value,
     pub steps: Vec<Step>,
     pub throughput: Option<Throughput>,
+    pub idle_sessions: Option<IdleSessions>,
     pub stopped: Option<String>,
     pub serve_flags: Vec<String>,
 }
@@ -144,6 +178,18 @@ impl Report {
                 ms(t.latency_p99)
             );
         }
+        if let Some(s) = &self.idle_sessions {
+            let _ = writeln!(
+                out,
+                "\nidle sessions: {} open ({} read back right), {} PSS each (Pss_Anon {}); over gRPC, a session's first program p50 {}, its next {}",
+                s.n,
+                s.correct,
+                mib(s.pss_per_session()),
+                mib(s.at_n.pss_anon.saturating_sub(s.before.pss_anon) / s.n.max(1) as u64),
+                ms(s.first_p50),
+                ms(s.next_p50)
+            );
+        }
         if let Some(why) = &self.stopped {
             let _ = writeln!(out, "stopped early: {why}");
         }
@@ -167,6 +213,7 @@ impl Report {
                 "latency_us": {"p50": us(t.latency_p50), "p99": us(t.latency_p99)},
                 "errors": t.errors,
             })),
+            "idle_sessions": self.idle_sessions.as_ref().map(IdleSessions::to_json),
             "stopped_early": self.stopped,
         })
     }
