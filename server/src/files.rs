@@ -356,6 +356,9 @@ impl FileStore {
     /// Writes `files` (name, bytes) into `session`, checked against the tenant's quota first;
     /// names are relative paths beneath it (no `..`, no absolute paths).
     pub fn write(&self, session: &Session, files: &[(String, Vec<u8>)]) -> Result<(), FilesError> {
+        if files.is_empty() {
+            return Ok(());
+        }
         let mut needed = Usage::default();
         let mut dirs = HashSet::new();
         let mut targets = Vec::with_capacity(files.len());
@@ -366,14 +369,7 @@ impl FileStore {
             targets.push((rel, bytes));
         }
         needed.files += dirs.len() as u64;
-        let before = self.scan(session)?;
-        let after = self.tenant_usage_with(&session.tenant, &session.id, before.usage.add(needed));
-        if self.over_quota(after) {
-            return Err(FilesError::Quota(format!(
-                "File quota exceeded: these files would leave {} bytes in {} entries; a tenant may keep {} bytes in {} entries",
-                after.bytes, after.files, self.config.quota_bytes, self.config.quota_files
-            )));
-        }
+        self.check_room(session, needed, "these files")?;
         for (rel, bytes) in targets {
             let (parent, file_name) = split(&rel);
             let invalid = |e: io::Error| FilesError::Invalid(format!("cannot write {}: {e}", rel.display()));
@@ -432,6 +428,20 @@ impl FileStore {
         )
     }
 
+    /// Refuses adding `needed` to `session` if that would leave the tenant over quota
+    /// (`what` names the addition in the message).
+    fn check_room(&self, session: &Session, needed: Usage, what: &str) -> Result<(), FilesError> {
+        let before = self.scan(session)?;
+        let after = self.tenant_usage_with(&session.tenant, &session.id, before.usage.add(needed));
+        if self.over_quota(after) {
+            return Err(FilesError::Quota(format!(
+                "File quota exceeded: {what} would leave {} bytes in {} entries; a tenant may keep {} bytes in {} entries",
+                after.bytes, after.files, self.config.quota_bytes, self.config.quota_files
+            )));
+        }
+        Ok(())
+    }
+
     /// What the session holds now (bounded by the quota).
     pub fn scan(&self, session: &Session) -> Result<Scan, FilesError> {
         walk(&session.dir, self.walk_limit()).map_err(io_error("cannot list the session directory"))
@@ -471,14 +481,7 @@ impl FileStore {
         if sources.is_empty() {
             return Ok(());
         }
-        let before = self.scan(session)?;
-        let after = self.tenant_usage_with(&session.tenant, &session.id, before.usage.add(needed));
-        if self.over_quota(after) {
-            return Err(FilesError::Quota(format!(
-                "File quota exceeded: importing these files would leave {} bytes in {} entries; a tenant may keep {} bytes in {} entries",
-                after.bytes, after.files, self.config.quota_bytes, self.config.quota_files
-            )));
-        }
+        self.check_room(session, needed, "importing these files")?;
         for (rel, src, len) in sources {
             let (parent, file_name) = split(&rel);
             let dst_dir = create_dir_beneath(&session.dir, parent).map_err(|e| {

@@ -273,39 +273,35 @@ async fn pump(
 /// The final message of an execution in a live session, once its files are settled: a
 /// `FILE_QUOTA` failure if they left the tenant over its quota (what the run wrote is gone).
 async fn settled(event: Event, store: &Arc<FileStore>, run: &Arc<RunFiles>) -> proto::ServerMessage {
-    let result = run.settle(store).await;
-    let quota = run.over_quota().or(match &result {
-        Err(FilesError::Quota(m)) => Some(m.clone()),
-        _ => None,
-    });
-    if let Err(FilesError::Io(e)) = &result {
+    let settled = run.settle(store).await;
+    if let Err(FilesError::Io(e)) = &settled {
         tracing::warn!("settling a session's files: {e}");
     }
     let mut message = proto::server_message(event);
-    if let (Some(quota), Some(server_message::Message::Completed(_) | server_message::Message::Failed(_))) =
-        (quota, &message.message)
-    {
-        let (stdout, stderr, tool_calls, stats) = match message.message.take() {
-            Some(server_message::Message::Completed(c)) => (c.stdout, c.stderr, c.tool_calls, c.stats),
-            Some(server_message::Message::Failed(f)) => (f.stdout, f.stderr, f.tool_calls, f.stats),
-            _ => unreachable!("matched above"),
-        };
-        let stopped = if run.over_quota().is_some() {
-            " The program was stopped mid-way for it, so the session has ended: open a new one."
-        } else {
-            ""
-        };
-        message.message = Some(server_message::Message::Failed(proto::Failed {
-            kind: proto::FailureKind::FileQuota as i32,
-            message: format!("{quota}. Write less to /mnt/data or delete files you no longer need.{stopped}"),
-            traceback: String::new(),
-            exit_code: None,
-            stdout,
-            stderr,
-            tool_calls,
-            stats,
-        }));
-    }
+    let Some(quota) = run.quota_breach(&settled) else { return message };
+    let (stdout, stderr, tool_calls, stats) = match message.message.take() {
+        Some(server_message::Message::Completed(c)) => (c.stdout, c.stderr, c.tool_calls, c.stats),
+        Some(server_message::Message::Failed(f)) => (f.stdout, f.stderr, f.tool_calls, f.stats),
+        other => {
+            message.message = other;
+            return message;
+        }
+    };
+    let stopped = if run.over_quota().is_some() {
+        " The program was stopped mid-way for it, so the session has ended: open a new one."
+    } else {
+        ""
+    };
+    message.message = Some(server_message::Message::Failed(proto::Failed {
+        kind: proto::FailureKind::FileQuota as i32,
+        message: format!("{quota}{stopped}"),
+        traceback: String::new(),
+        exit_code: None,
+        stdout,
+        stderr,
+        tool_calls,
+        stats,
+    }));
     message
 }
 

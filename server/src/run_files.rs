@@ -74,6 +74,16 @@ impl RunFiles {
         self.over_quota.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// What the model is told if the run broke the tenant's file quota, while running (it was
+    /// stopped) or at its end (`settled`, what [`RunFiles::settle`] returned).
+    pub(crate) fn quota_breach(&self, settled: &Result<Vec<FileRef>, FilesError>) -> Option<String> {
+        let message = self.over_quota().or(match settled {
+            Err(FilesError::Quota(m)) => Some(m.clone()),
+            _ => None,
+        })?;
+        Some(format!("{message}. Write less to /mnt/data or delete files you no longer need."))
+    }
+
     /// Checks the quota now; over it, the execution is cancelled and the reason kept.
     pub(crate) async fn check(self: &Arc<Self>, files: &Arc<FileStore>, control: &Control) -> bool {
         let (run, files) = (self.clone(), files.clone());

@@ -218,20 +218,18 @@ impl Sessions {
             Some(store) => Some(open_dir(store.clone(), tenant.to_string(), restore_files).await?),
             None => None,
         };
-        if let Some((_, dir)) = &dir {
-            request.data_dir = Some(dir.path.clone());
-        }
+        request.data_dir = dir.as_ref().map(|d| d.path.clone());
         let (session, restored) = match self.engine.open_session(request).await {
             Ok(opened) => opened,
             Err(e) => {
-                if let Some((store, dir)) = dir {
+                if let (Some(store), Some(dir)) = (self.files.clone(), dir) {
                     let _ = tokio::task::spawn_blocking(move || store.remove_live(&dir)).await;
                 }
                 return Err(e.into());
             }
         };
-        let live = LiveSession { session: session.clone(), files: dir.as_ref().map(|(_, d)| d.clone()) };
-        if let Some((store, dir)) = dir {
+        let live = LiveSession { session: session.clone(), files: dir.clone() };
+        if let (Some(store), Some(dir)) = (self.files.clone(), dir) {
             // The directory goes with the session, however the session ends.
             let session = session.clone();
             tokio::spawn(async move {
@@ -430,14 +428,14 @@ async fn open_dir(
     store: Arc<FileStore>,
     tenant: String,
     files: Vec<(String, Vec<u8>)>,
-) -> Result<(Arc<FileStore>, Arc<files::Session>), SessionError> {
+) -> Result<Arc<files::Session>, SessionError> {
     tokio::task::spawn_blocking(move || {
         let dir = store.open_live(&tenant)?;
         if let Err(e) = store.write(&dir, &files) {
             store.remove_live(&dir);
             return Err(e.into());
         }
-        Ok((store, Arc::new(dir)))
+        Ok(Arc::new(dir))
     })
     .await
     .map_err(|e| SessionError::Internal(format!("preparing the session's files: {e}")))?

@@ -27,7 +27,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::auth::ApiKeys;
 use crate::conn::HttpLimits;
-use crate::files::{FileStore, FilesError};
+use crate::files::FileStore;
 use crate::run_files::RunFiles;
 use crate::tenants::Tenants;
 use crate::token::{Claims, Signer, TokenError, now_ms};
@@ -320,17 +320,13 @@ async fn pause(state: &HttpState, mut paused: Paused, calls: Vec<ToolCall>) -> R
 async fn ended_response(state: &HttpState, run: &Arc<RunFiles>, stop: Stop) -> Response {
     let session_id = run.session.id.as_str();
     let settled = run.settle(&state.files).await;
-    let quota = run.over_quota().or(match &settled {
-        Err(FilesError::Quota(m)) => Some(m.clone()),
-        _ => None,
-    });
+    let quota = run.quota_breach(&settled);
     let (stdout, stderr) = match &stop {
         Stop::Completed(c) => (&c.stdout, &c.stderr),
         Stop::Failed(f) => (&f.stdout, &f.stderr),
         Stop::Calls(..) => unreachable!("paused executions are answered by `pause`"),
     };
-    if let Some(message) = quota {
-        let hint = format!("{message}. Write less to /mnt/data or delete files you no longer need.");
+    if let Some(hint) = quota {
         let body = json!({
             "status": "error", "session_id": session_id, "error": "Execution failed or timed out", "kind": "file_quota",
             "stdout": stdout, "stderr": api::with_hint(stderr, &hint),
