@@ -124,6 +124,8 @@ pub struct RunningServer {
     pub metrics_addr: SocketAddr,
     pub engine: Engine,
     pub tenants: Arc<Tenants>,
+    /// Live sessions (gRPC and MCP).
+    pub sessions: Arc<sessions::Sessions>,
     shutdown: CancellationToken,
     /// The listeners, the sweeper and the shutdown sequence.
     tasks: TaskTracker,
@@ -177,19 +179,19 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         .build_v1alpha()?;
     let keys = Arc::new(config.api_keys);
     let downstream = mcp::Downstream::new(&config.mcp);
-    let mcp_shared = mcp::Shared::new(
-        engine.clone(),
-        downstream.clone(),
-        Some(tenants.clone()),
-        config.engine.default_limits.clone(),
-        (!config.mcp_stateless).then_some(config.sessions.idle_timeout),
-    );
     let signer = token::Signer::new(config.token_secret.as_deref());
     let files = files::FileStore::new(config.files.clone())
         .map_err(|e| anyhow::anyhow!("cannot open the files directory {}: {e}", config.files.dir.display()))?;
     let files = Arc::new(files);
     let key = sessions::snapshot_key(&signer);
     let sessions = sessions::Sessions::new(engine.clone(), config.sessions.clone(), key, Some(files.clone()));
+    let mcp_shared = mcp::Shared::new(
+        engine.clone(),
+        downstream.clone(),
+        Some(tenants.clone()),
+        config.engine.default_limits.clone(),
+        (!config.mcp_stateless).then(|| sessions.clone()),
+    );
     // Work started on behalf of requests: gRPC stream pumps and HTTP file watchers.
     let request_tasks = TaskTracker::new();
     let service = grpc::SandboxService {
@@ -253,12 +255,13 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     // grace period, fail the rest (kind `shutdown`), let their final events reach the
     // clients, then close the listeners.
     let (signal, eng, grace, http) = (shutdown.clone(), engine.clone(), config.shutdown_grace, http_state.clone());
+    let registry = sessions.clone();
     tasks.spawn(async move {
         signal.cancelled().await;
         tracing::info!(grace = ?grace, live = eng.live_instances(), "shutting down");
         health_reporter.set_not_serving::<SandboxServer<grpc::SandboxService>>().await;
         eng.stop_accepting();
-        sessions.clear();
+        registry.clear();
         if tokio::time::timeout(grace, eng.drained()).await.is_err() {
             eng.shutdown();
             eng.drained().await;
@@ -273,5 +276,15 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     });
 
     tracing::info!(grpc = %grpc_addr, http = %http_addr, metrics = %metrics_addr, "serving");
-    Ok(RunningServer { grpc_addr, http_addr, http: http_state, metrics_addr, engine, tenants, shutdown, tasks })
+    Ok(RunningServer {
+        grpc_addr,
+        http_addr,
+        http: http_state,
+        metrics_addr,
+        engine,
+        tenants,
+        sessions,
+        shutdown,
+        tasks,
+    })
 }

@@ -48,7 +48,11 @@ async fn mcp(args: ptc_server::cli::McpArgs) -> anyhow::Result<()> {
     let (engine_config, mcp_config) = args.configs().map_err(anyhow::Error::msg)?;
     let engine = tokio::task::spawn_blocking(move || ptc_engine::Engine::new(engine_config)).await??;
     let limits = engine.config().default_limits.clone();
-    let sessions = (!args.stateless).then_some(ptc_engine::DEFAULT_IDLE_TIMEOUT);
+    // One client owns a stdio server: its session needs no snapshot key and keeps no files.
+    let sessions = (!args.stateless).then(|| {
+        let key = ptc_server::token::random_hex::<32>().into_bytes();
+        ptc_server::sessions::Sessions::new(engine.clone(), Default::default(), key, None)
+    });
     let shared =
         ptc_server::mcp::Shared::new(engine, ptc_server::mcp::Downstream::new(&mcp_config), None, limits, sessions);
     ptc_server::mcp::serve_stdio(shared).await

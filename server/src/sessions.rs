@@ -300,6 +300,11 @@ impl Sessions {
         }
     }
 
+    /// How many sessions of `tenant` are open.
+    pub fn open_count(&self, tenant: &str) -> usize {
+        self.map.lock().unwrap().iter().filter(|((t, _), e)| t == tenant && !e.live.session.is_ended()).count()
+    }
+
     /// Ends session `id` of `tenant`; false if there was none.
     pub fn close(&self, tenant: &str, id: &str) -> bool {
         let removed = self.map.lock().unwrap().remove(&(tenant.to_string(), id.to_string()));

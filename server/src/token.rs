@@ -88,7 +88,7 @@ pub fn now_ms() -> u64 {
 }
 
 /// `N` bytes from the OS's random source, as hex: ids and handles a client must not guess.
-pub(crate) fn random_hex<const N: usize>() -> String {
+pub fn random_hex<const N: usize>() -> String {
     let mut bytes = [0u8; N];
     getrandom::fill(&mut bytes).expect("the OS random source");
     hex::encode(bytes)

@@ -28,9 +28,45 @@ def text_of(result):
     return "\n".join(c.text for c in result.content if getattr(c, "type", "") == "text")
 
 
-async def run(client, code, **kwargs):
-    result = await client.call_tool("execute_code", {"code": code}, **kwargs)
+async def run(client, code, session=None, **kwargs):
+    args = {"code": code} if session is None else {"code": code, "session": session}
+    result = await client.call_tool("execute_code", args, **kwargs)
     return result, text_of(result), result.structured_content
+
+
+async def named_sessions(client, desc):
+    """Protocol 2026-07-28 over HTTP has no MCP sessions: a program names the session it runs
+    in, and its globals and /mnt/data files are there for the next program that names it."""
+    assert 'session="new"' in desc and "/mnt/data" in desc, desc
+    code = "import statistics\nseen = [3, 1, 2]\ndef med():\n    return statistics.median(seen)\n"
+    code += "open('/mnt/data/seen.txt', 'w').write('3 1 2')"
+    result, text, sc = await run(client, code, session="new")
+    assert not result.is_error, text
+    sid = sc["session"]
+    assert text.endswith(f'[session] {sid} (pass session="{sid}" to continue in it)'), text
+    result, text, sc = await run(client, "seen.append(10)\nprint(med(), len(seen), open('/mnt/data/seen.txt').read())", session=sid)
+    assert sc["stdout"] == "2.5 4 3 1 2\n" and sc["session"] == sid, sc
+    # Another session sees neither the globals nor the files; a one-off program has no session.
+    code = "import os\nprint('seen' in globals(), os.path.exists('/mnt/data/seen.txt'))"
+    result, text, sc = await run(client, code, session="new")
+    assert sc["stdout"] == "False False\n" and sc["session"] != sid, sc
+    result, text, sc = await run(client, "print('seen' in globals())")
+    assert sc["stdout"] == "False\n" and "session" not in sc and "[session]" not in text, sc
+    # Past the tenant's file quota (2 MiB in this test): an error of kind file_quota, what the
+    # program wrote is gone, and the session with its earlier state goes on.
+    result, text, sc = await run(client, "open('/mnt/data/big.bin', 'wb').write(b'x' * (3 << 20))\nprint('wrote')", session=sid)
+    assert result.is_error and sc["error"]["kind"] == "file_quota", sc
+    assert "quota" in text and "delete files you no longer need" in text and "wrote" in sc["stdout"], text
+    result, text, sc = await run(client, "import os\nprint(len(seen), sorted(os.listdir('/mnt/data')))", session=sid)
+    assert sc["stdout"] == "4 ['seen.txt']\n", sc
+    # An id that is not open (ended, or never was): the program runs in a new session and the
+    # model is told its earlier state is gone.
+    result, text, sc = await run(client, "print('seen' in globals())", session="not-a-session")
+    assert text.startswith('[session] session "not-a-session" is not open'), text
+    assert sc["stdout"] == "False\n" and sc["session"] not in (sid, "not-a-session"), sc
+    result = await client.call_tool("execute_code", {"code": "pass", "session": 7})
+    assert result.is_error and "must be" in text_of(result), result
+    log("named sessions: ok")
 
 
 async def scenarios(client, fs_root, pause, persistent):
@@ -76,6 +112,8 @@ return {{"ids": [n["id"] for n in found["result"]]}}
     if persistent:
         result, text, sc = await run(client, "seen.append(10)\nprint(med(), len(seen))")
         assert sc["stdout"] == "2.5 4\n", sc
+    else:
+        await named_sessions(client, desc)
     log(f"session (persistent={persistent}): ok")
 
     # A stdio server inherits a few variables from ptc-engine, never its secrets.

@@ -15,8 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ptc_engine::{
-    Engine, Event, Execution, ExecutionRequest, FailureKind, Limits, OutputStream, Session, SessionRequest,
-    ToolCallRecord, ToolDef, ToolResult,
+    Engine, Event, Execution, ExecutionRequest, FailureKind, Limits, OutputStream, ToolCallRecord, ToolDef, ToolResult,
 };
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CreateMessageRequest,
@@ -28,9 +27,14 @@ use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
+use tokio_util::task::TaskTracker;
 
 use super::downstream::{Downstream, Listing};
+use crate::auth::LOCAL_TENANT;
+use crate::files::FileStore;
 use crate::http::api::model_error;
+use crate::run_files::RunFiles;
+use crate::sessions::{LiveSession, OpenOptions, SessionError, Sessions};
 use crate::tenants::{Admission, Tenants};
 use crate::token::random_hex;
 
@@ -57,9 +61,13 @@ pub struct Shared {
     pub limits: Limits,
     /// Executions waiting for their client to sample (protocol 2026-07-28), by handle.
     parked: Mutex<HashMap<String, Run>>,
-    /// `Some(idle timeout)`: the `execute_code` calls of one MCP session share a live session
-    /// (variables, imports and functions persist); `None`: each runs in a fresh sandbox.
-    pub sessions: Option<Duration>,
+    /// `Some`: programs keep their globals (variables, imports, functions) and `/mnt/data`
+    /// (if the registry keeps files) in live sessions of this registry: one per MCP session,
+    /// or (protocol 2026-07-28 over HTTP, which has no MCP sessions) those a program names
+    /// with `session`. `None`: each program runs in a fresh sandbox.
+    pub sessions: Option<Arc<Sessions>>,
+    /// File-quota watchers of programs that run in sessions with files.
+    tasks: TaskTracker,
 }
 
 impl Shared {
@@ -68,9 +76,35 @@ impl Shared {
         downstream: Arc<Downstream>,
         tenants: Option<Arc<Tenants>>,
         limits: Limits,
-        sessions: Option<Duration>,
+        sessions: Option<Arc<Sessions>>,
     ) -> Arc<Self> {
-        Arc::new(Shared { engine, downstream, tenants, limits, parked: Mutex::new(HashMap::new()), sessions })
+        let parked = Mutex::new(HashMap::new());
+        Arc::new(Shared { engine, downstream, tenants, limits, parked, sessions, tasks: TaskTracker::new() })
+    }
+}
+
+/// How the programs of one connection keep state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Each program in a fresh sandbox.
+    Fresh,
+    /// All programs of the MCP session in one live session.
+    Persistent,
+    /// Fresh unless the program names a session (`session="new"` or an earlier result's id).
+    Handles,
+}
+
+/// A connection's live session in the registry; closed when the MCP session ends.
+struct Held {
+    sessions: Arc<Sessions>,
+    tenant: String,
+    id: String,
+    live: LiveSession,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.sessions.close(&self.tenant, &self.id);
     }
 }
 
@@ -79,8 +113,8 @@ impl Shared {
 pub struct CodeMode {
     shared: Arc<Shared>,
     /// This MCP session's live session, opened by its first `execute_code`; the lock also
-    /// runs its programs one after another. Dropped (and so ended) with the MCP session.
-    live: Arc<tokio::sync::Mutex<Option<Session>>>,
+    /// runs its programs one after another. Dropped (and so closed) with the MCP session.
+    live: Arc<tokio::sync::Mutex<Option<Held>>>,
 }
 
 /// The callable tools as a program sees them, and what the model is told about them.
@@ -97,7 +131,7 @@ impl CodeMode {
 
     /// The callable tools, and with `describe` also execute_code's description (which costs
     /// an instance to render the signatures, so an execution does without it).
-    async fn catalog(&self, describe: bool, persistent: bool) -> Result<Catalog, String> {
+    async fn catalog(&self, describe: bool, mode: Mode) -> Result<Catalog, String> {
         let listings = self.shared.downstream.listings().await;
         let mut defs = Vec::new();
         let mut not_callable = Vec::new();
@@ -125,9 +159,7 @@ impl CodeMode {
             .await
             .map_err(|e| format!("the downstream tools cannot be offered to programs: {}", e.message()))?;
         let mut text = String::from(EXECUTE_CODE_INTRO);
-        if persistent {
-            text.push_str(PERSIST);
-        }
+        text.push_str(&self.state_text(mode));
         text.push_str("\n\nTools (call as `await server.tool(...)`):\n");
         for (d, def) in described.tools.iter().zip(&defs) {
             text.push_str(&d.signature);
@@ -150,6 +182,30 @@ impl CodeMode {
         Ok(Catalog { defs, description: text })
     }
 
+    /// What execute_code's description says about state kept between calls.
+    fn state_text(&self, mode: Mode) -> String {
+        let Some(sessions) = &self.shared.sessions else { return String::new() };
+        let files = sessions.file_store().is_some();
+        match mode {
+            Mode::Fresh => String::new(),
+            Mode::Persistent => {
+                let files = if files {
+                    " Files it writes in /mnt/data stay for later calls too (within a storage quota)."
+                } else {
+                    ""
+                };
+                format!("{PERSIST}{files}")
+            }
+            Mode::Handles => format!(
+                " Each call starts afresh unless it names a session: pass session=\"new\" to keep the globals (variables, \
+                 imports, functions){} for later calls; the result's last line names the session, and passing that id as \
+                 `session` continues from there. A session ends after {} minutes without a call.",
+                if files { " and the files in /mnt/data" } else { "" },
+                sessions.limits().idle_timeout.as_secs().div_ceil(60)
+            ),
+        }
+    }
+
     async fn describe(&self, args: &JsonObject) -> Result<CallToolResult, McpError> {
         let names: Option<Vec<String>> = match args.get("names") {
             None | Some(Value::Null) => None,
@@ -160,7 +216,7 @@ impl CodeMode {
                 )
             })?),
         };
-        let catalog = self.catalog(false, false).await.map_err(|e| McpError::internal_error(e, None))?;
+        let catalog = self.catalog(false, Mode::Fresh).await.map_err(|e| McpError::internal_error(e, None))?;
         let qualified = |d: &ToolDef| format!("{}.{}", d.namespace.as_deref().unwrap_or_default(), d.name);
         let chosen: Vec<ToolDef> = match &names {
             None => catalog.defs.clone(),
@@ -232,7 +288,7 @@ impl CodeMode {
             },
         }
         let timeout_limit = limits.timeout;
-        let mut catalog = match self.catalog(false, false).await {
+        let mut catalog = match self.catalog(false, Mode::Fresh).await {
             Ok(c) => c,
             Err(e) => return Ok(failed_before_start(e).into()),
         };
@@ -249,19 +305,44 @@ impl CodeMode {
             exec_request = exec_request.with_tenant(tenant.clone());
         }
         let started = Instant::now();
-        // With sessions, programs of this MCP session run one after another in its live
-        // session: the lock is held until the program ends (or is parked for sampling).
-        let mut live = match self.persistent(&ctx) {
-            true => Some(self.live.clone().lock_owned().await),
-            false => None,
+        let mode = self.mode(&ctx);
+        let requested = match (mode, args.get("session")) {
+            (Mode::Handles, Some(Value::String(id))) => Some(id.clone()),
+            (_, None | Some(Value::Null)) => None,
+            (Mode::Handles, Some(_)) => {
+                let message = "\"session\" must be \"new\" or the id (a string) of the session an earlier result named";
+                return Ok(failed_before_start(message.into()).into());
+            }
+            // Not offered on this connection (its programs share one session, or none).
+            (_, Some(_)) => None,
+        };
+        // Persistent: programs of this MCP session run one after another in its live session:
+        // the lock is held until the program ends (or is parked for sampling).
+        let mut held = match mode {
+            Mode::Persistent => Some(self.live.clone().lock_owned().await),
+            _ => None,
         };
         let mut notice = None;
-        let exec = match live.as_deref_mut() {
+        let live = match (held.as_deref_mut(), &requested, &self.shared.sessions) {
+            (Some(slot), _, Some(sessions)) => self.held_session(sessions, slot, &tenant, &mut notice).await.map(Some),
+            (None, Some(id), Some(sessions)) => self.named_session(sessions, id, &tenant, &mut notice).await.map(Some),
+            _ => Ok(None),
+        };
+        let live = match live {
+            Ok(live) => live,
+            Err(e) => return Ok(failed_before_start(e.message().to_string()).into()),
+        };
+        let files =
+            match live.as_ref().map(|(_, l)| (self.shared.sessions.as_ref().and_then(|s| s.file_store()), &l.files)) {
+                Some((Some(store), Some(dir))) => match RunFiles::resume(store, dir).await {
+                    Ok(run) => Some((store.clone(), run)),
+                    Err(e) => return Ok(failed_before_start(SessionError::from(e).message().to_string()).into()),
+                },
+                _ => None,
+            };
+        let exec = match &live {
             None => self.shared.engine.start(exec_request).await,
-            Some(slot) => match self.live_session(slot, tenant.as_deref(), &mut notice).await {
-                Ok(session) => self.shared.engine.execute_in(&session, exec_request).await,
-                Err(e) => Err(e),
-            },
+            Some((_, l)) => self.shared.engine.execute_in(&l.session, exec_request).await,
         };
         let exec = match exec {
             Ok(exec) => exec,
@@ -269,6 +350,9 @@ impl CodeMode {
         };
         if let Some(a) = &admission {
             a.attach(exec.control());
+        }
+        if let Some((store, run)) = &files {
+            run.watch(store, exec.control(), &self.shared.tasks);
         }
         let run = Run {
             exec,
@@ -279,46 +363,80 @@ impl CodeMode {
             tenant,
             awaiting: vec![],
             notice,
+            files,
+            named: live.filter(|_| mode == Mode::Handles).map(|(id, _)| id),
         };
         let response = self.proceed(run, &ctx).await;
-        drop(live);
+        drop(held);
         Ok(response)
     }
 
-    /// Whether programs of this connection share a live session: sessions are on, and there
-    /// is an MCP session to hold it (stdio; over HTTP, protocols before 2026-07-28, which
-    /// removed sessions, so each request there gets a handler of its own).
-    fn persistent(&self, ctx: &RequestContext<RoleServer>) -> bool {
+    /// How this connection's programs keep state: in one live session per MCP session (stdio;
+    /// over HTTP, protocols before 2026-07-28), in sessions they name (2026-07-28 over HTTP,
+    /// which removed MCP sessions, so each request there gets a handler of its own), or not.
+    fn mode(&self, ctx: &RequestContext<RoleServer>) -> Mode {
         let http = ctx.extensions.get::<axum::http::request::Parts>().is_some();
         let modern = ctx.protocol_version().is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
-        self.shared.sessions.is_some() && !(http && modern)
+        match (&self.shared.sessions, http && modern) {
+            (None, _) => Mode::Fresh,
+            (Some(_), false) => Mode::Persistent,
+            (Some(_), true) => Mode::Handles,
+        }
     }
 
     /// This MCP session's live session, opened if it has none or it ended (`notice` then tells
     /// the model its earlier variables are gone).
-    async fn live_session(
+    async fn held_session(
         &self,
-        slot: &mut Option<Session>,
-        tenant: Option<&str>,
+        sessions: &Arc<Sessions>,
+        slot: &mut Option<Held>,
+        tenant: &Option<String>,
         notice: &mut Option<String>,
-    ) -> Result<Session, ptc_engine::Error> {
-        if let Some(session) = slot.as_ref().filter(|s| !s.is_ended()) {
-            return Ok(session.clone());
+    ) -> Result<(String, LiveSession), SessionError> {
+        if let Some(held) = slot.as_ref().filter(|h| !h.live.session.is_ended()) {
+            return Ok((held.id.clone(), held.live.clone()));
         }
         if let Some(ended) = slot.take() {
             *notice = Some(format!(
                 "[session] the previous session ended ({}); this program ran in a new one, so variables, imports and \
                  functions from earlier programs are gone: define again what you need.",
-                ended.ended_reason().unwrap_or_default()
+                ended.live.session.ended_reason().unwrap_or_default()
             ));
         }
-        let mut request = SessionRequest::new()
-            .with_limits(self.shared.limits.clone())
-            .with_idle_timeout(self.shared.sessions.unwrap_or(ptc_engine::DEFAULT_IDLE_TIMEOUT));
-        request.tenant = tenant.map(str::to_string);
-        let (session, _) = self.shared.engine.open_session(request).await?;
-        *slot = Some(session.clone());
-        Ok(session)
+        let tenant = tenant.clone().unwrap_or_else(|| LOCAL_TENANT.to_string());
+        let options = OpenOptions { limits: Some(self.shared.limits.clone()), ..Default::default() };
+        let opened = sessions.open(&tenant, options).await?;
+        let held = slot.insert(Held { sessions: sessions.clone(), tenant, id: opened.id, live: opened.live });
+        Ok((held.id.clone(), held.live.clone()))
+    }
+
+    /// The session a program named: `"new"` opens one; an id that is unknown or ended opens
+    /// one too, and `notice` says so (the program may rely on what is gone).
+    async fn named_session(
+        &self,
+        sessions: &Arc<Sessions>,
+        id: &str,
+        tenant: &Option<String>,
+        notice: &mut Option<String>,
+    ) -> Result<(String, LiveSession), SessionError> {
+        let tenant = tenant.as_deref().unwrap_or(LOCAL_TENANT);
+        if id != "new" {
+            match sessions.get(tenant, id) {
+                Ok(live) => return Ok((id.to_string(), live)),
+                Err(SessionError::NotFound(_)) => {
+                    *notice = Some(format!(
+                        "[session] session {id:?} is not open (a session ends after {} minutes without a call, or when \
+                         a program in it times out or is cancelled); this program ran in a new one, so variables, \
+                         imports and functions from earlier programs are gone: define again what you need.",
+                        sessions.limits().idle_timeout.as_secs().div_ceil(60)
+                    ));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let options = OpenOptions { limits: Some(self.shared.limits.clone()), ..Default::default() };
+        let opened = sessions.open(tenant, options).await?;
+        Ok((opened.id, opened.live))
     }
 
     /// Runs the execution on: answers its calls, until it ends or (protocol 2026-07-28) needs
@@ -411,7 +529,18 @@ impl CodeMode {
         };
         // Calls still running downstream are abandoned (their futures dropped).
         run.calls.abort_all();
-        finished(end, run.started.elapsed(), run.timeout_limit, run.notice.as_deref()).into()
+        let elapsed = run.started.elapsed();
+        let mut result = match &run.files {
+            Some((store, files)) => settled(end, files, store, elapsed, run.timeout_limit).await,
+            None => finished_result(end, elapsed, run.timeout_limit),
+        };
+        if let Some(notice) = &run.notice {
+            prefix_text(&mut result, notice);
+        }
+        if let Some(id) = &run.named {
+            add_session(&mut result, id);
+        }
+        result.into()
     }
 
     /// Keeps the paused execution for the client's retry and asks the client for `asks`.
@@ -441,21 +570,57 @@ impl CodeMode {
     }
 }
 
-/// The program's end as the tool's result.
-fn finished(
+/// The program's end as the tool's result, once its session's files are settled: if they
+/// left the tenant over its file quota, an error of kind `file_quota` (what the program wrote
+/// is gone; if it was stopped mid-way for it, so is the session).
+async fn settled(
     end: Result<ptc_engine::Completion, ptc_engine::Failure>,
+    files: &Arc<RunFiles>,
+    store: &Arc<FileStore>,
     elapsed: Duration,
     timeout_limit: Duration,
-    notice: Option<&str>,
 ) -> CallToolResult {
-    let mut result = finished_result(end, elapsed, timeout_limit);
-    if let Some(notice) = notice
-        && let Some(first) = result.content.first_mut()
+    let settled = files.settle(store).await;
+    let Some(quota) = files.quota_breach(&settled) else { return finished_result(end, elapsed, timeout_limit) };
+    let stopped = if files.over_quota().is_some() {
+        " The program was stopped mid-way for it, so its session has ended."
+    } else {
+        ""
+    };
+    let message = format!("{quota}{stopped}");
+    let (stdout, stderr, calls) = match &end {
+        Ok(c) => (&c.stdout, &c.stderr, &c.tool_calls),
+        Err(f) => (&f.stdout, &f.stderr, &f.tool_calls),
+    };
+    let error = json!({"kind": "file_quota", "message": message});
+    let structured = report(false, elapsed, timeout_limit, stdout, stderr, &Value::Null, error, calls);
+    let mut text = printed(stdout, stderr);
+    text.push_str(&format!("{}[error] {message}", newline_if_needed(&text)));
+    let mut result = CallToolResult::error(vec![ContentBlock::text(text)]);
+    result.structured_content = Some(structured);
+    result
+}
+
+/// `notice` before the result's text.
+fn prefix_text(result: &mut CallToolResult, notice: &str) {
+    if let Some(first) = result.content.first_mut()
         && let Some(text) = first.as_text()
     {
         *first = ContentBlock::text(format!("{notice}\n{}", text.text));
     }
-    result
+}
+
+/// The session a program ran in, as the result's last line and its `session` field.
+fn add_session(result: &mut CallToolResult, id: &str) {
+    if let Some(first) = result.content.first_mut()
+        && let Some(text) = first.as_text()
+    {
+        let line = format!("[session] {id} (pass session={id:?} to continue in it)");
+        *first = ContentBlock::text(format!("{}{}{line}", text.text, newline_if_needed(&text.text)));
+    }
+    if let Some(Value::Object(map)) = &mut result.structured_content {
+        map.insert("session".into(), Value::String(id.to_string()));
+    }
 }
 
 fn finished_result(
@@ -518,6 +683,10 @@ struct Run {
     awaiting: Vec<String>,
     /// Said before the program's output (a new live session replaced one that ended).
     notice: Option<String>,
+    /// The session's `/mnt/data`, settled against the tenant's quota when the program ends.
+    files: Option<(Arc<FileStore>, Arc<RunFiles>)>,
+    /// The id of the session the program named (`session`), said after its output.
+    named: Option<String>,
 }
 
 /// Executions parked at once for clients' sampling (each is also a paused execution the
@@ -573,7 +742,7 @@ fn sampled_answer(id: String, result: Option<Value>) -> ToolResult {
 const PERSIST: &str = " Globals (variables, imports, functions, classes) persist from one execute_code call to the \
 next in this conversation, so load data once and reuse it; a timeout or cancellation starts over (the result says so).";
 
-const EXECUTE_CODE_INTRO: &str = "Run a Python 3.14 program in a sandbox (standard library only, no network; files only in /mnt/data). \
+const EXECUTE_CODE_INTRO: &str = "Run a Python 3.14 program in a sandbox (standard library only, no network). \
 The tools below are async functions grouped by server: `await server.tool(arg=...)`; run independent calls at once with \
 `await asyncio.gather(...)`. Results arrive as Python values (dicts, lists, strings); a failing tool raises ToolError, \
 which you can catch. Top-level await and `return value` work. Only what the program prints and returns comes back to you, \
@@ -708,7 +877,8 @@ fn output_schema() -> Arc<JsonObject> {
                     "has_error": {"type": "boolean"}, "duration_ms": {"type": "number"}
                 }}
             },
-            "tool_calls_total": {"type": "integer"}
+            "tool_calls_total": {"type": "integer"},
+            "session": {"type": "string", "description": "The session the program ran in, when it named one."}
         },
         "required": ["success", "stdout", "stderr", "error", "tool_calls"]
     }))
@@ -729,22 +899,26 @@ impl ServerHandler for CodeMode {
         _request: Option<PaginatedRequestParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let description = match self.catalog(true, self.persistent(&ctx)).await {
+        let mode = self.mode(&ctx);
+        let description = match self.catalog(true, mode).await {
             Ok(catalog) => catalog.description,
             Err(e) => format!("{EXECUTE_CODE_INTRO}\n\nNo tools can be offered now: {e}"),
         };
-        let mut execute = Tool::new(
-            "execute_code",
-            description,
-            object(json!({
-                "type": "object",
-                "properties": {
-                    "code": {"type": "string", "description": "The Python program."},
-                    "timeout_ms": {"type": "integer", "minimum": 1, "description": "Deadline for the whole run, tool calls included."}
-                },
-                "required": ["code"]
-            })),
-        );
+        let mut input = json!({
+            "type": "object",
+            "properties": {
+                "code": {"type": "string", "description": "The Python program."},
+                "timeout_ms": {"type": "integer", "minimum": 1, "description": "Deadline for the whole run, tool calls included."}
+            },
+            "required": ["code"]
+        });
+        if mode == Mode::Handles {
+            input["properties"]["session"] = json!({
+                "type": "string",
+                "description": "\"new\" to run in a new session that keeps its state for later calls, or the id of the session an earlier result named to continue in it; omit for a one-off program."
+            });
+        }
+        let mut execute = Tool::new("execute_code", description, object(input));
         execute.output_schema = Some(output_schema());
         let describe = Tool::new(
             "describe_tools",

@@ -115,9 +115,12 @@ async fn streamable_http_behind_api_keys() {
     let setup = tokio::task::spawn_blocking(|| downstream("http")).await.unwrap();
     let mut config = grpc::config(&["acme:acme-key"]);
     config.mcp = McpConfig::load(&setup.config).unwrap();
+    config.files.quota_bytes = 2 << 20;
     let server = grpc::serve(config).await;
     let url = format!("http://{}/mcp", server.http_addr);
-    let (engine, tenants) = (server.engine.clone(), server.tenants.clone());
+    let (engine, tenants, sessions) = (server.engine.clone(), server.tenants.clone(), server.sessions.clone());
+    // The sessions programs named stay open (each holds an instance) until they idle out.
+    let executions = move || engine.live_instances().saturating_sub(sessions.open_count("acme"));
     tokio::task::spawn_blocking(move || {
         let child = setup.drive(true, &["http", &url, "acme-key"]);
         finish(child, |mark| {
@@ -126,7 +129,7 @@ async fn streamable_http_behind_api_keys() {
                 // The client gave up on `await asyncio.sleep(60)`: its instance is gone while
                 // the MCP session is still open.
                 "cancelled" => {
-                    while engine.live_instances() > 0 {
+                    while executions() > 0 {
                         assert!(Instant::now() < deadline, "a cancelled execution kept its instance");
                         std::thread::sleep(Duration::from_millis(50));
                     }
@@ -135,7 +138,7 @@ async fn streamable_http_behind_api_keys() {
                 // parked execution no longer holds an instance or the tenant's slot.
                 "parked" => {
                     assert_eq!(tenants.active("acme"), 1, "the parked execution holds its slot meanwhile");
-                    while engine.live_instances() > 0 || tenants.active("acme") > 0 {
+                    while executions() > 0 || tenants.active("acme") > 0 {
                         assert!(Instant::now() < deadline, "an abandoned parked execution kept its slot");
                         std::thread::sleep(Duration::from_millis(50));
                     }
