@@ -276,7 +276,7 @@ impl Engine {
         limits.max_memory_bytes = session.limits().max_memory_bytes;
         inner.config.ceilings.check(&limits, inner.config.fuel)?;
         request.check_size(&inner.config.ceilings)?;
-        let schemas = Schemas::compile(&request.tools)?;
+        let schemas = session.schemas_for(&request.tools)?;
         session.claim()?;
         let started = Instant::now();
         let (events_tx, events_rx) = mpsc::unbounded_channel();
@@ -380,7 +380,7 @@ impl Engine {
         tenant: Option<&str>,
     ) -> Result<(Store<HostState>, Wiring)> {
         let inner = &self.inner;
-        let schemas = Schemas::compile(tools)?;
+        let schemas = Arc::new(Schemas::compile(tools)?);
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let exchange = Arc::new(Exchange::new(inner.paused.clone(), inner.config.ceilings.max_tool_result_bytes));
         let output = Output::new(limits.max_output_bytes, events_tx.clone());

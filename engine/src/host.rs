@@ -28,7 +28,7 @@ use crate::shares::RunSlot;
 pub(crate) struct Broker {
     pub(crate) exchange: Arc<Exchange>,
     events: UnboundedSender<Event>,
-    schemas: Schemas,
+    schemas: Arc<Schemas>,
     max_round_trips: u32,
     max_tool_calls: u32,
     max_input_bytes: usize,
@@ -55,7 +55,7 @@ impl Broker {
         events: UnboundedSender<Event>,
         output: Output,
         run_slot: RunSlot,
-        schemas: Schemas,
+        schemas: Arc<Schemas>,
         limits: &Limits,
         ceilings: &Ceilings,
     ) -> Self {
@@ -83,7 +83,7 @@ impl Broker {
         &mut self,
         exchange: Arc<Exchange>,
         events: UnboundedSender<Event>,
-        schemas: Schemas,
+        schemas: Arc<Schemas>,
         limits: &Limits,
         ceilings: &Ceilings,
     ) {

@@ -31,6 +31,8 @@ use crate::events::Event;
 use crate::execution::{Job, run};
 use crate::host::HostState;
 use crate::output::Output;
+use crate::request::ToolDef;
+use crate::schema::Schemas;
 
 /// How to open a live session: `SessionRequest::new()` and the `with_*` methods.
 #[derive(Debug, Clone)]
@@ -137,6 +139,9 @@ pub(crate) struct Shared {
     pub(crate) tenant: Option<String>,
     /// The instance's stdout and stderr, emptied for each execution.
     pub(crate) output: Output,
+    /// The last execution's tools and their compiled input schemas: an agent calls the same
+    /// tools program after program, and compiling them was ~10% of a session's `pass`.
+    schemas: Mutex<Option<(Vec<ToolDef>, Arc<Schemas>)>>,
 }
 
 /// Prepares the store for the next execution (its exchange, events, tools and limits).
@@ -241,6 +246,19 @@ impl Session {
         })
     }
 
+    /// The compiled input schemas of `tools`: the last execution's if its tools were the same.
+    pub(crate) fn schemas_for(&self, tools: &[ToolDef]) -> Result<Arc<Schemas>> {
+        let mut cached = self.shared.schemas.lock().unwrap();
+        if let Some((last, schemas)) = cached.as_ref()
+            && last.as_slice() == tools
+        {
+            return Ok(schemas.clone());
+        }
+        let schemas = Arc::new(Schemas::compile(tools)?);
+        *cached = Some((tools.to_vec(), schemas.clone()));
+        Ok(schemas)
+    }
+
     /// The session's state as bytes (see [`SessionState`]); refused while an execution runs.
     /// `max_bytes` bounds the state; a larger one fails with a message saying what to delete.
     pub async fn snapshot(&self, max_bytes: u64) -> Result<SessionState> {
@@ -260,6 +278,7 @@ impl Shared {
             ended: CancellationToken::new(),
             reason: Mutex::new(None),
             tenant,
+            schemas: Mutex::new(None),
         })
     }
 

@@ -48,6 +48,9 @@ impl RunFiles {
 
     /// The next run in a live session's directory (which holds what earlier runs left).
     pub(crate) async fn resume(files: &Arc<FileStore>, session: &Arc<Session>) -> Result<Arc<Self>, FilesError> {
+        if let Some(before) = files.scan_small(session) {
+            return Ok(Self::new(session.clone(), before));
+        }
         let (files, session) = (files.clone(), session.clone());
         tokio::task::spawn_blocking(move || Ok(Self::new(session.clone(), files.scan(&session)?)))
             .await
@@ -60,6 +63,15 @@ impl RunFiles {
 
     /// The run's files once it has ended: checked against the quota exactly once.
     pub(crate) async fn settle(self: &Arc<Self>, files: &Arc<FileStore>) -> Result<Vec<FileRef>, FilesError> {
+        {
+            let mut settled = self.settled.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(done) = settled.as_ref() {
+                return done.clone();
+            }
+            if let Some(after) = files.scan_small(&self.session) {
+                return settled.insert(files.settle_with(&self.session, &self.before, after)).clone();
+            }
+        }
         let (run, files) = (self.clone(), files.clone());
         tokio::task::spawn_blocking(move || {
             let mut settled = run.settled.lock().unwrap_or_else(|e| e.into_inner());

@@ -39,7 +39,7 @@ async fn tools_may_change_between_executions() {
     let tools = standard_tools();
     let add = tools.iter().find(|t| t.name == "add").unwrap().clone();
     let weather = tools.iter().find(|t| t.name == "get-weather").unwrap().clone();
-    exec(engine, &session, "kept = add\nprint(int(await add(a=1, b=2)))", vec![add]).await.completed();
+    exec(engine, &session, "kept = add\nprint(int(await add(a=1, b=2)))", vec![add.clone()]).await.completed();
     let done = exec(engine, &session, "print('add' in globals(), callable(get_weather))", vec![weather.clone()])
         .await
         .completed();
@@ -48,6 +48,17 @@ async fn tools_may_change_between_executions() {
     let f = exec(engine, &session, "await kept(a=1, b=2)", vec![weather]).await.failed();
     assert!(f.message.contains("unknown tool \"add\""), "{}", f.message);
     assert_eq!(f.kind, FailureKind::PythonError);
+    // The same tool with another input schema: calls are checked against the one given now
+    // (the session keeps the last execution's compiled schemas only while the tools match).
+    let add_with = |kind: &str| {
+        let props = serde_json::json!({"a": {"type": kind}, "b": {"type": kind}});
+        add.clone().with_parameters(serde_json::json!({"type": "object", "properties": props, "required": ["a", "b"]}))
+    };
+    let code = "try:\n    print(int(await add(a=1, b=2)))\nexcept ToolError as e:\n    print('refused:', e)";
+    for (kind, expected) in [("integer", "3\n"), ("string", "refused:"), ("integer", "3\n")] {
+        let done = exec(engine, &session, code, vec![add_with(kind)]).await.completed();
+        assert!(done.stdout.starts_with(expected), "{kind}: {}", done.stdout);
+    }
 }
 
 #[tokio::test]
