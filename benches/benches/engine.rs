@@ -38,6 +38,24 @@ fn benches(c: &mut Criterion) {
     let mut group = c.benchmark_group("session");
     group.measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_millis(500)).sample_size(20);
     group.bench_function("pass_library", |b| b.to_async(&rt).iter(|| run_in_session(&engine, &session, "pass")));
+    // The same from a task of the runtime, as a server calls the library (the line above
+    // calls from outside it, so each execution also wakes a thread across).
+    group.bench_function("pass_library_in_task", |b| {
+        b.to_async(&rt).iter_custom(|iters| {
+            let (engine, session) = (engine.clone(), session.clone());
+            async move {
+                tokio::spawn(async move {
+                    let started = std::time::Instant::now();
+                    for _ in 0..iters {
+                        run_in_session(&engine, &session, "pass").await;
+                    }
+                    started.elapsed()
+                })
+                .await
+                .unwrap()
+            }
+        })
+    });
     group.bench_function("sequential_1_library", |b| {
         b.to_async(&rt).iter(|| run_in_session(&engine, &session, "print(await add(a=1, b=2))"))
     });
@@ -51,6 +69,30 @@ fn benches(c: &mut Criterion) {
         b.to_async(&rt).iter(|| {
             let (mut client, id) = (client.clone(), grpc_session.clone());
             async move { run_grpc_in_session(&mut client, &id, "pass").await }
+        })
+    });
+    group.bench_function("pass_grpc_in_task", |b| {
+        b.to_async(&rt).iter_custom(|iters| {
+            let (mut client, id) = (client.clone(), grpc_session.clone());
+            async move {
+                tokio::spawn(async move {
+                    let started = std::time::Instant::now();
+                    for _ in 0..iters {
+                        run_grpc_in_session(&mut client, &id, "pass").await;
+                    }
+                    started.elapsed()
+                })
+                .await
+                .unwrap()
+            }
+        })
+    });
+    // gRPC's own cost: an Execute stream the server refuses at Start (an unknown session), so
+    // no engine work at all.
+    group.bench_function("refused_at_start_grpc", |b| {
+        b.to_async(&rt).iter(|| {
+            let mut client = client.clone();
+            async move { refused_at_start(&mut client).await }
         })
     });
     group.bench_function("fresh_pass_grpc", |b| {

@@ -120,6 +120,13 @@ pub async fn run_grpc_in_session(client: &mut SandboxClient<Channel>, session_id
     }
 }
 
+/// An Execute stream refused at its Start (it names a session that does not exist).
+pub async fn refused_at_start(client: &mut SandboxClient<Channel>) {
+    let start = ptc_server::proto::Start { session_id: "no-such-session".into(), ..grpc::start("pass", &[]) };
+    let refused = Exec::open(client, start, None).await;
+    assert!(refused.is_err_and(|e| e.contains("NotFound")));
+}
+
 /// `python3 -c CODE`, what people do without a sandbox.
 pub fn run_subprocess(native: &str) {
     let out = Command::new("python3").arg("-c").arg(native).output().unwrap();

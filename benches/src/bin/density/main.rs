@@ -259,19 +259,21 @@ async fn idle_sessions(
     let before = Memory::read(server.pid)?;
     let mut ids = Vec::with_capacity(n);
     let mut runs = Vec::with_capacity(n);
+    let mut engine_runs = Vec::with_capacity(n);
     let started = Instant::now();
     for i in 0..n {
         let mut client = channels[i % channels.len()].clone();
         let id = client.open_session(keyed(proto::OpenSessionRequest::default(), key)).await?.into_inner().session_id;
         let start = proto::Start { session_id: id.clone(), ..grpc::start(&format!("v = {i}"), &[]) };
         let t0 = Instant::now();
-        Exec::open(&mut client, start, key)
+        let done = Exec::open(&mut client, start, key)
             .await
             .map_err(anyhow::Error::msg)?
             .completion()
             .await
             .map_err(anyhow::Error::msg)?;
         runs.push(t0.elapsed());
+        engine_runs.push(Duration::from_micros(done.stats.map_or(0, |s| s.wall_time_us)));
         ids.push(id);
     }
     let open = started.elapsed();
@@ -291,6 +293,7 @@ async fn idle_sessions(
         client.close_session(keyed(proto::CloseSessionRequest { session_id: id.clone() }, key)).await?;
     }
     runs.sort();
+    engine_runs.sort();
     reads.sort();
     Ok(report::IdleSessions {
         n,
@@ -299,6 +302,7 @@ async fn idle_sessions(
         at_n,
         open,
         first_p50: percentile(&runs, 50.0),
+        first_engine_p50: percentile(&engine_runs, 50.0),
         next_p50: percentile(&reads, 50.0),
     })
 }
