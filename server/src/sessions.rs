@@ -466,3 +466,30 @@ fn not_found(id: &str) -> SessionError {
 fn exists(id: &str) -> SessionError {
     SessionError::Exists(format!("a session {id:?} is already open; use it, close it, or choose another id"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_snapshot_of_another_runtime_version_is_refused_in_words() {
+        let mut config = ptc_engine::EngineConfig::default();
+        config.cache_dir = Some(crate::default_cache_dir());
+        let engine = Engine::new(config).expect("engine");
+        let sessions = Sessions::new(engine, SessionLimits::default(), b"key".to_vec(), None);
+        let state = SessionState { data: b"state".to_vec(), kept: vec![], modules: vec![], dropped: vec![] };
+        let sealed = sessions.seal("t", &state, &[]);
+        assert_eq!(sessions.unseal("t", &sealed).ok().map(|u| u.state), Some(b"state".to_vec()));
+        // What a server of another runtime version seals with the same key: the same layout
+        // and a valid seal, with another component digest in it.
+        let mut other = sealed[..sealed.len() - TAG].to_vec();
+        other[MAGIC.len()] ^= 1;
+        let mut mac = sessions.mac("t");
+        mac.update(&other);
+        other.extend_from_slice(&mac.finalize().into_bytes());
+        let refused = sessions.unseal("t", &other).err().expect("refused");
+        assert!(matches!(refused, SessionError::Invalid(_)), "{refused:?}");
+        assert!(refused.message().contains("another version of the sandbox runtime"), "{}", refused.message());
+        assert!(refused.message().contains("take a new snapshot"), "{}", refused.message());
+    }
+}
