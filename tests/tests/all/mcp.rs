@@ -11,7 +11,12 @@ use std::time::{Duration, Instant};
 
 use ptc_server::mcp::McpConfig;
 use ptc_tests::binary::{self, Process, free_port};
-use ptc_tests::{grpc, http, node, python};
+use ptc_tests::{eventually, grpc, http, node, python};
+use rmcp::model::{CallToolRequestParams, CallToolResult, ClientConfig, ProtocolVersion};
+use rmcp::service::RunningService;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{RoleClient, ServiceExt};
 use serde_json::json;
 
 const MCP_SDK: &str = "mcp==2.3.0";
@@ -164,6 +169,64 @@ async fn the_http_endpoint_refuses_unknown_keys_in_words_a_client_can_act_on() {
         assert_eq!(reply.status, 401, "{}", reply.text);
         assert!(reply.body["error"].as_str().unwrap().contains("Authorization: Bearer KEY"), "{}", reply.text);
     }
+    server.shutdown();
+    server.wait().await;
+}
+
+/// rmcp (the official Rust SDK) as a client of protocol 2025-06-18 over Streamable HTTP.
+async fn older_client(addr: std::net::SocketAddr, key: &str) -> RunningService<RoleClient, ClientConfig> {
+    let mut info = ClientConfig::default();
+    info.protocol_version = ProtocolVersion::V_2025_06_18;
+    let config = StreamableHttpClientTransportConfig::with_uri(format!("http://{addr}/mcp")).auth_header(key);
+    info.serve(StreamableHttpClientTransport::from_config(config)).await.expect("the MCP handshake")
+}
+
+async fn execute(client: &RunningService<RoleClient, ClientConfig>, code: &str) -> CallToolResult {
+    let args = json!({"code": code}).as_object().unwrap().clone();
+    client.call_tool(CallToolRequestParams::new("execute_code").with_arguments(args)).await.expect("execute_code")
+}
+
+fn stdout(result: &CallToolResult) -> String {
+    result.structured_content.as_ref().and_then(|s| s["stdout"].as_str()).unwrap_or_default().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn before_protocol_2026_07_28_an_mcp_sessions_programs_share_globals_and_files() {
+    let mut config = grpc::config(&["acme:acme-key"]);
+    config.mcp = McpConfig::default();
+    config.files.quota_bytes = 1 << 20;
+    let server = grpc::serve(config).await;
+    let client = older_client(server.http_addr, "acme-key").await;
+    let tools = client.list_all_tools().await.unwrap();
+    let execute_code = tools.iter().find(|t| t.name == "execute_code").unwrap();
+    let description = execute_code.description.as_deref().unwrap_or_default();
+    assert!(description.contains("persist from one execute_code call"), "{description}");
+    assert!(description.contains("/mnt/data stay for later calls"), "{description}");
+    assert!(execute_code.input_schema.get("properties").unwrap().get("session").is_none());
+
+    let r = execute(&client, "rows = [1, 2]\nopen('/mnt/data/a.txt', 'w').write('hi')").await;
+    assert_ne!(r.is_error, Some(true), "{r:?}");
+    let r = execute(&client, "print(rows, open('/mnt/data/a.txt').read())").await;
+    assert_eq!(stdout(&r), "[1, 2] hi\n", "{r:?}");
+    // Past the tenant's file quota: kind file_quota, the write removed, the session kept.
+    let r = execute(&client, "open('/mnt/data/big.bin', 'wb').write(b'x' * (2 << 20))").await;
+    assert_eq!(r.is_error, Some(true), "{r:?}");
+    assert_eq!(r.structured_content.as_ref().unwrap()["error"]["kind"], "file_quota", "{r:?}");
+    let r = execute(&client, "import os\nprint(sorted(os.listdir('/mnt/data')), rows)").await;
+    assert_eq!(stdout(&r), "['a.txt'] [1, 2]\n", "{r:?}");
+
+    // Another MCP session has its own.
+    let other = older_client(server.http_addr, "acme-key").await;
+    let r = execute(&other, "import os\nprint('rows' in globals(), os.listdir('/mnt/data'))").await;
+    assert_eq!(stdout(&r), "False []\n", "{r:?}");
+    assert_eq!(server.sessions.open_count("acme"), 2);
+
+    // Ending an MCP session ends its live session and frees its instance.
+    other.cancel().await.unwrap();
+    eventually("the ended MCP session's live session is closed", || server.sessions.open_count("acme") == 1).await;
+    client.cancel().await.unwrap();
+    eventually("every live session is closed", || server.sessions.open_count("acme") == 0).await;
+    eventually("every instance is freed", || server.engine.live_instances() == 0).await;
     server.shutdown();
     server.wait().await;
 }
