@@ -275,16 +275,22 @@ impl CodeMode {
             let _ = run.exec.submit(answers);
             return Ok(self.proceed(run, &ctx).await);
         }
+        // Bad arguments are tool errors, not protocol errors, so that the model sees them and
+        // can correct its call (as the MCP specification asks of input validation).
         let args = request.arguments.unwrap_or_default();
         let Some(code) = args.get("code").and_then(Value::as_str) else {
-            return Err(McpError::invalid_params("execute_code needs \"code\": the Python program to run", None));
+            let message = "execute_code needs \"code\": the Python program to run, as a string";
+            return Ok(failed_before_start(message.into()).into());
         };
         let mut limits = self.shared.limits.clone();
         match args.get("timeout_ms") {
             None | Some(Value::Null) => {}
             Some(v) => match v.as_u64() {
                 Some(ms) if ms > 0 => limits = limits.with_timeout(Duration::from_millis(ms)),
-                _ => return Err(McpError::invalid_params("\"timeout_ms\" must be a positive integer", None)),
+                _ => {
+                    let message = "\"timeout_ms\" must be a positive integer (milliseconds for the whole run)";
+                    return Ok(failed_before_start(message.into()).into());
+                }
             },
         }
         let timeout_limit = limits.timeout;

@@ -215,6 +215,19 @@ async fn before_protocol_2026_07_28_an_mcp_sessions_programs_share_globals_and_f
     let r = execute(&client, "import os\nprint(sorted(os.listdir('/mnt/data')), rows)").await;
     assert_eq!(stdout(&r), "['a.txt'] [1, 2]\n", "{r:?}");
 
+    // Bad arguments are tool errors the model sees, and change nothing.
+    for (args, says) in [
+        (json!({"cde": "print(1)"}), "needs \"code\""),
+        (json!({"code": "rows = None", "timeout_ms": -5}), "\"timeout_ms\" must be a positive integer"),
+    ] {
+        let params = CallToolRequestParams::new("execute_code").with_arguments(args.as_object().unwrap().clone());
+        let r = client.call_tool(params).await.expect("a tool result, not a protocol error");
+        assert_eq!(r.is_error, Some(true), "{r:?}");
+        let text = r.content.first().and_then(|c| c.as_text()).map(|t| t.text.clone()).unwrap_or_default();
+        assert!(text.contains(says), "{text}");
+    }
+    assert_eq!(stdout(&execute(&client, "print(rows)").await), "[1, 2]\n");
+
     // Another MCP session has its own.
     let other = older_client(server.http_addr, "acme-key").await;
     let r = execute(&other, "import os\nprint('rows' in globals(), os.listdir('/mnt/data'))").await;
