@@ -224,12 +224,12 @@ fn entry_of(meta: &cap_std::fs::Metadata) -> Entry {
     }
 }
 
-/// Walks `root` without following links, stopping after `limit` entries.
 /// Sessions with at most this many entries are walked on the async thread that needs the
 /// walk (a live session's next run, its settling): an empty one takes a few µs, far less than
 /// the two thread hand-offs of the blocking pool. Larger ones go to the blocking pool.
 pub const INLINE_WALK_ENTRIES: u64 = 64;
 
+/// Walks `root` without following links, stopping after `limit` entries.
 fn walk(root: &Dir, limit: u64) -> io::Result<Scan> {
     let mut scan = Scan { complete: true, ..Scan::default() };
     let mut pending = vec![PathBuf::new()];

@@ -118,12 +118,7 @@ impl sandbox_server::Sandbox for SandboxService {
                     }
                     other => other.map_err(session_status)?,
                 };
-                let files = match (self.sessions.file_store(), &live.files) {
-                    (Some(store), Some(dir)) => {
-                        Some((store.clone(), RunFiles::resume(store, dir).await.map_err(|e| session_status(e.into()))?))
-                    }
-                    _ => None,
-                };
+                let files = self.sessions.resume_files(&live).await.map_err(|e| session_status(e.into()))?;
                 let execution =
                     self.engine.execute_in(&live.session, request).await.map_err(|e| session_status(e.into()))?;
                 (execution, files)

@@ -185,15 +185,16 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     let files = Arc::new(files);
     let key = sessions::snapshot_key(&signer);
     let sessions = sessions::Sessions::new(engine.clone(), config.sessions.clone(), key, Some(files.clone()));
+    // Work started on behalf of requests: gRPC stream pumps and file watchers.
+    let request_tasks = TaskTracker::new();
     let mcp_shared = mcp::Shared::new(
         engine.clone(),
         downstream.clone(),
         Some(tenants.clone()),
         config.engine.default_limits.clone(),
         (!config.mcp_stateless).then(|| sessions.clone()),
+        request_tasks.clone(),
     );
-    // Work started on behalf of requests: gRPC stream pumps and HTTP file watchers.
-    let request_tasks = TaskTracker::new();
     let service = grpc::SandboxService {
         engine: engine.clone(),
         keys: keys.clone(),

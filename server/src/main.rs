@@ -53,8 +53,9 @@ async fn mcp(args: ptc_server::cli::McpArgs) -> anyhow::Result<()> {
         let key = ptc_server::token::random_hex::<32>().into_bytes();
         ptc_server::sessions::Sessions::new(engine.clone(), Default::default(), key, None)
     });
-    let shared =
-        ptc_server::mcp::Shared::new(engine, ptc_server::mcp::Downstream::new(&mcp_config), None, limits, sessions);
+    let downstream = ptc_server::mcp::Downstream::new(&mcp_config);
+    let tasks = tokio_util::task::TaskTracker::new();
+    let shared = ptc_server::mcp::Shared::new(engine, downstream, None, limits, sessions, tasks);
     ptc_server::mcp::serve_stdio(shared).await
 }
 

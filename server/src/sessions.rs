@@ -32,6 +32,7 @@ use sha2::Sha256;
 use ptc_engine::{Engine, ErrorKind, Restored, Session, SessionRequest, SessionState};
 
 use crate::files::{self, FileStore, FilesError};
+use crate::run_files::RunFiles;
 
 /// Bounds on live sessions; every field has a default.
 #[derive(Debug, Clone)]
@@ -278,6 +279,18 @@ impl Sessions {
                 "all {} sessions of this tenant are running executions; wait for one to finish or close one",
                 self.limits.max_per_tenant
             ))),
+        }
+    }
+
+    /// The next execution's files in `live`'s `/mnt/data` (to watch and settle against the
+    /// tenant's quota), if this registry keeps files.
+    pub(crate) async fn resume_files(
+        &self,
+        live: &LiveSession,
+    ) -> Result<Option<(Arc<FileStore>, Arc<RunFiles>)>, FilesError> {
+        match (&self.files, &live.files) {
+            (Some(store), Some(dir)) => Ok(Some((store.clone(), RunFiles::resume(store, dir).await?))),
+            _ => Ok(None),
         }
     }
 

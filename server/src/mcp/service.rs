@@ -66,7 +66,8 @@ pub struct Shared {
     /// or (protocol 2026-07-28 over HTTP, which has no MCP sessions) those a program names
     /// with `session`. `None`: each program runs in a fresh sandbox.
     pub sessions: Option<Arc<Sessions>>,
-    /// File-quota watchers of programs that run in sessions with files.
+    /// Where the file-quota watchers of programs in sessions with files run (the server's
+    /// request tasks, which shutdown waits for).
     tasks: TaskTracker,
 }
 
@@ -77,9 +78,10 @@ impl Shared {
         tenants: Option<Arc<Tenants>>,
         limits: Limits,
         sessions: Option<Arc<Sessions>>,
+        tasks: TaskTracker,
     ) -> Arc<Self> {
         let parked = Mutex::new(HashMap::new());
-        Arc::new(Shared { engine, downstream, tenants, limits, parked, sessions, tasks: TaskTracker::new() })
+        Arc::new(Shared { engine, downstream, tenants, limits, parked, sessions, tasks })
     }
 }
 
@@ -201,7 +203,7 @@ impl CodeMode {
                  imports, functions){} for later calls; the result's last line names the session, and passing that id as \
                  `session` continues from there. A session ends after {} minutes without a call.",
                 if files { " and the files in /mnt/data" } else { "" },
-                sessions.limits().idle_timeout.as_secs().div_ceil(60)
+                idle_minutes(sessions)
             ),
         }
     }
@@ -338,14 +340,13 @@ impl CodeMode {
             Ok(live) => live,
             Err(e) => return Ok(failed_before_start(e.message().to_string()).into()),
         };
-        let files =
-            match live.as_ref().map(|(_, l)| (self.shared.sessions.as_ref().and_then(|s| s.file_store()), &l.files)) {
-                Some((Some(store), Some(dir))) => match RunFiles::resume(store, dir).await {
-                    Ok(run) => Some((store.clone(), run)),
-                    Err(e) => return Ok(failed_before_start(SessionError::from(e).message().to_string()).into()),
-                },
-                _ => None,
-            };
+        let files = match (&live, &self.shared.sessions) {
+            (Some((_, live)), Some(sessions)) => match sessions.resume_files(live).await {
+                Ok(files) => files,
+                Err(e) => return Ok(failed_before_start(SessionError::from(e).message().to_string()).into()),
+            },
+            _ => None,
+        };
         let exec = match &live {
             None => self.shared.engine.start(exec_request).await,
             Some((_, l)) => self.shared.engine.execute_in(&l.session, exec_request).await,
@@ -410,9 +411,8 @@ impl CodeMode {
             ));
         }
         let tenant = tenant.clone().unwrap_or_else(|| LOCAL_TENANT.to_string());
-        let options = OpenOptions { limits: Some(self.shared.limits.clone()), ..Default::default() };
-        let opened = sessions.open(&tenant, options).await?;
-        let held = slot.insert(Held { sessions: sessions.clone(), tenant, id: opened.id, live: opened.live });
+        let (id, live) = self.open_session(sessions, &tenant).await?;
+        let held = slot.insert(Held { sessions: sessions.clone(), tenant, id, live });
         Ok((held.id.clone(), held.live.clone()))
     }
 
@@ -434,12 +434,17 @@ impl CodeMode {
                         "[session] session {id:?} is not open (a session ends after {} minutes without a call, or when \
                          a program in it times out or is cancelled); this program ran in a new one, so variables, \
                          imports and functions from earlier programs are gone: define again what you need.",
-                        sessions.limits().idle_timeout.as_secs().div_ceil(60)
+                        idle_minutes(sessions)
                     ));
                 }
                 Err(e) => return Err(e),
             }
         }
+        self.open_session(sessions, tenant).await
+    }
+
+    /// A new live session of `tenant` with this front end's limits.
+    async fn open_session(&self, sessions: &Sessions, tenant: &str) -> Result<(String, LiveSession), SessionError> {
         let options = OpenOptions { limits: Some(self.shared.limits.clone()), ..Default::default() };
         let opened = sessions.open(tenant, options).await?;
         Ok((opened.id, opened.live))
@@ -605,6 +610,11 @@ async fn settled(
     let mut result = CallToolResult::error(vec![ContentBlock::text(text)]);
     result.structured_content = Some(structured);
     result
+}
+
+/// How long a session may sit idle, in whole minutes (as the model is told).
+fn idle_minutes(sessions: &Sessions) -> u64 {
+    sessions.limits().idle_timeout.as_secs().div_ceil(60)
 }
 
 /// `notice` before the result's text.
