@@ -1,16 +1,19 @@
 //! Instantiation, start-up, tool round trips and CPU work: the library, gRPC on loopback, `python3 -c`, and
-//! `exec` in a warm CPython, side by side in one run (`cargo bench -p ptc-benches`).
+//! `exec` in a warm CPython, side by side in one run (`cargo bench -p ptc-benches`); and the two
+//! runtimes (`python`, `python-data`) side by side.
 
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use ptc_benches::*;
-use ptc_engine::{Engine, SessionRequest};
+use ptc_engine::{Engine, Runtime, SessionRequest};
 use ptc_server::{ServerConfig, start};
 
 fn benches(c: &mut Criterion) {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let server = rt.block_on(start(ServerConfig::ephemeral())).unwrap();
+    let mut config = ServerConfig::ephemeral();
+    config.engine.python_data = Some(ptc_engine::python_data_artifacts());
+    let server = rt.block_on(start(config)).unwrap();
     let engine = Engine::new(server.engine.config().clone()).unwrap();
     let url = format!("http://{}", server.grpc_addr);
     let client = rt.block_on(ptc_server::proto::sandbox_client::SandboxClient::connect(url)).unwrap();
@@ -30,6 +33,30 @@ fn benches(c: &mut Criterion) {
             }
         })
     });
+    group.finish();
+
+    // The runtimes side by side: a fresh `pass`, one tool call, and (python-data only) the
+    // issue's pandas program, through the library and over gRPC.
+    let mut group = c.benchmark_group("runtime");
+    group.measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_millis(500)).sample_size(20);
+    let pandas = "import numpy as np, pandas as pd\nprint(pd.DataFrame(np.arange(6).reshape(2,3)).sum().sum())";
+    let programs = [("pass", "pass"), ("one_call", "print(await add(a=1, b=2))"), ("pandas", pandas)];
+    for runtime in [Runtime::Python, Runtime::PythonData] {
+        for (name, code) in programs {
+            if name == "pandas" && runtime == Runtime::Python {
+                continue;
+            }
+            group.bench_function(format!("{name}_library/{}", runtime.as_str()), |b| {
+                b.to_async(&rt).iter(|| run_library_in(&engine, runtime, code))
+            });
+            group.bench_function(format!("{name}_grpc/{}", runtime.as_str()), |b| {
+                b.to_async(&rt).iter(|| {
+                    let mut client = client.clone();
+                    async move { run_grpc_in(&mut client, runtime, code).await }
+                })
+            });
+        }
+    }
     group.finish();
 
     // A live session: `pass` and one tool call without instantiating, beside a fresh `pass`;

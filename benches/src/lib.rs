@@ -63,7 +63,12 @@ fn add(input: &str) -> String {
 
 /// Runs `code` to completion through the library, answering `add` instantly.
 pub async fn run_library(engine: &Engine, code: &str) {
-    let request = ExecutionRequest::new(code).with_tools(tools()).with_limits(limits());
+    run_library_in(engine, ptc_engine::Runtime::Python, code).await
+}
+
+/// [`run_library`] in the given runtime.
+pub async fn run_library_in(engine: &Engine, runtime: ptc_engine::Runtime, code: &str) {
+    let request = ExecutionRequest::new(code).with_tools(tools()).with_limits(limits()).with_runtime(runtime);
     finish(engine.start(request).await.unwrap()).await
 }
 
@@ -103,7 +108,13 @@ pub async fn instantiate_once(engine: &Engine) -> std::time::Duration {
 
 /// Runs `code` to completion through a gRPC stream, answering `add` instantly.
 pub async fn run_grpc(client: &mut SandboxClient<Channel>, code: &str) {
-    let mut exec = Exec::open(client, grpc::start(code, &["add"]), None).await.unwrap();
+    run_grpc_in(client, ptc_engine::Runtime::Python, code).await
+}
+
+/// [`run_grpc`] in the given runtime (`Start.runtime`).
+pub async fn run_grpc_in(client: &mut SandboxClient<Channel>, runtime: ptc_engine::Runtime, code: &str) {
+    let start = ptc_server::proto::Start { runtime: runtime.as_str().into(), ..grpc::start(code, &["add"]) };
+    let mut exec = Exec::open(client, start, None).await.unwrap();
     while let Some(calls) = exec.next_batch().await.unwrap() {
         let results = calls.iter().map(|c| ToolResult::ok_json(&c.id, add(&c.input_json)).into()).collect();
         exec.send_results(results).await.unwrap();

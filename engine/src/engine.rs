@@ -17,14 +17,16 @@ pub const DATA_DIR: &str = "/mnt/data";
 
 use crate::bindings::{self, Sandbox, SandboxPre};
 use crate::config::{ComponentSource, EngineConfig, Limits, WhenBusy};
+use crate::data::DataRuntime;
 use crate::error::{Error, ErrorKind, Result};
 use crate::events::OutputStream;
 use crate::exchange::Exchange;
 use crate::execution::{Control, Execution, Job, drive};
-use crate::host::{Broker, HostState};
+use crate::guest::Pre;
+use crate::host::{Broker, HostState, Wasi};
 use crate::limiter::Limiter;
 use crate::output::Output;
-use crate::request::{ExecutionRequest, ToolDef, check_tools_size};
+use crate::request::{ExecutionRequest, Runtime, ToolDef, check_tools_size};
 use crate::schema::Schemas;
 use crate::session::{self, Restored, Session, SessionRequest};
 use crate::shares::Shares;
@@ -41,6 +43,8 @@ struct Inner {
     /// The runtime's version: see [`Engine::component_digest`].
     digest: [u8; 32],
     pre: SandboxPre<HostState>,
+    /// The data-science runtime, when configured ([`EngineConfig::python_data`]).
+    data: Option<Arc<DataRuntime>>,
     config: EngineConfig,
     slots: Arc<Semaphore>,
     live: Arc<AtomicUsize>,
@@ -108,13 +112,20 @@ impl Engine {
         Sandbox::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s).map_err(|e| Error::engine("linking host", e))?;
         let pre = linker.instantiate_pre(&component).map_err(|e| Error::engine("pre-instantiating", e))?;
         let pre = SandboxPre::new(pre).map_err(|e| Error::engine("component does not match the WIT world", e))?;
-        let ticker = EpochTicker::start(wasmtime.clone(), config.epoch_tick);
+        let data = match &config.python_data {
+            Some(dir) => Some(Arc::new(DataRuntime::prepare(&config, dir)?)),
+            None => None,
+        };
+        let mut engines = vec![wasmtime.clone()];
+        engines.extend(data.as_ref().map(|d| d.engine.clone()));
+        let ticker = EpochTicker::start(engines, config.epoch_tick);
         tracing::info!(pooling, "sandbox engine ready");
         Ok(Engine {
             inner: Arc::new(Inner {
                 digest,
                 wasmtime,
                 pre,
+                data,
                 slots: Arc::new(Semaphore::new(config.max_concurrent)),
                 live: Arc::new(AtomicUsize::new(0)),
                 paused: Arc::new(AtomicUsize::new(0)),
@@ -189,16 +200,22 @@ impl Engine {
         let limits = request.limits.clone().unwrap_or_else(|| inner.config.default_limits.clone());
         inner.config.ceilings.check(&limits, inner.config.fuel)?;
         request.check_size(&inner.config.ceilings)?;
+        let pre = self.pre(request.runtime)?;
         let permit = self.acquire().await?;
         let started = Instant::now();
-        let (mut store, wiring) =
-            self.new_store(&limits, &request.tools, request.data_dir.as_deref(), request.tenant.as_deref())?;
+        let (mut store, wiring) = self.new_store(
+            &limits,
+            &request.tools,
+            request.data_dir.as_deref(),
+            request.tenant.as_deref(),
+            request.runtime,
+        )?;
         store.epoch_deadline_callback(epoch_callback);
 
         let id: Arc<str> = new_id().into();
         let cancel = CancellationToken::new();
         let job = Job {
-            pre: inner.pre.clone(),
+            pre,
             code: request.code,
             tools: wit_tools(&request.tools),
             deadline: tokio::time::Instant::from_std(started + limits.timeout),
@@ -228,20 +245,24 @@ impl Engine {
         if request.idle_timeout.is_zero() {
             return Err(Error::invalid("idle_timeout must be at least 1 ms"));
         }
+        let pre = self.pre(request.runtime)?;
+        if request.restore.is_some() && request.runtime != Runtime::Python {
+            return Err(Error::invalid(
+                "snapshots are not available for python-data sessions yet: open the session without one",
+            ));
+        }
         let permit = self.acquire().await?;
         let (mut store, wiring) =
-            self.new_store(&limits, &[], request.data_dir.as_deref(), request.tenant.as_deref())?;
+            self.new_store(&limits, &[], request.data_dir.as_deref(), request.tenant.as_deref(), request.runtime)?;
         store.epoch_deadline_callback(epoch_callback);
         let shared = session::Shared::new(new_id().into(), request.tenant.clone(), wiring.output);
         let timeout = limits.timeout;
-        let pre = inner.pre.clone();
         let sandbox = session::guest_call(&mut store, timeout, &inner.shutdown, "instantiating", |store| {
-            Box::pin(async move { pre.instantiate_async(store).await })
+            Box::pin(async move { pre.instantiate(store).await })
         })
         .await?;
         let mut restored = Restored::default();
-        if let Some(data) = &request.restore {
-            let sandbox = &sandbox;
+        if let (Some(data), Some(sandbox)) = (&request.restore, sandbox.component()) {
             let r = session::guest_call(&mut store, timeout, &inner.shutdown, "restoring the snapshot", |store| {
                 Box::pin(async move { sandbox.call_restore(store, data).await })
             })
@@ -285,7 +306,7 @@ impl Engine {
         let fuel = self.fuel(&limits);
         let output = session.output();
         let job = Job {
-            pre: inner.pre.clone(),
+            pre: Pre::Component(inner.pre.clone()),
             code: request.code,
             tools: wit_tools(&request.tools),
             deadline: tokio::time::Instant::from_std(started + limits.timeout),
@@ -319,7 +340,7 @@ impl Engine {
         check_tools_size(tools, &self.inner.config.ceilings)?;
         let _permit = self.acquire().await?;
         let limits = Limits::default();
-        let (mut store, _wiring) = self.new_store(&limits, tools, None, None)?;
+        let (mut store, _wiring) = self.new_store(&limits, tools, None, None, Runtime::Python)?;
         store.epoch_deadline_async_yield_and_update(1);
         let sandbox =
             self.inner.pre.instantiate_async(&mut store).await.map_err(|e| Error::engine("instantiating", e))?;
@@ -343,6 +364,24 @@ impl Engine {
                 .collect(),
             stub: described.stub,
         })
+    }
+
+    /// What instances of `runtime` are made from; refused when it is not configured.
+    fn pre(&self, runtime: Runtime) -> Result<Pre> {
+        match runtime {
+            Runtime::Python => Ok(Pre::Component(self.inner.pre.clone())),
+            Runtime::PythonData => self.inner.data.clone().map(Pre::Data).ok_or_else(|| {
+                Error::invalid(
+                    "this server has no python-data runtime (numpy, pandas, matplotlib): run the program with \
+                     runtime \"python\", or ask the operator to enable python-data",
+                )
+            }),
+        }
+    }
+
+    /// Whether [`Runtime::PythonData`] is available ([`EngineConfig::python_data`]).
+    pub fn has_python_data(&self) -> bool {
+        self.inner.data.is_some()
     }
 
     /// Refuses work (kind `Unavailable`) once the engine has stopped accepting it.
@@ -378,6 +417,7 @@ impl Engine {
         tools: &[ToolDef],
         data_dir: Option<&Path>,
         tenant: Option<&str>,
+        runtime: Runtime,
     ) -> Result<(Store<HostState>, Wiring)> {
         let inner = &self.inner;
         let schemas = Arc::new(Schemas::compile(tools)?);
@@ -385,12 +425,18 @@ impl Engine {
         let exchange = Arc::new(Exchange::new(inner.paused.clone(), inner.config.ceilings.max_tool_result_bytes));
         let output = Output::new(limits.max_output_bytes, events_tx.clone());
 
-        let mut wasi = WasiCtxBuilder::new();
-        wasi.stdout(output.sink(OutputStream::Stdout)).stderr(output.sink(OutputStream::Stderr));
-        if let Some(dir) = data_dir {
-            wasi.preopened_dir(dir, DATA_DIR, FsPerms::ReadWrite)
-                .map_err(|e| Error::engine(&format!("opening {}", dir.display()), e))?;
-        }
+        let (wasi, wasmtime) = match (runtime, &inner.data) {
+            (Runtime::PythonData, Some(data)) => (Wasi::P1(data.wasi(&output, data_dir)?), &data.engine),
+            _ => {
+                let mut wasi = WasiCtxBuilder::new();
+                wasi.stdout(output.sink(OutputStream::Stdout)).stderr(output.sink(OutputStream::Stderr));
+                if let Some(dir) = data_dir {
+                    wasi.preopened_dir(dir, DATA_DIR, FsPerms::ReadWrite)
+                        .map_err(|e| Error::engine(&format!("opening {}", dir.display()), e))?;
+                }
+                (Wasi::p2(wasi.build()), &inner.wasmtime)
+            }
+        };
         let (claim, run_slot) = inner.shares.claim(tenant);
         let limiter = Limiter::new(limits.max_memory_bytes, claim);
         let broker = Broker::new(
@@ -402,7 +448,7 @@ impl Engine {
             limits,
             &inner.config.ceilings,
         );
-        let mut store = Store::new(&inner.wasmtime, HostState::new(wasi.build(), limiter, broker, inner.live.clone()));
+        let mut store = Store::new(wasmtime, HostState::new(wasi, limiter, broker, inner.live.clone()));
         store.limiter(|s| &mut s.limiter);
         store.set_epoch_deadline(1);
         let fuel = self.fuel(limits);

@@ -8,10 +8,11 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tokio_util::sync::CancellationToken;
 use wasmtime::Store;
 
-use crate::bindings::{self, Outcome, Sandbox};
+use crate::bindings::{self, Outcome};
 use crate::error::{Error, ErrorKind, HostTrap, Result};
 use crate::events::{Completion, Event, Failure, FailureKind, Stats, ToolResult};
 use crate::exchange::Exchange;
+use crate::guest::{Guest, Pre};
 use crate::host::HostState;
 use crate::output::Output;
 
@@ -105,7 +106,7 @@ impl Control {
 
 /// Everything the driver task needs besides the store.
 pub(crate) struct Job {
-    pub(crate) pre: bindings::SandboxPre<HostState>,
+    pub(crate) pre: Pre,
     pub(crate) code: String,
     pub(crate) tools: Vec<bindings::ToolDef>,
     pub(crate) deadline: tokio::time::Instant,
@@ -120,8 +121,11 @@ pub(crate) struct Job {
     pub(crate) _permit: Option<OwnedSemaphorePermit>,
 }
 
+// One per execution, on the driver's stack and moved once: boxing the instance would cost an
+// allocation for nothing.
+#[allow(clippy::large_enum_variant)]
 enum Ending {
-    Returned(wasmtime::Result<(Outcome, Sandbox)>),
+    Returned(wasmtime::Result<(Outcome, Guest)>),
     Timeout,
     Cancelled,
     Shutdown,
@@ -137,11 +141,7 @@ pub(crate) async fn drive(job: Job, mut store: Store<HostState>) {
 /// Runs the program in `instance` (a live session's, with its globals kept) or in a new
 /// instance, and returns the final event, with the instance if it can run another program: it
 /// cannot after a trap, a timeout or a cancellation, which stop it mid-program.
-pub(crate) async fn run(
-    job: &Job,
-    store: &mut Store<HostState>,
-    instance: Option<Sandbox>,
-) -> (Event, Option<Sandbox>) {
+pub(crate) async fn run(job: &Job, store: &mut Store<HostState>, instance: Option<Guest>) -> (Event, Option<Guest>) {
     let mut instantiate_time = None;
     let session = instance.is_some();
     let ending = {
@@ -152,12 +152,12 @@ pub(crate) async fn run(
                 Some(sandbox) => sandbox,
                 None => {
                     let t0 = Instant::now();
-                    let sandbox = job.pre.instantiate_async(&mut *store).await?;
+                    let sandbox = job.pre.instantiate(&mut *store).await?;
                     instantiate_time = Some(t0.elapsed());
                     sandbox
                 }
             };
-            let outcome = sandbox.call_execute(&mut *store, &job.code, &job.tools, session).await?;
+            let outcome = sandbox.execute(&mut *store, &job.code, &job.tools, session).await?;
             Ok((outcome, sandbox))
         };
         tokio::select! {
@@ -258,6 +258,10 @@ fn record_metrics(event: &Event) {
 fn classify(trap: &wasmtime::Error) -> (FailureKind, String) {
     if let Some(HostTrap { kind, message }) = trap.downcast_ref::<HostTrap>() {
         return (*kind, message.clone());
+    }
+    if let Some(wasmtime_wasi::I32Exit(code)) = trap.downcast_ref::<wasmtime_wasi::I32Exit>() {
+        // `os._exit()` in the data runtime leaves through WASI's `proc_exit`.
+        return (FailureKind::Exit, format!("the program called os._exit({code}); use sys.exit() or return instead"));
     }
     if let Some(wasmtime::Trap::OutOfFuel) = trap.downcast_ref::<wasmtime::Trap>() {
         return (FailureKind::Fuel, "fuel exhausted".into());

@@ -12,10 +12,12 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::UnboundedSender;
 use wasmtime::component::ResourceTable;
+use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::bindings::ptc::sandbox::host::{self as wit, ToolOutcome};
 use crate::config::{Ceilings, Limits};
+use crate::data::Door;
 use crate::error::HostTrap;
 use crate::events::{Event, FailureKind, ToolCall, ToolCallRecord};
 use crate::exchange::{Drained, Exchange};
@@ -127,7 +129,7 @@ impl Broker {
         }
     }
 
-    async fn wait_for_tools(
+    pub(crate) async fn wait_for_tools(
         &mut self,
         calls: Vec<wit::ToolCall>,
         timeout_ms: Option<u64>,
@@ -232,11 +234,32 @@ fn to_wit(id: String, outcome: Result<String, String>) -> wit::ToolResult {
 }
 
 pub(crate) struct HostState {
-    pub(crate) wasi: WasiCtx,
-    pub(crate) table: ResourceTable,
+    pub(crate) wasi: Wasi,
     pub(crate) limiter: Limiter,
     pub(crate) broker: Broker,
+    /// The data runtime's door (`data.rs`); unused by the component.
+    pub(crate) door: Door,
     live: Arc<AtomicUsize>,
+}
+
+/// WASI as each runtime links it: preview 2 for the component, preview 1 for the data
+/// runtime's core module. A store only ever sees its own kind (each runtime's linker links one).
+pub(crate) enum Wasi {
+    P2 { ctx: WasiCtx, table: ResourceTable },
+    P1(WasiP1Ctx),
+}
+
+impl Wasi {
+    pub(crate) fn p2(ctx: WasiCtx) -> Self {
+        Wasi::P2 { ctx, table: ResourceTable::new() }
+    }
+
+    pub(crate) fn p1(&mut self) -> &mut WasiP1Ctx {
+        match self {
+            Wasi::P1(ctx) => ctx,
+            Wasi::P2 { .. } => unreachable!("preview 1 is linked only for the data runtime, whose stores have it"),
+        }
+    }
 }
 
 impl HostState {
@@ -244,10 +267,10 @@ impl HostState {
         &self.broker.output
     }
 
-    pub(crate) fn new(wasi: WasiCtx, limiter: Limiter, broker: Broker, live: Arc<AtomicUsize>) -> Self {
+    pub(crate) fn new(wasi: Wasi, limiter: Limiter, broker: Broker, live: Arc<AtomicUsize>) -> Self {
         live.fetch_add(1, Ordering::Relaxed);
         metrics::gauge!("ptc_live_instances").increment(1.0);
-        HostState { wasi, table: ResourceTable::new(), limiter, broker, live }
+        HostState { wasi, limiter, broker, door: Door::default(), live }
     }
 }
 
@@ -261,7 +284,10 @@ impl Drop for HostState {
 
 impl WasiView for HostState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        match &mut self.wasi {
+            Wasi::P2 { ctx, table } => WasiCtxView { ctx, table },
+            Wasi::P1(_) => unreachable!("preview 2 is linked only for the component, whose stores have it"),
+        }
     }
 }
 

@@ -24,11 +24,13 @@
 
 mod bindings;
 mod config;
+mod data;
 mod engine;
 mod error;
 mod events;
 mod exchange;
 mod execution;
+mod guest;
 mod host;
 mod limiter;
 mod output;
@@ -40,11 +42,11 @@ mod wasm;
 
 pub use config::{
     Ceilings, ComponentSource, EngineConfig, Limits, MIB, WhenBusy, cores, default_max_concurrent,
-    default_memory_budget, default_tenant_max_running,
+    default_memory_budget, default_tenant_max_running, python_data_artifacts,
 };
 pub use engine::{DATA_DIR, DescribedTool, Engine, ToolDescription};
 pub use error::{Error, ErrorKind, Result};
 pub use events::{Completion, Event, Failure, FailureKind, OutputStream, Stats, ToolCall, ToolCallRecord, ToolResult};
 pub use execution::{Control, Execution};
-pub use request::{ExecutionRequest, ToolDef};
+pub use request::{ExecutionRequest, Runtime, ToolDef};
 pub use session::{DEFAULT_IDLE_TIMEOUT, Dropped, Restored, Session, SessionRequest, SessionState};

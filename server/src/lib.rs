@@ -65,6 +65,9 @@ pub struct ServerConfig {
     /// Run every `execute_code` of `/mcp` in a fresh sandbox instead of one live session per
     /// MCP session. Default false.
     pub mcp_stateless: bool,
+    /// The runtime of an HTTP API run that names none (LibreChat's client never does).
+    /// Default `python`; `python-data` needs [`EngineConfig::python_data`].
+    pub http_runtime: ptc_engine::Runtime,
 }
 
 impl Default for ServerConfig {
@@ -90,6 +93,7 @@ impl Default for ServerConfig {
             mcp: mcp::McpConfig::default(),
             sessions: sessions::SessionLimits::default(),
             mcp_stateless: false,
+            http_runtime: ptc_engine::Runtime::Python,
         }
     }
 }
@@ -211,6 +215,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         files,
         config.http_limits.clone(),
         request_tasks.clone(),
+        config.http_runtime,
     );
 
     let shutdown = CancellationToken::new();

@@ -118,6 +118,7 @@ pub struct OpenOptions {
     pub idle_timeout: Option<Duration>,
     /// A sealed snapshot ([`Sessions::snapshot`]) to start from.
     pub snapshot: Option<Vec<u8>>,
+    pub runtime: ptc_engine::Runtime,
 }
 
 /// A sealed snapshot and what it holds.
@@ -207,7 +208,8 @@ impl Sessions {
             None => None,
         };
         self.make_room(tenant, &id)?;
-        let mut request = SessionRequest::new().with_tenant(tenant).with_idle_timeout(idle);
+        let mut request =
+            SessionRequest::new().with_tenant(tenant).with_idle_timeout(idle).with_runtime(options.runtime);
         request.limits = options.limits;
         let (restore, restore_files) = match unsealed {
             Some(u) => (Some(u.state), u.files),

@@ -23,6 +23,18 @@ pub fn engine() -> &'static Engine {
     ENGINE.get_or_init(|| engine_with(|c| c.fuel = true))
 }
 
+/// An engine with the data-science runtime as well (pre-initialised and compiled at the first
+/// start on a machine, ~75 s; then loaded from the disk cache).
+pub fn data_engine() -> &'static Engine {
+    static ENGINE: OnceLock<Engine> = OnceLock::new();
+    ENGINE.get_or_init(|| {
+        engine_with(|c| {
+            c.fuel = true;
+            c.python_data = Some(ptc_engine::python_data_artifacts());
+        })
+    })
+}
+
 /// The defaults, with the server's cache of the compiled component (so that an engine loads
 /// in milliseconds rather than compiling for seconds).
 pub fn engine_config() -> EngineConfig {

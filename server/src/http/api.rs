@@ -48,6 +48,8 @@ pub(crate) struct RunOptions {
     pub timeout: Option<u64>,
     pub session_id: Option<String>,
     pub files: Option<Vec<FileSpec>>,
+    /// `python` or `python-data`; absent: the server's default (`--http-runtime`).
+    pub runtime: Option<String>,
 }
 
 /// `POST /exec/programmatic/cancel`.

@@ -21,6 +21,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use ptc_engine::Runtime;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -49,6 +50,8 @@ pub struct HttpState {
     paused: Registry,
     /// The file watchers of running executions (waited for at shutdown).
     tasks: TaskTracker,
+    /// The runtime of a run that names none.
+    runtime: Runtime,
 }
 
 impl HttpState {
@@ -60,8 +63,19 @@ impl HttpState {
         files: Arc<FileStore>,
         limits: HttpLimits,
         tasks: TaskTracker,
+        runtime: Runtime,
     ) -> Arc<Self> {
-        Arc::new(HttpState { engine, keys, tenants, signer, files, limits, paused: Registry::default(), tasks })
+        Arc::new(HttpState {
+            engine,
+            keys,
+            tenants,
+            signer,
+            files,
+            limits,
+            paused: Registry::default(),
+            tasks,
+            runtime,
+        })
     }
 
     /// Executions paused between two requests.
@@ -201,6 +215,10 @@ async fn initial(
     options: RunOptions,
 ) -> Result<Response, ApiError> {
     let code = code.ok_or_else(|| ApiError::bad_request("code (a string) is required"))?;
+    let runtime = match options.runtime.as_deref() {
+        None => state.runtime,
+        Some(name) => name.parse().map_err(|e: ptc_engine::Error| ApiError::bad_request(e.message()))?,
+    };
     let limits = limits(&state.engine, options.timeout)?;
     let session_id = options.session_id.filter(|s| !s.is_empty()).unwrap_or_else(crate::token::random_hex::<12>);
     let imports = options.files.unwrap_or_default().into_iter().map(|f| (f.name, f.session_id)).collect();
@@ -213,7 +231,8 @@ async fn initial(
         .with_limits(limits)
         .with_session_id(session_id.clone())
         .with_data_dir(run.session.path.clone())
-        .with_tenant(tenant.clone());
+        .with_tenant(tenant.clone())
+        .with_runtime(runtime);
     let mut execution = state.engine.start(request).await?;
     admission.attach(execution.control());
     run.watch(&state.files, execution.control(), &state.tasks);

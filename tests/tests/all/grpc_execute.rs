@@ -244,3 +244,53 @@ async fn describe_tools_over_grpc() {
     assert_eq!(d.tools[0].signature, "get_weather(city: str, days?: int)");
     assert!(d.stub.contains("async def get_weather("), "{}", d.stub);
 }
+
+/// `Start.runtime = "python-data"` over the real server: the issue's pandas program with a
+/// gather, a data session whose DataFrame outlives one execution, cancellation of a parked
+/// data program (its instance freed), and a server without the runtime saying so.
+#[tokio::test]
+async fn the_data_runtime_runs_pandas_with_tools_in_fresh_executions_and_sessions() {
+    let mut cfg = config(&[]);
+    cfg.engine.python_data = Some(ptc_engine::python_data_artifacts());
+    let server = serve(cfg).await;
+    let mut client = client(&server).await;
+    let data = |code: &str| proto::Start { runtime: "python-data".into(), ..start_message(code, vec![add_tool()]) };
+
+    let code = "import numpy as np, pandas as pd\nr = await asyncio.gather(add(a=1, b=2), add(a=3, b=4))\n\
+                print(pd.DataFrame(np.arange(6).reshape(2,3)).sum().sum(), sum(r))";
+    let s = Stream::open(&mut client, data(code), None).await.unwrap();
+    let (end, rounds) = s.drive(add).await;
+    assert_eq!(rounds.len(), 1);
+    assert_eq!(rounds[0].calls.len(), 2);
+    assert_eq!(completed(end).stdout, "15 10\n");
+
+    let open = proto::OpenSessionRequest { runtime: "python-data".into(), ..Default::default() };
+    let id = client.open_session(open).await.unwrap().into_inner().session_id;
+    let in_session = |code: &str| proto::Start { session_id: id.clone(), ..start_message(code, vec![add_tool()]) };
+    let s = Stream::open(
+        &mut client,
+        in_session("import pandas as pd\ndf = pd.DataFrame({'v': [await add(a=2, b=3)]})"),
+        None,
+    )
+    .await
+    .unwrap();
+    completed(s.drive(add).await.0);
+    let s = Stream::open(&mut client, in_session("print(df['v'].iloc[0] * 2)"), None).await.unwrap();
+    assert_eq!(completed(s.drive(add).await.0).stdout, "10\n");
+
+    let live_before = server.engine.live_instances();
+    let mut s =
+        Stream::open(&mut client, data("import numpy\nawait add(a=1, b=1)\nprint('never')"), None).await.unwrap();
+    s.until(|m| matches!(m, Msg::ToolCalls(_)).then_some(())).await;
+    s.cancel().await;
+    let f = failed(s.until(|m| matches!(m, Msg::Failed(_)).then_some(m)).await);
+    assert_eq!(f.kind, FailureKind::Cancelled as i32);
+    ptc_tests::eventually("the cancelled data instance is freed", || server.engine.live_instances() <= live_before)
+        .await;
+
+    let plain = serve(config(&[])).await;
+    let mut client = ptc_tests::grpc::client(&plain).await;
+    let status = Stream::open(&mut client, data("import numpy"), None).await.err().expect("refused");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(status.message().contains("no python-data runtime"), "{}", status.message());
+}

@@ -9,12 +9,43 @@ use std::process::{Command, Stdio};
 use ptc_tests::grpc::{config, serve};
 use serde_json::{Value, json};
 
+/// Runs `cases` through LibreChat's client (`drive.mjs`) against `server`; what the model saw.
+async fn drive(server: &ptc_server::RunningServer, key: &str, cases: &Value) -> Vec<Value> {
+    let dir = tokio::task::spawn_blocking(|| ptc_tests::node::project("librechat")).await.unwrap();
+    let base = format!("http://{}", server.http_addr);
+    let (key, cases) = (key.to_string(), cases.to_string());
+    let output = tokio::task::spawn_blocking(move || {
+        let mut child = Command::new("node")
+            .arg("drive.mjs")
+            .current_dir(&dir)
+            .env("BASE_URL", base)
+            .env("API_KEY", key)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("node");
+        child.stdin.take().unwrap().write_all(cases.as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "node: {}\n{stdout}", String::from_utf8_lossy(&output.stderr));
+    serde_json::from_str(stdout.trim()).expect("the driver's JSON")
+}
+
+/// (status, content) of the case `name`.
+fn seen(results: &[Value], name: &str) -> (String, String) {
+    let r = results.iter().find(|r| r["name"] == name).unwrap_or_else(|| panic!("no result for {name}"));
+    (r["status"].as_str().unwrap().to_string(), r["content"].as_str().unwrap().to_string())
+}
+
 #[tokio::test]
 async fn librechats_client_shows_the_model_what_happened_and_what_to_do() {
     let mut cfg = config(&["librechat:lc-key"]);
     cfg.files.quota_bytes = 100_000;
     let server = serve(cfg).await;
-    let dir = tokio::task::spawn_blocking(|| ptc_tests::node::project("librechat")).await.unwrap();
     let cases = json!([
         {"name": "gather", "tool": "ptc", "code": "r = await asyncio.gather(add(a=1, b=2), add(a=3, b=4))\nprint(r)"},
         {"name": "tool_error", "tool": "ptc", "code": "try:\n    await weather(city='Oslo')\nexcept ToolError as e:\n    print('caught:', e)"},
@@ -29,30 +60,8 @@ async fn librechats_client_shows_the_model_what_happened_and_what_to_do() {
         {"name": "exec_timeout", "tool": "exec", "code": "while True: pass", "timeout": 2000},
         {"name": "exec_error", "tool": "exec", "code": "raise ValueError('bad input')"},
     ]);
-    let base = format!("http://{}", server.http_addr);
-    let output = tokio::task::spawn_blocking(move || {
-        let mut child = Command::new("node")
-            .arg("drive.mjs")
-            .current_dir(&dir)
-            .env("BASE_URL", base)
-            .env("API_KEY", "lc-key")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("node");
-        child.stdin.take().unwrap().write_all(cases.to_string().as_bytes()).unwrap();
-        child.wait_with_output().unwrap()
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "node: {}\n{stdout}", String::from_utf8_lossy(&output.stderr));
-    let results: Vec<Value> = serde_json::from_str(stdout.trim()).expect("the driver's JSON");
-    let seen = |name: &str| -> (String, String) {
-        let r = results.iter().find(|r| r["name"] == name).unwrap_or_else(|| panic!("no result for {name}"));
-        (r["status"].as_str().unwrap().to_string(), r["content"].as_str().unwrap().to_string())
-    };
+    let results = drive(&server, "lc-key", &cases).await;
+    let seen = |name: &str| seen(&results, name);
     let expect = |name: &str, status: &str, parts: &[&str]| {
         let (got_status, content) = seen(name);
         assert_eq!(got_status, status, "{name}: {content}");
@@ -85,4 +94,58 @@ async fn librechats_client_shows_the_model_what_happened_and_what_to_do() {
     // The code tool shows only stdout and stderr, so the reason must be in stderr.
     expect("exec_timeout", "success", &["Execution timeout after 2000 ms"]);
     expect("exec_error", "success", &["ValueError: bad input"]);
+}
+
+/// A server whose HTTP runs default to the data runtime: LibreChat's code tool saves a
+/// matplotlib figure to /mnt/data and the model is told of the file; its programmatic tool
+/// runs pandas over gathered tool results.
+#[tokio::test]
+async fn librechats_client_gets_a_matplotlib_figure_from_the_data_runtime() {
+    let mut cfg = config(&["librechat:lc-key"]);
+    cfg.engine.python_data = Some(ptc_engine::python_data_artifacts());
+    cfg.http_runtime = ptc_engine::Runtime::PythonData;
+    let files_dir = cfg.files.dir.clone();
+    let server = serve(cfg).await;
+    let cases = json!([
+        {"name": "figure", "tool": "exec", "code": "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.plot([1, 4, 9])\nax.set_title('squares')\nfig.savefig('/mnt/data/squares.png')\nprint('saved')"},
+        {"name": "pandas", "tool": "ptc", "code": "import pandas as pd\nr = await asyncio.gather(add(a=1, b=2), add(a=3, b=4))\nprint(pd.Series(r).sum())"},
+    ]);
+    let results = drive(&server, "lc-key", &cases).await;
+    let (status, content) = seen(&results, "figure");
+    assert_eq!(status, "success", "{content}");
+    assert!(
+        content.contains("stdout:\nsaved") && content.contains("including 1 image(s)"),
+        "the model is told of the image:\n{content}"
+    );
+    let (status, content) = seen(&results, "pandas");
+    assert_eq!(status, "success", "{content}");
+    assert!(content.contains("stdout:\n10"), "{content}");
+    let png = find(&files_dir, "squares.png").expect("the figure is among the tenant's files");
+    let bytes = std::fs::read(png).unwrap();
+    assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n") && bytes.len() > 5_000, "{} bytes", bytes.len());
+
+    // A request may still name the default runtime, and an unknown one is refused in words.
+    let addr = server.http_addr;
+    let body = json!({"code": "import numpy", "runtime": "python", "lang": "py"});
+    let r = ptc_tests::http::post(addr, "/exec", Some("lc-key"), &body).await;
+    assert!(r.body["stderr"].as_str().unwrap_or_default().contains("No module named 'numpy'"), "{:?}", r.body);
+    let body = json!({"code": "pass", "runtime": "R"});
+    let r = ptc_tests::http::post(addr, "/exec", Some("lc-key"), &body).await;
+    assert_eq!(r.status, 400);
+    assert!(r.body.to_string().contains("python-data"), "{:?}", r.body);
+}
+
+fn find(dir: &std::path::Path, name: &str) -> Option<std::path::PathBuf> {
+    for entry in std::fs::read_dir(dir).ok()? {
+        let path = entry.ok()?.path();
+        if path.file_name().is_some_and(|n| n == name) {
+            return Some(path);
+        }
+        if path.is_dir()
+            && let Some(found) = find(&path, name)
+        {
+            return Some(found);
+        }
+    }
+    None
 }

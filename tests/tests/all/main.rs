@@ -22,6 +22,7 @@ mod limits;
 mod mcp;
 mod names;
 mod python_client;
+mod python_data;
 mod reservation;
 mod sessions;
 mod stdlib;

