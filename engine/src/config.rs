@@ -188,8 +188,8 @@ pub struct EngineConfig {
     pub cache_dir: Option<PathBuf>,
     /// The data-science runtime ([`crate::Runtime::PythonData`]): the directory of its unpacked
     /// artifacts ([`python_data_artifacts`] is the one this build fetched). Its first start
-    /// pre-initialises and compiles it (~75 s on two cores); with `cache_dir` later starts load
-    /// it in ~0.1 s. Default `None`: executions asking for it get
+    /// pre-initialises and compiles it (~75 s on two cores; a start with other engine settings
+    /// compiles the cached snapshot, ~37 s); with `cache_dir` later starts load it in ~0.1 s. Default `None`: executions asking for it get
     /// [`crate::ErrorKind::InvalidRequest`].
     pub python_data: Option<PathBuf>,
     /// Executions alive at once (running or paused). Default: what the memory budget holds

@@ -150,7 +150,7 @@ fn load_or_make(cfg: &EngineConfig, artifacts: &Path, engine: &Engine, path: &Pa
     if cached() {
         return load();
     }
-    let module = compile(engine, &snapshot(cfg, artifacts)?)?;
+    let module = compile(engine, &cached_snapshot(cfg, artifacts, path)?)?;
     let bytes = module.serialize().map_err(|e| Error::engine("serialising python-data", e))?;
     match wasm::write_atomically(path, &bytes) {
         Ok(()) => load(),
@@ -159,6 +159,25 @@ fn load_or_make(cfg: &EngineConfig, artifacts: &Path, engine: &Engine, path: &Pa
             Ok(module)
         }
     }
+}
+
+/// The pre-initialised module's bytes, kept beside the compiled one (`python-data-<digest>.wasm`,
+/// ~150 MB): they do not depend on the engine's settings, so another configuration (fuel on or
+/// off, another memory reservation) compiles them (~37 s) instead of pre-initialising again.
+fn cached_snapshot(cfg: &EngineConfig, artifacts: &Path, compiled: &Path) -> Result<Vec<u8>> {
+    let digest = hex::encode(&ptc_runtime_python_data::RUNTIME_DIGEST[..12]);
+    let path = compiled.with_file_name(format!("python-data-{digest}.wasm"));
+    if path.exists() && wasm::private(&path) {
+        match std::fs::read(&path) {
+            Ok(bytes) => return Ok(bytes),
+            Err(e) => tracing::warn!(path = %path.display(), "cannot read the cached snapshot: {e}"),
+        }
+    }
+    let bytes = snapshot(cfg, artifacts)?;
+    if let Err(e) = wasm::write_atomically(&path, &bytes) {
+        tracing::warn!(path = %path.display(), "cannot cache the python-data snapshot: {e}");
+    }
+    Ok(bytes)
 }
 
 fn compile(engine: &Engine, snapshot: &[u8]) -> Result<Module> {

@@ -252,6 +252,8 @@ async fn describe_tools_over_grpc() {
 async fn the_data_runtime_runs_pandas_with_tools_in_fresh_executions_and_sessions() {
     let mut cfg = config(&[]);
     cfg.engine.python_data = Some(ptc_engine::python_data_artifacts());
+    // The settings of `data_engine()`, so that the tests share one compiled runtime.
+    cfg.engine.fuel = true;
     let server = serve(cfg).await;
     let mut client = client(&server).await;
     let data = |code: &str| proto::Start { runtime: "python-data".into(), ..start_message(code, vec![add_tool()]) };

@@ -103,6 +103,8 @@ async fn librechats_client_shows_the_model_what_happened_and_what_to_do() {
 async fn librechats_client_gets_a_matplotlib_figure_from_the_data_runtime() {
     let mut cfg = config(&["librechat:lc-key"]);
     cfg.engine.python_data = Some(ptc_engine::python_data_artifacts());
+    // The settings of `data_engine()`, so that the tests share one compiled runtime.
+    cfg.engine.fuel = true;
     cfg.http_runtime = ptc_engine::Runtime::PythonData;
     let files_dir = cfg.files.dir.clone();
     let server = serve(cfg).await;
