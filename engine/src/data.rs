@@ -129,8 +129,10 @@ fn load_or_make(engine: &Engine, fuel: bool, artifacts: &Path, path: &Path, name
         // SAFETY: written by `Module::serialize` of an engine with this compatibility hash (in
         // the name) into our private cache directory. Loading the file maps it, so instances
         // share its memory image.
-        unsafe { Module::deserialize_file(engine, path) }
-            .map_err(|e| Error::engine("loading the python-data runtime", e))
+        let module = unsafe { Module::deserialize_file(engine, path) }
+            .map_err(|e| Error::engine("loading the python-data runtime", e))?;
+        wasm::touch(path);
+        Ok(module)
     };
     let cached = || path.exists() && wasm::private(path);
     if cached() {
@@ -153,7 +155,10 @@ fn load_or_make(engine: &Engine, fuel: bool, artifacts: &Path, path: &Path, name
     let module = compile(engine, &cached_snapshot(engine, fuel, artifacts, &snapshot_path)?)?;
     let bytes = module.serialize().map_err(|e| Error::engine("serialising python-data", e))?;
     match wasm::write_atomically(path, &bytes) {
-        Ok(()) => load(),
+        Ok(()) => {
+            wasm::sweep_stale(path, "python-data-");
+            load()
+        }
         Err(e) => {
             tracing::warn!(path = %path.display(), "cannot cache the python-data runtime: {e}");
             Ok(module)
@@ -168,7 +173,10 @@ fn load_or_make(engine: &Engine, fuel: bool, artifacts: &Path, path: &Path, name
 fn cached_snapshot(engine: &Engine, fuel: bool, artifacts: &Path, path: &Path) -> Result<Vec<u8>> {
     if path.exists() && wasm::private(path) {
         match std::fs::read(path) {
-            Ok(bytes) => return Ok(bytes),
+            Ok(bytes) => {
+                wasm::touch(path);
+                return Ok(bytes);
+            }
             Err(e) => tracing::warn!(path = %path.display(), "cannot read the cached snapshot: {e}"),
         }
     }

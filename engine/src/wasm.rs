@@ -4,7 +4,7 @@ use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
@@ -173,7 +173,10 @@ impl Artifact {
             // configuration (the name carries its compatibility hash) into our own cache
             // directory (`EngineConfig::cache_dir` says it must be private).
             match unsafe { Component::deserialize_file(engine, path) } {
-                Ok(component) => return Ok((Artifact::File(path.clone()), component)),
+                Ok(component) => {
+                    touch(path);
+                    return Ok((Artifact::File(path.clone()), component));
+                }
                 Err(e) => tracing::warn!(path = %path.display(), "discarding unusable cache entry: {e:#}"),
             }
         }
@@ -183,7 +186,10 @@ impl Artifact {
         let artifact = match path {
             None => Artifact::Memory(compiled),
             Some(path) => match write_atomically(&path, &compiled) {
-                Ok(()) => Artifact::File(path),
+                Ok(()) => {
+                    sweep_stale(&path, "sandbox-");
+                    Artifact::File(path)
+                }
                 Err(e) => {
                     tracing::warn!(path = %path.display(), "cannot cache the compiled component: {e}");
                     Artifact::Memory(compiled)
@@ -237,6 +243,46 @@ pub(crate) fn private(path: &Path) -> bool {
     std::fs::symlink_metadata(path).is_ok_and(|m| {
         !m.file_type().is_symlink() && m.uid() == rustix::process::geteuid().as_raw() && m.mode() & 0o022 == 0
     })
+}
+
+/// How long a cache entry may go unused before a cache miss of its kind removes it: entries
+/// of earlier builds (a new guest or wasmtime means a new name) would otherwise pile up, at
+/// ~40 MB per component and ~440 + 187 MB per data runtime.
+const STALE_AFTER: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// Marks a cache entry as used now (its modification time), so that sweeps keep it.
+pub(crate) fn touch(path: &Path) {
+    let touched = std::fs::File::options().write(true).open(path).and_then(|f| f.set_modified(SystemTime::now()));
+    if let Err(e) = touched {
+        tracing::debug!(path = %path.display(), "cannot mark a cache entry as used: {e}");
+    }
+}
+
+/// After a cache miss wrote `kept`: removes the entries beside it whose names start with
+/// `prefix` (the same kind) and that nobody used for [`STALE_AFTER`], and temporary files
+/// of interrupted writes as old. Entries in use are touched at every load, so another
+/// build or configuration sharing the directory keeps its own.
+pub(crate) fn sweep_stale(kept: &Path, prefix: &str) {
+    let Some(dir) = kept.parent() else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let now = SystemTime::now();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let ours = name.starts_with(prefix) && [".cwasm", ".wasm", ".lock"].iter().any(|ext| name.ends_with(ext));
+        let interrupted = name.starts_with('.') && name.ends_with(".tmp");
+        // Never a link (removing one removes only the link, but nothing here makes links).
+        let Ok(meta) = entry.metadata() else { continue };
+        let old = meta.modified().is_ok_and(|t| now.duration_since(t).unwrap_or_default() > STALE_AFTER);
+        // The kept entry's lock (held by the caller) is the kept entry's too.
+        if path.with_extension("") != kept.with_extension("") && (ours || interrupted) && old && meta.is_file() {
+            match std::fs::remove_file(&path) {
+                Ok(()) => tracing::info!(path = %path.display(), "removed a cache entry unused for a week"),
+                Err(e) => tracing::warn!(path = %path.display(), "cannot remove a stale cache entry: {e}"),
+            }
+        }
+    }
 }
 
 pub(crate) fn write_atomically(path: &Path, data: &[u8]) -> std::io::Result<()> {
@@ -306,5 +352,31 @@ mod tests {
         std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o666)).unwrap();
         assert!(!private(&planted), "a file others may write to is not loaded");
         std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn a_miss_sweeps_only_entries_of_its_kind_unused_for_a_week() {
+        let dir = std::env::temp_dir().join(format!("ptc-cache-sweep-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let week_ago = SystemTime::now() - STALE_AFTER - Duration::from_secs(60);
+        let make = |name: &str, modified: SystemTime| {
+            let path = dir.join(name);
+            std::fs::write(&path, b"x").unwrap();
+            std::fs::File::options().write(true).open(&path).unwrap().set_modified(modified).unwrap();
+            path
+        };
+        let kept = make("sandbox-new-1.cwasm", SystemTime::now());
+        let kept_lock = make("sandbox-new-1.lock", week_ago);
+        let stale = make("sandbox-old-1.cwasm", week_ago);
+        let used = make("sandbox-old-2.cwasm", week_ago);
+        touch(&used);
+        let other_kind = make("python-data-old-1.cwasm", week_ago);
+        let interrupted = make(".123.abc.tmp", week_ago);
+        let unrelated = make("notes.txt", week_ago);
+        sweep_stale(&kept, "sandbox-");
+        let exists = |p: &PathBuf| p.exists();
+        assert!(exists(&kept) && exists(&kept_lock) && exists(&used) && exists(&other_kind) && exists(&unrelated));
+        assert!(!exists(&stale) && !exists(&interrupted));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -86,6 +86,10 @@ pub struct ServeArgs {
     /// Largest gRPC message, bytes, either way.
     #[arg(long, env = "PTC_GRPC_MAX_MESSAGE_BYTES", default_value_t = defaults().grpc_max_message_bytes)]
     pub grpc_max_message_bytes: usize,
+    /// File bytes one gRPC execution returns with `Start.return_files` (files past it come back
+    /// named, without content). Clients often receive at most 4 MiB per message.
+    #[arg(long, env = "PTC_GRPC_MAX_RETURNED_FILE_BYTES", default_value_t = defaults().grpc_max_returned_file_bytes)]
+    pub grpc_max_returned_file_bytes: u64,
     /// Largest HTTP request body, bytes.
     #[arg(long, env = "PTC_HTTP_MAX_BODY_BYTES", default_value_t = defaults().http_limits.max_body_bytes)]
     pub http_max_body_bytes: usize,
@@ -170,6 +174,10 @@ pub struct ServeArgs {
     /// session (where globals persist between calls).
     #[arg(long, env = "PTC_MCP_STATELESS", default_value_t = false)]
     pub mcp_stateless: bool,
+    /// The runtime of `/mcp` programs: `python` or `python-data` (needs --python-data; figures
+    /// they save in /mnt/data come back as images).
+    #[arg(long, env = "PTC_MCP_RUNTIME", default_value = "python")]
+    pub mcp_runtime: ptc_engine::Runtime,
     /// Live sessions per tenant; opening one more ends the tenant's session idle the longest.
     #[arg(long, env = "PTC_MAX_SESSIONS_PER_TENANT", default_value_t = defaults().sessions.max_per_tenant)]
     pub max_sessions_per_tenant: usize,
@@ -205,6 +213,10 @@ pub struct McpArgs {
     /// persist from one call to the next).
     #[arg(long, env = "PTC_MCP_STATELESS", default_value_t = false)]
     pub stateless: bool,
+    /// The runtime: `python`, or `python-data` (numpy, pandas, matplotlib; the first start on
+    /// a machine prepares it, which takes minutes).
+    #[arg(long, env = "PTC_MCP_RUNTIME", default_value = "python")]
+    pub runtime: ptc_engine::Runtime,
 }
 
 impl McpArgs {
@@ -217,6 +229,9 @@ impl McpArgs {
         engine.default_limits.max_memory_bytes = self.max_memory_mib * MIB;
         if let Some(dir) = &self.cache_dir {
             engine.cache_dir = Some(dir.clone());
+        }
+        if self.runtime == ptc_engine::Runtime::PythonData {
+            engine.python_data = Some(ptc_engine::python_data_artifacts());
         }
         engine.ceilings.check(&engine.default_limits, engine.fuel).map_err(|e| format!("default limits: {e}"))?;
         let mcp = match &self.config {
@@ -250,8 +265,10 @@ impl ServeArgs {
             engine.python_data =
                 Some(self.python_data_artifacts.clone().unwrap_or_else(ptc_engine::python_data_artifacts));
         }
-        if self.http_runtime == ptc_engine::Runtime::PythonData && engine.python_data.is_none() {
-            return Err("--http-runtime python-data needs --python-data".into());
+        for (flag, runtime) in [("--http-runtime", self.http_runtime), ("--mcp-runtime", self.mcp_runtime)] {
+            if runtime == ptc_engine::Runtime::PythonData && engine.python_data.is_none() {
+                return Err(format!("{flag} python-data needs --python-data"));
+            }
         }
         if let Some(dir) = &self.cache_dir {
             engine.cache_dir = Some(dir.clone());
@@ -298,6 +315,7 @@ impl ServeArgs {
         config.tenant_limits.max_concurrent = self.tenant_max_concurrent;
         config.tenant_limits.max_paused = self.tenant_max_paused;
         config.grpc_max_message_bytes = self.grpc_max_message_bytes;
+        config.grpc_max_returned_file_bytes = self.grpc_max_returned_file_bytes;
         config.shutdown_grace = Duration::from_secs(self.shutdown_grace_secs);
         if let Some(path) = &self.mcp_config {
             config.mcp = crate::mcp::McpConfig::load(path)?;
@@ -309,6 +327,7 @@ impl ServeArgs {
         sessions.idle_timeout = Duration::from_secs(self.session_idle_secs.max(1)).min(sessions.max_idle_timeout);
         sessions.max_snapshot_bytes = self.max_snapshot_bytes;
         config.http_runtime = self.http_runtime;
+        config.mcp_runtime = self.mcp_runtime;
         Ok(config)
     }
 }
@@ -337,4 +356,11 @@ pub struct RunArgs {
     /// Execution deadline in ms.
     #[arg(long)]
     pub timeout_ms: Option<u32>,
+    /// The runtime: `python` or `python-data` (numpy, pandas, matplotlib; with --local the
+    /// embedded engine enables it, its first start takes minutes).
+    #[arg(long, default_value = "python")]
+    pub runtime: ptc_engine::Runtime,
+    /// Give the program a /mnt/data and save the files it writes there into this directory.
+    #[arg(long)]
+    pub files_out: Option<PathBuf>,
 }

@@ -1,6 +1,7 @@
 //! `ptc-engine run`: a small gRPC client that runs a file and answers tool calls by running a
 //! command per call (all calls of a batch in parallel).
 
+use std::path::{Component, Path};
 use std::process::Stdio;
 
 use anyhow::{Context, bail};
@@ -28,7 +29,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<i32> {
 
     let mut local = None;
     let server = if args.local {
-        let running = crate::start(crate::ServerConfig::ephemeral()).await?;
+        let mut config = crate::ServerConfig::ephemeral();
+        if args.runtime == ptc_engine::Runtime::PythonData {
+            config.engine.python_data = Some(ptc_engine::python_data_artifacts());
+        }
+        let running = crate::start(config).await?;
         let url = format!("http://{}", running.grpc_addr);
         local = Some(running);
         url
@@ -41,6 +46,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<i32> {
         code,
         tools,
         limits: Some(proto::Limits { timeout_ms: args.timeout_ms, ..Default::default() }),
+        runtime: args.runtime.as_str().into(),
+        return_files: args.files_out.is_some(),
         ..Default::default()
     };
     let mut stream = ExecuteStream::open(&mut client, start, args.api_key.as_deref()).await?;
@@ -68,9 +75,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<i32> {
                 if c.return_value_json != "null" {
                     println!("{}", c.return_value_json);
                 }
+                save_files(args.files_out.as_deref(), &c.files)?;
                 exit = 0;
             }
             Message::Failed(f) => {
+                save_files(args.files_out.as_deref(), &f.files)?;
                 let kind = proto::FailureKind::try_from(f.kind).unwrap_or(proto::FailureKind::Internal);
                 if kind != proto::FailureKind::PythonError {
                     eprintln!("ptc-engine: {} ({})", f.message, kind.as_str_name());
@@ -87,6 +96,29 @@ pub async fn run(args: RunArgs) -> anyhow::Result<i32> {
         server.wait().await;
     }
     Ok(exit)
+}
+
+/// Writes returned files under `dir` (names are the server's; only plain relative paths are
+/// written), and says on stderr which ones came back without their bytes.
+fn save_files(dir: Option<&Path>, files: &[proto::File]) -> anyhow::Result<()> {
+    let Some(dir) = dir else { return Ok(()) };
+    for file in files {
+        let rel = Path::new(&file.name);
+        if file.name.is_empty() || !rel.components().all(|c| matches!(c, Component::Normal(_))) {
+            eprintln!("ptc-engine: skipped a returned file with an unsafe name: {:?}", file.name);
+            continue;
+        }
+        if file.omitted {
+            eprintln!("ptc-engine: {} ({} bytes) was too large to return", file.name, file.size);
+            continue;
+        }
+        let path = dir.join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+        }
+        std::fs::write(&path, &file.content).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
 }
 
 async fn futures_join<F: std::future::Future<Output = proto::ToolResult> + Send + 'static>(

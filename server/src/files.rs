@@ -26,7 +26,7 @@ use std::time::{Duration, SystemTime};
 
 use cap_fs_ext::{DirExt, FollowSymlinks, MetadataExt, OpenOptionsFollowExt};
 use cap_std::ambient_authority;
-use cap_std::fs::{Dir, OpenOptions};
+use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt};
 use sha2::{Digest, Sha256};
 
 #[derive(Debug, Clone)]
@@ -208,6 +208,29 @@ fn split(rel: &Path) -> (&Path, &std::ffi::OsStr) {
     (rel.parent().unwrap_or(Path::new("")), rel.file_name().expect("a relative path with a file name"))
 }
 
+/// Linux's `O_NONBLOCK`: opening a FIFO a program made for reading would otherwise wait for a
+/// writer that never comes (regular files ignore it).
+const O_NONBLOCK: i32 = 0o4000;
+
+/// Options that open a name for reading without following a link at it, and without waiting
+/// on a FIFO; the caller then checks the opened file's metadata.
+fn read_nofollow() -> OpenOptions {
+    let mut options = OpenOptions::new();
+    options.read(true).follow(FollowSymlinks::No).custom_flags(O_NONBLOCK);
+    options
+}
+
+/// `rel` beneath `dir` opened for reading, and its length, if it is a regular file with one
+/// link, reached without following any link.
+fn open_regular(dir: &Dir, rel: &Path) -> Option<(cap_std::fs::File, u64)> {
+    let (parent, file_name) = split(rel);
+    let dir = open_dir_beneath(dir, parent).ok()?;
+    let file = dir.open_with(file_name, &read_nofollow()).ok()?;
+    // The metadata of the opened file, not of the name: nothing can be swapped in between.
+    let meta = file.metadata().ok()?;
+    (entry_of(&meta).kind == Kind::File).then(|| (file, meta.len()))
+}
+
 fn entry_of(meta: &cap_std::fs::Metadata) -> Entry {
     let ft = meta.file_type();
     let kind = if ft.is_dir() {
@@ -333,16 +356,8 @@ impl FileStore {
         let mut total = 0u64;
         for rel in names {
             let Some(name) = rel.to_str() else { continue };
-            let (parent, file_name) = split(rel);
             // Swapped for a link or removed since the walk: skipped, never followed.
-            let Ok(dir) = open_dir_beneath(&session.dir, parent) else { continue };
-            let mut options = OpenOptions::new();
-            options.read(true).follow(FollowSymlinks::No);
-            let Ok(file) = dir.open_with(file_name, &options) else { continue };
-            let Ok(meta) = file.metadata() else { continue };
-            if entry_of(&meta).kind != Kind::File {
-                continue;
-            }
+            let Some((file, _)) = open_regular(&session.dir, rel) else { continue };
             let left = max_bytes.saturating_sub(total);
             let mut bytes = Vec::new();
             // One byte past what is left tells a file that grew past it.
@@ -356,6 +371,29 @@ impl FileStore {
             out.push((name.to_string(), bytes));
         }
         Ok(out)
+    }
+
+    /// The bytes of `wanted` (files of `session`, e.g. those a run changed), each in order if
+    /// it fits in what is left of `max_bytes`; a file that does not fit, or is no longer a
+    /// regular file, comes back without content.
+    pub fn read(&self, session: &Session, wanted: &[FileRef], max_bytes: u64) -> Vec<(FileRef, Option<Vec<u8>>)> {
+        let mut left = max_bytes;
+        let mut out = Vec::with_capacity(wanted.len());
+        for file_ref in wanted {
+            let content = safe_relative(&file_ref.name)
+                .and_then(|rel| open_regular(&session.dir, &rel))
+                .filter(|(_, len)| *len <= left)
+                .and_then(|(file, len)| {
+                    let mut bytes = Vec::new();
+                    // At most the size seen, even if the file grows meanwhile.
+                    file.take(len).read_to_end(&mut bytes).ok()?;
+                    Some(bytes)
+                });
+            let size = content.as_ref().map_or(file_ref.size, |b| b.len() as u64);
+            left -= content.as_ref().map_or(0, |b| b.len() as u64);
+            out.push((FileRef { size, ..file_ref.clone() }, content));
+        }
+        out
     }
 
     /// Writes `files` (name, bytes) into `session`, checked against the tenant's quota first;
@@ -470,9 +508,7 @@ impl FileStore {
             let (parent, file_name) = split(&rel);
             let src_dir =
                 open_dir_beneath(&session.tenant_dir, &Path::new(session_id).join(parent)).map_err(|_| not_found())?;
-            let mut options = OpenOptions::new();
-            options.read(true).follow(FollowSymlinks::No);
-            let file = src_dir.open_with(file_name, &options).map_err(|_| not_found())?;
+            let file = src_dir.open_with(file_name, &read_nofollow()).map_err(|_| not_found())?;
             // The metadata of the opened file, not of the name: nothing can be swapped in between.
             let meta = file.metadata().map_err(io_error("cannot read file metadata"))?;
             if entry_of(&meta).kind != Kind::File {

@@ -31,6 +31,8 @@ pub struct SandboxService {
     /// Every stream's pump (waited for at shutdown, so final events reach their clients).
     pub tasks: TaskTracker,
     pub sessions: Arc<Sessions>,
+    /// The most file bytes one execution's `Completed.files` carries (`Start.return_files`).
+    pub max_returned_file_bytes: u64,
 }
 
 pub fn status_from(err: ptc_engine::Error) -> Status {
@@ -110,7 +112,16 @@ impl sandbox_server::Sandbox for SandboxService {
             ExecutionRequest::new(start.code).with_tools(tools).with_limits(limits.clone()).with_tenant(tenant.clone());
         request.runtime = runtime;
         request.session_id = session_id.clone();
+        let return_files = start.return_files.then_some(self.max_returned_file_bytes);
         let (execution, files) = match &session_id {
+            None if return_files.is_some() => {
+                let store = self.sessions.file_store().ok_or_else(|| {
+                    Status::failed_precondition("this server keeps no files: run without return_files")
+                })?;
+                let run = RunFiles::own(store, &tenant).await.map_err(|e| files_status(&e))?;
+                request.data_dir = Some(run.session.path.clone());
+                (self.engine.start(request).await.map_err(status_from)?, Some((store.clone(), run)))
+            }
             None => (self.engine.start(request).await.map_err(status_from)?, None),
             Some(id) => {
                 let live = match self.sessions.get(&tenant, id) {
@@ -141,6 +152,7 @@ impl sandbox_server::Sandbox for SandboxService {
             })),
         };
         tx.send(Ok(started)).await.map_err(|_| Status::cancelled("client went away"))?;
+        let files = files.map(|(store, run)| RunOutput { store, run, return_files });
         self.tasks.spawn(pump(execution, inbound, tx, admission, files, self.max_message_bytes).instrument(span));
         Ok(Response::new(ReceiverStream::new(rx)))
     }
@@ -216,12 +228,28 @@ impl sandbox_server::Sandbox for SandboxService {
     }
 }
 
+fn files_status(e: &FilesError) -> Status {
+    match e {
+        FilesError::Invalid(m) => Status::invalid_argument(m),
+        FilesError::Quota(m) => Status::resource_exhausted(m),
+        FilesError::Io(m) => Status::internal(m),
+    }
+}
+
+/// An execution's `/mnt/data`: settled at its end, and with `return_files` (the byte budget)
+/// what it created or changed goes back in its final message.
+struct RunOutput {
+    store: Arc<FileStore>,
+    run: Arc<RunFiles>,
+    return_files: Option<u64>,
+}
+
 async fn pump(
     mut execution: ptc_engine::Execution,
     mut inbound: Streaming<proto::ClientMessage>,
     tx: mpsc::Sender<Result<proto::ServerMessage, Status>>,
     _admission: Admission,
-    files: Option<(Arc<FileStore>, Arc<RunFiles>)>,
+    files: Option<RunOutput>,
     max_message_bytes: usize,
 ) {
     let mut inbound_open = true;
@@ -231,7 +259,7 @@ async fn pump(
                 let Some(event) = event else { break };
                 let last = matches!(event, Event::Completed(_) | Event::Failed(_));
                 let message = match &files {
-                    Some((store, run)) if last => settled(event, store, run).await,
+                    Some(files) if last => settled(event, files).await,
                     _ => proto::server_message(event),
                 };
                 if tx.send(Ok(message)).await.is_err() {
@@ -269,15 +297,27 @@ async fn pump(
     // Dropping `execution` cancels it if it is still running.
 }
 
-/// The final message of an execution in a live session, once its files are settled: a
-/// `FILE_QUOTA` failure if they left the tenant over its quota (what the run wrote is gone).
-async fn settled(event: Event, store: &Arc<FileStore>, run: &Arc<RunFiles>) -> proto::ServerMessage {
+/// The final message of an execution with a `/mnt/data`, once its files are settled: with
+/// the files it created or changed if they were asked for, or a `FILE_QUOTA` failure if they
+/// left the tenant over its quota (what the run wrote is gone).
+async fn settled(event: Event, output: &RunOutput) -> proto::ServerMessage {
+    let RunOutput { store, run, return_files } = output;
     let settled = run.settle(store).await;
     if let Err(FilesError::Io(e)) = &settled {
         tracing::warn!("settling a session's files: {e}");
     }
     let mut message = proto::server_message(event);
-    let Some(quota) = run.quota_breach(&settled) else { return message };
+    let Some(quota) = run.quota_breach(&settled) else {
+        if let (Some(max_bytes), Ok(changed)) = (return_files, settled) {
+            let files = run.read(store, changed, *max_bytes).await.into_iter().map(proto::file).collect();
+            match &mut message.message {
+                Some(server_message::Message::Completed(c)) => c.files = files,
+                Some(server_message::Message::Failed(f)) => f.files = files,
+                _ => {}
+            }
+        }
+        return message;
+    };
     let (stdout, stderr, tool_calls, stats) = match message.message.take() {
         Some(server_message::Message::Completed(c)) => (c.stdout, c.stderr, c.tool_calls, c.stats),
         Some(server_message::Message::Failed(f)) => (f.stdout, f.stderr, f.tool_calls, f.stats),
@@ -300,6 +340,7 @@ async fn settled(event: Event, store: &Arc<FileStore>, run: &Arc<RunFiles>) -> p
         stderr,
         tool_calls,
         stats,
+        files: Vec::new(),
     }));
     message
 }

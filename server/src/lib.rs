@@ -54,6 +54,10 @@ pub struct ServerConfig {
     /// Largest gRPC message either way; a larger one ends the stream with
     /// `RESOURCE_EXHAUSTED` naming the limit. Default 16 MiB.
     pub grpc_max_message_bytes: usize,
+    /// The most file bytes one gRPC execution returns with `Start.return_files`; files past it
+    /// come back named, without content. Default 2 MiB, so that the final message stays within
+    /// gRPC clients' usual 4 MiB receive limit with the output it also carries.
+    pub grpc_max_returned_file_bytes: u64,
     pub engine: EngineConfig,
     /// How long running executions may finish after a shutdown signal before they fail with
     /// kind `shutdown`.
@@ -65,6 +69,9 @@ pub struct ServerConfig {
     /// Run every `execute_code` of `/mcp` in a fresh sandbox instead of one live session per
     /// MCP session. Default false.
     pub mcp_stateless: bool,
+    /// The runtime of every `/mcp` program. Default `python`; `python-data` needs
+    /// [`EngineConfig::python_data`].
+    pub mcp_runtime: ptc_engine::Runtime,
     /// The runtime of an HTTP API run that names none (LibreChat's client never does).
     /// Default `python`; `python-data` needs [`EngineConfig::python_data`].
     pub http_runtime: ptc_engine::Runtime,
@@ -82,6 +89,7 @@ impl Default for ServerConfig {
             tenant_limits: TenantLimits::default(),
             http_limits: conn::HttpLimits::default(),
             grpc_max_message_bytes: 16 * 1024 * 1024,
+            grpc_max_returned_file_bytes: 2 * 1024 * 1024,
             engine: {
                 let mut engine = EngineConfig::default();
                 // A server answers "busy" at once: its clients retry or go elsewhere.
@@ -93,6 +101,7 @@ impl Default for ServerConfig {
             mcp: mcp::McpConfig::default(),
             sessions: sessions::SessionLimits::default(),
             mcp_stateless: false,
+            mcp_runtime: ptc_engine::Runtime::Python,
             http_runtime: ptc_engine::Runtime::Python,
         }
     }
@@ -198,12 +207,14 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         config.engine.default_limits.clone(),
         (!config.mcp_stateless).then(|| sessions.clone()),
         request_tasks.clone(),
+        config.mcp_runtime,
     );
     let service = grpc::SandboxService {
         engine: engine.clone(),
         keys: keys.clone(),
         tenants: tenants.clone(),
         max_message_bytes: config.grpc_max_message_bytes,
+        max_returned_file_bytes: config.grpc_max_returned_file_bytes,
         tasks: request_tasks.clone(),
         sessions: sessions.clone(),
     };

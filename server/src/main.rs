@@ -55,7 +55,7 @@ async fn mcp(args: ptc_server::cli::McpArgs) -> anyhow::Result<()> {
     });
     let downstream = ptc_server::mcp::Downstream::new(&mcp_config);
     let tasks = tokio_util::task::TaskTracker::new();
-    let shared = ptc_server::mcp::Shared::new(engine, downstream, None, limits, sessions, tasks);
+    let shared = ptc_server::mcp::Shared::new(engine, downstream, None, limits, sessions, tasks, args.runtime);
     ptc_server::mcp::serve_stdio(shared).await
 }
 

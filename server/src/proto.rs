@@ -28,6 +28,11 @@ impl From<ptc_engine::FailureKind> for FailureKind {
     }
 }
 
+/// A file returned on `Completed`/`Failed`, with its bytes if they fit.
+pub(crate) fn file((file, content): (crate::files::FileRef, Option<Vec<u8>>)) -> File {
+    File { name: file.name, size: file.size, omitted: content.is_none(), content: content.unwrap_or_default() }
+}
+
 fn micros(d: Duration) -> u64 {
     d.as_micros().min(u128::from(u64::MAX)) as u64
 }
@@ -112,6 +117,7 @@ pub fn server_message(event: ptc_engine::Event) -> ServerMessage {
             return_value_json: c.return_value,
             tool_calls: c.tool_calls.into_iter().map(Into::into).collect(),
             stats: Some(c.stats.into()),
+            files: Vec::new(),
         }),
         ptc_engine::Event::Failed(f) => M::Failed(Failed {
             kind: FailureKind::from(f.kind) as i32,
@@ -122,6 +128,7 @@ pub fn server_message(event: ptc_engine::Event) -> ServerMessage {
             stderr: f.stderr,
             tool_calls: f.tool_calls.into_iter().map(Into::into).collect(),
             stats: Some(f.stats.into()),
+            files: Vec::new(),
         }),
     };
     ServerMessage { message: Some(message) }

@@ -21,6 +21,9 @@ const QUOTA_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 pub(crate) struct RunFiles {
     pub session: Arc<Session>,
     before: Scan,
+    /// The store to remove the directory from once the run is over (an execution's own
+    /// `/mnt/data`): when the last holder (the stream, the watcher) lets go.
+    remove_with: Option<Arc<FileStore>>,
     /// Set when a check found the tenant over quota (the execution was cancelled for it).
     over_quota: Mutex<Option<String>>,
     settled: Mutex<Option<Result<Vec<FileRef>, FilesError>>>,
@@ -57,8 +60,38 @@ impl RunFiles {
             .unwrap_or_else(|e| Err(FilesError::Io(format!("preparing files: {e}"))))
     }
 
+    /// An empty `/mnt/data` for one execution outside any session, under the tenant's quota,
+    /// deleted when the run is over and its files were read.
+    pub(crate) async fn own(files: &Arc<FileStore>, tenant: &str) -> Result<Arc<Self>, FilesError> {
+        let (store, tenant) = (files.clone(), tenant.to_string());
+        tokio::task::spawn_blocking(move || {
+            let session = store.open_live(&tenant)?;
+            Ok(Arc::new(Self::fields(Arc::new(session), Scan::default(), Some(store))))
+        })
+        .await
+        .unwrap_or_else(|e| Err(FilesError::Io(format!("preparing files: {e}"))))
+    }
+
     fn new(session: Arc<Session>, before: Scan) -> Arc<Self> {
-        Arc::new(RunFiles { session, before, over_quota: Mutex::new(None), settled: Mutex::new(None) })
+        Arc::new(Self::fields(session, before, None))
+    }
+
+    fn fields(session: Arc<Session>, before: Scan, remove_with: Option<Arc<FileStore>>) -> Self {
+        RunFiles { session, before, remove_with, over_quota: Mutex::new(None), settled: Mutex::new(None) }
+    }
+
+    /// The bytes of the files the run created or changed (once settled), within `max_bytes`.
+    pub(crate) async fn read(
+        self: &Arc<Self>,
+        files: &Arc<FileStore>,
+        changed: Vec<FileRef>,
+        max_bytes: u64,
+    ) -> Vec<(FileRef, Option<Vec<u8>>)> {
+        if changed.is_empty() {
+            return Vec::new();
+        }
+        let (run, files) = (self.clone(), files.clone());
+        tokio::task::spawn_blocking(move || files.read(&run.session, &changed, max_bytes)).await.unwrap_or_default()
     }
 
     /// The run's files once it has ended: checked against the quota exactly once.
@@ -139,5 +172,18 @@ impl RunFiles {
             }
             let _ = run.settle(&files).await;
         });
+    }
+}
+
+impl Drop for RunFiles {
+    fn drop(&mut self) {
+        let Some(store) = self.remove_with.take() else { return };
+        let session = self.session.clone();
+        let remove = move || store.remove_live(&session);
+        // Removing a tree is blocking I/O: off the async threads when there are some.
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => drop(handle.spawn_blocking(remove)),
+            Err(_) => remove(),
+        }
     }
 }

@@ -22,6 +22,15 @@ pub fn config(keys: &[&str]) -> ServerConfig {
     config
 }
 
+/// [`config`] with the data runtime enabled, in the settings of `data_engine()` (fuel on), so
+/// that every test shares one compiled runtime.
+pub fn data_config(keys: &[&str]) -> ServerConfig {
+    let mut config = config(keys);
+    config.engine.python_data = Some(ptc_engine::python_data_artifacts());
+    config.engine.fuel = true;
+    config
+}
+
 pub async fn serve(config: ServerConfig) -> RunningServer {
     ptc_server::start(config).await.expect("server starts")
 }
@@ -134,4 +143,18 @@ pub async fn metrics_text(server: &RunningServer) -> String {
     let mut body = String::new();
     s.read_to_string(&mut body).await.unwrap();
     body
+}
+
+/// Every `live_*` directory under a server's files directory (one per live session, and one
+/// per running execution with `return_files`).
+pub fn live_dirs(files_dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = vec![];
+    for tenant in std::fs::read_dir(files_dir).into_iter().flatten().flatten() {
+        for dir in std::fs::read_dir(tenant.path()).into_iter().flatten().flatten() {
+            if dir.file_name().to_string_lossy().starts_with("live_") {
+                out.push(dir.path());
+            }
+        }
+    }
+    out
 }

@@ -15,7 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ptc_engine::{
-    Engine, Event, Execution, ExecutionRequest, FailureKind, Limits, OutputStream, ToolCallRecord, ToolDef, ToolResult,
+    Engine, Event, Execution, ExecutionRequest, FailureKind, Limits, OutputStream, Runtime, ToolCallRecord, ToolDef,
+    ToolResult,
 };
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CreateMessageRequest,
@@ -69,6 +70,8 @@ pub struct Shared {
     /// Where the file-quota watchers of programs in sessions with files run (the server's
     /// request tasks, which shutdown waits for).
     tasks: TaskTracker,
+    /// The Python every program runs in.
+    pub runtime: Runtime,
 }
 
 impl Shared {
@@ -79,9 +82,10 @@ impl Shared {
         limits: Limits,
         sessions: Option<Arc<Sessions>>,
         tasks: TaskTracker,
+        runtime: Runtime,
     ) -> Arc<Self> {
         let parked = Mutex::new(HashMap::new());
-        Arc::new(Shared { engine, downstream, tenants, limits, parked, sessions, tasks })
+        Arc::new(Shared { engine, downstream, tenants, limits, parked, sessions, tasks, runtime })
     }
 }
 
@@ -160,7 +164,7 @@ impl CodeMode {
             .describe_tools(&defs)
             .await
             .map_err(|e| format!("the downstream tools cannot be offered to programs: {}", e.message()))?;
-        let mut text = String::from(EXECUTE_CODE_INTRO);
+        let mut text = intro(self.shared.runtime);
         text.push_str(&self.state_text(mode));
         text.push_str("\n\nTools (call as `await server.tool(...)`):\n");
         for (d, def) in described.tools.iter().zip(&defs) {
@@ -308,7 +312,8 @@ impl CodeMode {
             },
             _ => None,
         };
-        let mut exec_request = ExecutionRequest::new(code).with_tools(catalog.defs).with_limits(limits);
+        let mut exec_request =
+            ExecutionRequest::new(code).with_tools(catalog.defs).with_limits(limits).with_runtime(self.shared.runtime);
         if let Some(tenant) = &tenant {
             exec_request = exec_request.with_tenant(tenant.clone());
         }
@@ -445,7 +450,11 @@ impl CodeMode {
 
     /// A new live session of `tenant` with this front end's limits.
     async fn open_session(&self, sessions: &Sessions, tenant: &str) -> Result<(String, LiveSession), SessionError> {
-        let options = OpenOptions { limits: Some(self.shared.limits.clone()), ..Default::default() };
+        let options = OpenOptions {
+            limits: Some(self.shared.limits.clone()),
+            runtime: self.shared.runtime,
+            ..Default::default()
+        };
         let opened = sessions.open(tenant, options).await?;
         Ok((opened.id, opened.live))
     }
@@ -592,7 +601,15 @@ async fn settled(
     timeout_limit: Duration,
 ) -> CallToolResult {
     let settled = files.settle(store).await;
-    let Some(quota) = files.quota_breach(&settled) else { return finished_result(end, elapsed, timeout_limit) };
+    let Some(quota) = files.quota_breach(&settled) else {
+        let mut result = finished_result(end, elapsed, timeout_limit);
+        if let Ok(changed) = settled {
+            let images = changed.iter().filter(|f| looks_like_image(&f.name)).cloned().collect();
+            let images = files.read(store, images, MAX_IMAGE_BYTES).await;
+            add_files(&mut result, &changed, images);
+        }
+        return result;
+    };
     let stopped = if files.over_quota().is_some() {
         " The program was stopped mid-way for it, so its session has ended."
     } else {
@@ -610,6 +627,66 @@ async fn settled(
     let mut result = CallToolResult::error(vec![ContentBlock::text(text)]);
     result.structured_content = Some(structured);
     result
+}
+
+/// The most image bytes one result carries (base64 makes them a third larger on the wire).
+const MAX_IMAGE_BYTES: u64 = 2 * 1024 * 1024;
+
+/// Whether a file's name says image: only those are read to be shown.
+fn looks_like_image(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    [".png", ".jpg", ".jpeg", ".gif", ".webp"].iter().any(|ext| lower.ends_with(ext))
+}
+
+/// The image type of a file the program wrote, by its first bytes (never by its name alone).
+fn image_type(bytes: &[u8]) -> Option<&'static str> {
+    match bytes {
+        [0x89, b'P', b'N', b'G', ..] => Some("image/png"),
+        [0xff, 0xd8, 0xff, ..] => Some("image/jpeg"),
+        [b'G', b'I', b'F', b'8', ..] => Some("image/gif"),
+        [b'R', b'I', b'F', b'F', _, _, _, _, b'W', b'E', b'B', b'P', ..] => Some("image/webp"),
+        _ => None,
+    }
+}
+
+/// Names the files a program created or changed in /mnt/data after its output, and adds the
+/// images among them (`images`, read within [`MAX_IMAGE_BYTES`]) as images the client can
+/// show its model.
+fn add_files(
+    result: &mut CallToolResult,
+    changed: &[crate::files::FileRef],
+    images: Vec<(crate::files::FileRef, Option<Vec<u8>>)>,
+) {
+    if changed.is_empty() {
+        return;
+    }
+    let mut shown = Vec::new();
+    let mut too_large = Vec::new();
+    for (file, bytes) in images {
+        match bytes.as_deref().map(|b| (b, image_type(b))) {
+            Some((bytes, Some(mime))) => {
+                use base64::Engine as _;
+                shown.push(ContentBlock::image(base64::engine::general_purpose::STANDARD.encode(bytes), mime));
+            }
+            Some((_, None)) => {} // named like an image, but is not one
+            None => too_large.push(file.name),
+        }
+    }
+    let listed: Vec<String> = changed.iter().map(|f| format!("/mnt/data/{} ({} bytes)", f.name, f.size)).collect();
+    let mut line = format!("[files written] {}", listed.join(", "));
+    if !too_large.is_empty() {
+        line.push_str(&format!(
+            "\n[not shown] {}: the images of one result are limited to {MAX_IMAGE_BYTES} bytes; save smaller ones \
+             (a lower dpi or figsize)",
+            too_large.join(", ")
+        ));
+    }
+    if let Some(first) = result.content.first_mut()
+        && let Some(text) = first.as_text()
+    {
+        *first = ContentBlock::text(format!("{}{}{line}", text.text, newline_if_needed(&text.text)));
+    }
+    result.content.extend(shown);
 }
 
 /// How long a session may sit idle, in whole minutes (as the model is told).
@@ -758,8 +835,20 @@ fn sampled_answer(id: String, result: Option<Value>) -> ToolResult {
 const PERSIST: &str = " Globals (variables, imports, functions, classes) persist from one execute_code call to the \
 next in this conversation, so load data once and reuse it; a timeout or cancellation starts over (the result says so).";
 
-const EXECUTE_CODE_INTRO: &str = "Run a Python 3.14 program in a sandbox (standard library only, no network). \
-The tools below are async functions grouped by server: `await server.tool(arg=...)`; run independent calls at once with \
+/// The start of `execute_code`'s description: what the program runs in, then [`EXECUTE_CODE_TOOLS`].
+fn intro(runtime: Runtime) -> String {
+    let python = match runtime {
+        Runtime::PythonData => {
+            "Run a Python 3.15 program in a sandbox with numpy, pandas, matplotlib (save figures with \
+             plt.savefig('/mnt/data/NAME.png') where /mnt/data exists: they come back as images), scipy and scikit-learn \
+             (no network)."
+        }
+        _ => "Run a Python 3.14 program in a sandbox (standard library only, no network).",
+    };
+    format!("{python} {EXECUTE_CODE_TOOLS}")
+}
+
+const EXECUTE_CODE_TOOLS: &str = "The tools below are async functions grouped by server: `await server.tool(arg=...)`; run independent calls at once with \
 `await asyncio.gather(...)`. Results arrive as Python values (dicts, lists, strings); a failing tool raises ToolError, \
 which you can catch. Top-level await and `return value` work. Only what the program prints and returns comes back to you, \
 so filter and summarise in code. `await llm_query(prompt, system=None, max_tokens=1024)` asks your client's model \
@@ -918,7 +1007,7 @@ impl ServerHandler for CodeMode {
         let mode = self.mode(&ctx);
         let description = match self.catalog(true, mode).await {
             Ok(catalog) => catalog.description,
-            Err(e) => format!("{EXECUTE_CODE_INTRO}\n\nNo tools can be offered now: {e}"),
+            Err(e) => format!("{}\n\nNo tools can be offered now: {e}", intro(self.shared.runtime)),
         };
         let mut input = json!({
             "type": "object",

@@ -246,15 +246,12 @@ async fn describe_tools_over_grpc() {
 }
 
 /// `Start.runtime = "python-data"` over the real server: the issue's pandas program with a
-/// gather, a data session whose DataFrame outlives one execution, cancellation of a parked
-/// data program (its instance freed), and a server without the runtime saying so.
+/// gather, a figure returned as PNG bytes, a data session whose DataFrame outlives one
+/// execution, cancellation of a parked data program (its instance freed), and a server
+/// without the runtime saying so.
 #[tokio::test]
 async fn the_data_runtime_runs_pandas_with_tools_in_fresh_executions_and_sessions() {
-    let mut cfg = config(&[]);
-    cfg.engine.python_data = Some(ptc_engine::python_data_artifacts());
-    // The settings of `data_engine()`, so that the tests share one compiled runtime.
-    cfg.engine.fuel = true;
-    let server = serve(cfg).await;
+    let server = serve(data_config(&[])).await;
     let mut client = client(&server).await;
     let data = |code: &str| proto::Start { runtime: "python-data".into(), ..start_message(code, vec![add_tool()]) };
 
@@ -265,6 +262,14 @@ async fn the_data_runtime_runs_pandas_with_tools_in_fresh_executions_and_session
     assert_eq!(rounds.len(), 1);
     assert_eq!(rounds[0].calls.len(), 2);
     assert_eq!(completed(end).stdout, "15 10\n");
+
+    // The figure LibreChat's users get over HTTP comes back over gRPC as bytes.
+    let plot = "import matplotlib.pyplot as plt\nys = await asyncio.gather(add(a=1, b=1), add(a=2, b=2))\n\
+                plt.plot([1, 2], ys)\nplt.savefig('/mnt/data/plot.png')";
+    let s = Stream::open(&mut client, proto::Start { return_files: true, ..data(plot) }, None).await.unwrap();
+    let files = completed(s.drive(add).await.0).files;
+    assert_eq!(files.iter().map(|f| f.name.as_str()).collect::<Vec<_>>(), ["plot.png"]);
+    assert!(files[0].content.starts_with(b"\x89PNG\r\n\x1a\n") && files[0].content.len() > 5_000, "{}", files[0].size);
 
     let open = proto::OpenSessionRequest { runtime: "python-data".into(), ..Default::default() };
     let id = client.open_session(open).await.unwrap().into_inner().session_id;
@@ -295,4 +300,55 @@ async fn the_data_runtime_runs_pandas_with_tools_in_fresh_executions_and_session
     let status = Stream::open(&mut client, data("import numpy"), None).await.err().expect("refused");
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
     assert!(status.message().contains("no python-data runtime"), "{}", status.message());
+}
+
+/// Every limit ends a data program over the real server with its own failure kind: the
+/// deadline (running, and parked on a call nobody answers), memory, fuel, output (kept to the
+/// limit and flagged), round trips and tool calls (a gather past it).
+#[tokio::test]
+async fn each_limit_ends_a_data_program_with_its_own_kind() {
+    let server = serve(data_config(&[])).await;
+    let client = client(&server).await;
+    let run = |code: &str, limits: proto::Limits| {
+        let mut client = client.clone();
+        let start = proto::Start {
+            runtime: "python-data".into(),
+            limits: Some(limits),
+            ..start_message(code, vec![add_tool()])
+        };
+        async move { Stream::open(&mut client, start, None).await.unwrap().drive(add).await.0 }
+    };
+    let kind = |m: Msg| {
+        let f = failed(m);
+        (FailureKind::try_from(f.kind).unwrap(), f.stdout)
+    };
+    let second = proto::Limits { timeout_ms: Some(1000), ..Default::default() };
+    let running = run("print('working', end='')\nwhile True:\n    pass", second).await;
+    assert_eq!(kind(running), (FailureKind::Timeout, "working".into()));
+    let start = proto::Start {
+        runtime: "python-data".into(),
+        limits: Some(second),
+        ..start_message("await add(a=1, b=2)", vec![add_tool()])
+    };
+    let mut client_for_parked = client.clone();
+    let mut parked = Stream::open(&mut client_for_parked, start, None).await.unwrap();
+    let end = parked.until(|m| matches!(m, Msg::Failed(_)).then_some(m)).await;
+    assert_eq!(kind(end).0, FailureKind::Timeout, "a parked data program ends at its deadline");
+
+    let grow = "import numpy as np\nprint('start')\nx = []\nwhile True:\n    x.append(np.ones(1 << 24))";
+    assert_eq!(kind(run(grow, proto::Limits::default()).await), (FailureKind::Memory, "start\n".into()));
+    let fuel = proto::Limits { fuel: Some(200_000_000), ..Default::default() };
+    assert_eq!(kind(run("n = 0\nwhile True:\n    n += 1", fuel).await).0, FailureKind::Fuel);
+
+    let output = proto::Limits { max_output_bytes: Some(10_000), ..Default::default() };
+    let done = completed(run("import numpy as np\nfor i in range(100000):\n    print(np.int64(i))", output).await);
+    assert_eq!(done.stdout.len(), 10_000);
+    assert!(done.stats.unwrap().output_truncated);
+
+    let rounds = proto::Limits { max_round_trips: Some(3), ..Default::default() };
+    let f = run("for i in range(10):\n    print(await add(a=i, b=0))", rounds).await;
+    assert_eq!(kind(f), (FailureKind::RoundTrips, "0\n1\n2\n".into()));
+    let calls = proto::Limits { max_tool_calls: Some(5), ..Default::default() };
+    let f = run("await asyncio.gather(*[add(a=i, b=0) for i in range(6)])", calls).await;
+    assert_eq!(kind(f).0, FailureKind::ToolCalls);
 }

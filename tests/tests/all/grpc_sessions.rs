@@ -221,19 +221,6 @@ async fn a_tenants_sessions_are_capped_and_ids_and_timeouts_checked() {
     assert!(e.message().contains("all 2 sessions of this tenant are running"), "{}", e.message());
 }
 
-/// Every `live_*` directory under the server's files directory (one per live session).
-fn live_dirs(files_dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = vec![];
-    for tenant in std::fs::read_dir(files_dir).into_iter().flatten().flatten() {
-        for dir in std::fs::read_dir(tenant.path()).into_iter().flatten().flatten() {
-            if dir.file_name().to_string_lossy().starts_with("live_") {
-                out.push(dir.path());
-            }
-        }
-    }
-    out
-}
-
 #[tokio::test]
 async fn a_sessions_files_persist_count_against_the_quota_and_travel_in_snapshots() {
     let mut config = config(&["a:key-a"]);
@@ -296,4 +283,73 @@ async fn a_sessions_files_persist_count_against_the_quota_and_travel_in_snapshot
     }
     eventually("the ended sessions' files are removed", || live_dirs(&files_dir).is_empty()).await;
     eventually("their instances are freed", || server.engine.live_instances() == 0).await;
+}
+
+/// `Start.return_files`: a fresh execution gets a /mnt/data of its own and its final message
+/// carries what it wrote, regular files only, within the server's byte limit; the directory
+/// is gone once the execution is, however it ended. In a session, only what that execution
+/// created or changed comes back.
+#[tokio::test]
+async fn return_files_brings_back_what_an_execution_wrote_and_only_that() {
+    let mut config = config(&["a:key-a"]);
+    config.files.quota_bytes = 100_000;
+    config.grpc_max_returned_file_bytes = 1_000;
+    let files_dir = config.files.dir.clone();
+    let server = serve(config).await;
+    let mut client = client(&server).await;
+    let run = |code: &str, return_files: bool| {
+        let mut client = client.clone();
+        let start = proto::Start { return_files, ..start_message(code, vec![]) };
+        async move { Stream::open(&mut client, start, Some("key-a")).await.unwrap().drive(|_| Ok(json!(null))).await.0 }
+    };
+    let names = |files: &[proto::File]| files.iter().map(|f| (f.name.clone(), f.size, f.omitted)).collect::<Vec<_>>();
+
+    // Without it, a fresh execution has no /mnt/data at all.
+    let c = completed(run("import os\nprint(os.path.exists('/mnt/data'))", false).await);
+    assert_eq!((c.stdout.as_str(), c.files.len()), ("False\n", 0));
+
+    // Regular files in name order, each with its bytes if they fit in what is left of the
+    // limit; links (to a file, or out of the directory) and directories are never returned.
+    let write = "import os\nos.makedirs('/mnt/data/sub')\nopen('/mnt/data/a.txt', 'w').write('hello')\n\
+                 open('/mnt/data/big.txt', 'w').write('x' * 2000)\n\
+                 open('/mnt/data/sub/b.bin', 'wb').write(bytes(range(256)))\n\
+                 os.symlink('a.txt', '/mnt/data/link.txt')\nos.symlink('../../..', '/mnt/data/up')";
+    let c = completed(run(write, true).await);
+    assert_eq!(
+        names(&c.files),
+        [("a.txt".into(), 5, false), ("big.txt".into(), 2000, true), ("sub/b.bin".into(), 256, false)]
+    );
+    assert_eq!(c.files[0].content, b"hello");
+    assert!(c.files[1].content.is_empty());
+    assert_eq!(c.files[2].content, (0..=255).collect::<Vec<u8>>());
+    eventually("an execution's own /mnt/data is removed", || live_dirs(&files_dir).is_empty()).await;
+
+    // A Python error still returns what was written before it.
+    let f = failed(run("open('/mnt/data/partial.csv', 'w').write('a,b')\n1/0", true).await);
+    assert_eq!(f.kind, proto::FailureKind::PythonError as i32);
+    assert_eq!(names(&f.files), [("partial.csv".into(), 3, false)]);
+
+    // Over the tenant's quota: the quota failure in words, no files, nothing left behind.
+    let f = failed(run("open('/mnt/data/huge.bin', 'wb').write(b'x' * 200_000)", true).await);
+    assert_eq!(f.kind, proto::FailureKind::FileQuota as i32);
+    assert!(f.message.contains("File quota exceeded"), "{}", f.message);
+    assert!(f.files.is_empty());
+    eventually("failed executions' directories are removed", || live_dirs(&files_dir).is_empty()).await;
+
+    // In a session: what this execution created or changed, not what earlier ones left.
+    let id = open(&mut client, "key-a", proto::OpenSessionRequest::default()).await.session_id;
+    let in_session = |code: &str| {
+        let mut client = client.clone();
+        let start = proto::Start { session_id: id.clone(), return_files: true, ..start_message(code, vec![]) };
+        async move { Stream::open(&mut client, start, Some("key-a")).await.unwrap().drive(|_| Ok(json!(null))).await.0 }
+    };
+    completed(
+        in_session("open('/mnt/data/keep.txt', 'w').write('1')\nopen('/mnt/data/edit.txt', 'w').write('1')").await,
+    );
+    let c = completed(
+        in_session("open('/mnt/data/edit.txt', 'w').write('22')\nopen('/mnt/data/new.txt', 'w').write('3')").await,
+    );
+    assert_eq!(names(&c.files), [("edit.txt".into(), 2, false), ("new.txt".into(), 1, false)]);
+    assert_eq!(c.files[0].content, b"22");
+    assert_eq!(live_dirs(&files_dir).len(), 1, "the session's directory stays");
 }

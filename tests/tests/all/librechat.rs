@@ -6,7 +6,7 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use ptc_tests::grpc::{config, serve};
+use ptc_tests::grpc::{config, data_config, serve};
 use serde_json::{Value, json};
 
 /// Runs `cases` through LibreChat's client (`drive.mjs`) against `server`; what the model saw.
@@ -101,10 +101,7 @@ async fn librechats_client_shows_the_model_what_happened_and_what_to_do() {
 /// runs pandas over gathered tool results.
 #[tokio::test]
 async fn librechats_client_gets_a_matplotlib_figure_from_the_data_runtime() {
-    let mut cfg = config(&["librechat:lc-key"]);
-    cfg.engine.python_data = Some(ptc_engine::python_data_artifacts());
-    // The settings of `data_engine()`, so that the tests share one compiled runtime.
-    cfg.engine.fuel = true;
+    let mut cfg = data_config(&["librechat:lc-key"]);
     cfg.http_runtime = ptc_engine::Runtime::PythonData;
     let files_dir = cfg.files.dir.clone();
     let server = serve(cfg).await;

@@ -243,3 +243,43 @@ async fn before_protocol_2026_07_28_an_mcp_sessions_programs_share_globals_and_f
     server.shutdown();
     server.wait().await;
 }
+
+/// `--mcp-runtime python-data` through the real server and rmcp's client: the description
+/// names the packages; a program gathers downstream calls into a DataFrame and saves a figure,
+/// which comes back as a PNG image block beside the text; the DataFrame stays for the next call.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_data_runtime_over_mcp_returns_figures_as_images() {
+    let setup = tokio::task::spawn_blocking(|| downstream("data")).await.unwrap();
+    let mut config = grpc::data_config(&["acme:acme-key"]);
+    config.mcp = McpConfig::load(&setup.config).unwrap();
+    config.mcp_runtime = ptc_engine::Runtime::PythonData;
+    let server = grpc::serve(config).await;
+    let client = older_client(server.http_addr, "acme-key").await;
+    let tools = client.list_all_tools().await.unwrap();
+    let description = tools.iter().find(|t| t.name == "execute_code").and_then(|t| t.description.clone()).unwrap();
+    assert!(description.contains("Python 3.15") && description.contains("numpy, pandas, matplotlib"), "{description}");
+
+    let code = "import pandas as pd, matplotlib.pyplot as plt\n\
+                found = await asyncio.gather(notes.search_notes(query='rust'), notes.search_notes(query='python'))\n\
+                df = pd.DataFrame([n for page in found for n in page['result']])\nprint(len(df))\n\
+                plt.bar(df['id'], df['id'])\nplt.savefig('/mnt/data/ids.png')\nplt.close()";
+    let r = execute(&client, code).await;
+    assert_ne!(r.is_error, Some(true), "{r:?}");
+    assert_eq!(stdout(&r), "3\n");
+    let text = r.content[0].as_text().map(|t| t.text.clone()).unwrap_or_default();
+    assert!(text.contains("[files written] /mnt/data/ids.png ("), "{text}");
+    let image = r.content.iter().find_map(|c| c.as_image()).expect("the figure as an image block");
+    assert_eq!(image.mime_type, "image/png");
+    use base64::Engine as _;
+    let png = base64::engine::general_purpose::STANDARD.decode(&image.data).unwrap();
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 5_000, "{} bytes", png.len());
+
+    // The DataFrame lives on in the MCP session's data session; a CSV is named, not shown.
+    let r = execute(&client, "print(int(df['id'].sum()))\ndf.to_csv('/mnt/data/ids.csv')").await;
+    assert_eq!(stdout(&r), "6\n", "{r:?}");
+    assert!(r.content.iter().all(|c| c.as_image().is_none()), "{r:?}");
+    client.cancel().await.unwrap();
+    eventually("every instance is freed", || server.engine.live_instances() == 0).await;
+    server.shutdown();
+    server.wait().await;
+}

@@ -1,8 +1,6 @@
 //! The data-science runtime (`runtime: python-data`): numpy, pandas and matplotlib programs
 //! that call tools, within every limit, with files and sessions, through the engine.
 
-use std::time::Duration;
-
 use ptc_engine::{ExecutionRequest, FailureKind, Limits, Runtime, SessionRequest};
 use ptc_tests::*;
 
@@ -32,51 +30,6 @@ return {"mean": float(df["y"].mean())}
 async fn run_data(code: &str, limits: Limits) -> Run {
     let exec = data_engine().start(data(code).with_tools(standard_tools()).with_limits(limits)).await.unwrap();
     drive(exec, standard_handler).await
-}
-
-#[tokio::test]
-async fn each_limit_ends_a_data_program_with_its_own_kind() {
-    let second = Limits::default().with_timeout(Duration::from_secs(1));
-    let f = run_data("print('working', end='')\nwhile True:\n    pass", second.clone()).await.failed();
-    assert_eq!((f.kind, f.stdout.as_str()), (FailureKind::Timeout, "working"), "{}", f.message);
-
-    // Parked on a call nobody answers: the deadline still ends it.
-    let request = data("await add(a=1, b=2)").with_tools(standard_tools()).with_limits(second);
-    let mut exec = data_engine().start(request).await.unwrap();
-    let f = loop {
-        if let ptc_engine::Event::Failed(f) = exec.next_event().await.unwrap() {
-            break f;
-        }
-    };
-    assert_eq!(f.kind, FailureKind::Timeout, "a parked data program ends at its deadline");
-
-    let memory = Limits::default().with_max_memory_bytes(512 * ptc_engine::MIB);
-    let f = run_data("import numpy as np\nprint('start')\nx = []\nwhile True:\n    x.append(np.ones(1 << 24))", memory)
-        .await
-        .failed();
-    assert_eq!(f.kind, FailureKind::Memory, "{}", f.message);
-    assert_eq!(f.stdout, "start\n");
-
-    let f = run_data("n = 0\nwhile True:\n    n += 1", Limits::default().with_fuel(Some(200_000_000))).await.failed();
-    assert_eq!(f.kind, FailureKind::Fuel, "{}", f.message);
-
-    let run = run_data(
-        "import numpy as np\nfor i in range(100000):\n    print(np.int64(i))",
-        Limits::default().with_max_output_bytes(10_000),
-    )
-    .await;
-    let done = run.completed();
-    assert_eq!(done.stdout.len(), 10_000);
-    assert!(done.stats.output_truncated);
-
-    let rounds = Limits::default().with_max_round_trips(3);
-    let f = run_data("for i in range(10):\n    print(await add(a=i, b=0))", rounds).await.failed();
-    assert_eq!(f.kind, FailureKind::RoundTrips, "{}", f.message);
-    assert_eq!(f.stdout, "0.0\n1.0\n2.0\n");
-
-    let calls = Limits::default().with_max_tool_calls(5);
-    let f = run_data("await asyncio.gather(*[add(a=i, b=0) for i in range(6)])", calls).await.failed();
-    assert_eq!(f.kind, FailureKind::ToolCalls, "{}", f.message);
 }
 
 #[tokio::test]
