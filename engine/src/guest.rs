@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use wasmtime::Store;
 
-use crate::bindings::{Outcome, Sandbox, SandboxPre, ToolDef};
+use crate::bindings::{Outcome, Restored, Sandbox, SandboxPre, SessionState, ToolDef};
 use crate::data::{DataInstance, DataRuntime};
 use crate::host::HostState;
 
@@ -46,11 +46,27 @@ impl Guest {
         }
     }
 
-    /// The component's exports that only it has (snapshots); `None` for the data runtime.
-    pub(crate) fn component(&self) -> Option<&Sandbox> {
+    /// The live session's state (at most `max_bytes`), or the guest's words why not.
+    pub(crate) async fn snapshot(
+        &self,
+        store: &mut Store<HostState>,
+        max_bytes: u64,
+    ) -> wasmtime::Result<Result<SessionState, String>> {
         match self {
-            Guest::Component(sandbox) => Some(sandbox),
-            Guest::Data(_) => None,
+            Guest::Component(sandbox) => sandbox.call_snapshot(store, max_bytes).await,
+            Guest::Data(instance) => instance.snapshot(store, max_bytes).await,
+        }
+    }
+
+    /// Rebuilds a snapshot's state in this instance's live session.
+    pub(crate) async fn restore(
+        &self,
+        store: &mut Store<HostState>,
+        data: &[u8],
+    ) -> wasmtime::Result<Result<Restored, String>> {
+        match self {
+            Guest::Component(sandbox) => sandbox.call_restore(store, data).await,
+            Guest::Data(instance) => instance.restore(store, data).await,
         }
     }
 }

@@ -31,7 +31,7 @@ use crate::execution::{Job, run};
 use crate::guest::Guest;
 use crate::host::HostState;
 use crate::output::Output;
-use crate::request::ToolDef;
+use crate::request::{Runtime, ToolDef};
 use crate::schema::Schemas;
 
 /// How to open a live session: `SessionRequest::new()` and the `with_*` methods.
@@ -51,7 +51,7 @@ pub struct SessionRequest {
     /// A snapshot's state ([`SessionState::data`]) to start from.
     pub restore: Option<Vec<u8>>,
     /// The session's runtime, for all its executions (their own `runtime` is ignored).
-    pub runtime: crate::Runtime,
+    pub runtime: Runtime,
 }
 
 impl Default for SessionRequest {
@@ -62,7 +62,7 @@ impl Default for SessionRequest {
             tenant: None,
             data_dir: None,
             restore: None,
-            runtime: crate::Runtime::Python,
+            runtime: Runtime::Python,
         }
     }
 }
@@ -100,7 +100,7 @@ impl SessionRequest {
         self
     }
 
-    pub fn with_runtime(mut self, runtime: crate::Runtime) -> Self {
+    pub fn with_runtime(mut self, runtime: Runtime) -> Self {
         self.runtime = runtime;
         self
     }
@@ -142,6 +142,7 @@ pub struct Session {
     shared: Arc<Shared>,
     commands: mpsc::UnboundedSender<Command>,
     limits: Arc<Limits>,
+    runtime: Runtime,
 }
 
 pub(crate) struct Shared {
@@ -204,6 +205,11 @@ impl Session {
     /// The session's memory limit and its executions' default limits.
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    /// The runtime its programs run in (a snapshot restores into the same one).
+    pub fn runtime(&self) -> Runtime {
+        self.runtime
     }
 
     /// A token for the next execution: cancelled with it, or when the session ends.
@@ -307,8 +313,13 @@ impl Shared {
     }
 }
 
-pub(crate) fn handle(shared: Arc<Shared>, commands: mpsc::UnboundedSender<Command>, limits: Limits) -> Session {
-    Session { shared, commands, limits: Arc::new(limits) }
+pub(crate) fn handle(
+    shared: Arc<Shared>,
+    commands: mpsc::UnboundedSender<Command>,
+    limits: Limits,
+    runtime: Runtime,
+) -> Session {
+    Session { shared, commands, limits: Arc::new(limits), runtime }
 }
 
 /// What the session task needs besides its store and instance.
@@ -393,15 +404,9 @@ async fn take_snapshot(
     sandbox: &Guest,
     max_bytes: u64,
 ) -> Result<SessionState> {
-    let Some(sandbox) = sandbox.component() else {
-        return Err(Error::invalid(
-            "snapshots are not available for python-data sessions yet: keep the session open, or \
-             write what you need to /mnt/data",
-        ));
-    };
     let started = Instant::now();
     let state = guest_call(store, serve.snapshot_timeout, &serve.shutdown, "taking the snapshot", |store| {
-        Box::pin(async move { sandbox.call_snapshot(store, max_bytes).await })
+        Box::pin(async move { sandbox.snapshot(store, max_bytes).await })
     })
     .await?
     .map_err(Error::invalid)?;

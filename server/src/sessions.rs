@@ -118,6 +118,7 @@ pub struct OpenOptions {
     pub idle_timeout: Option<Duration>,
     /// A sealed snapshot ([`Sessions::snapshot`]) to start from.
     pub snapshot: Option<Vec<u8>>,
+    /// The runtime of a new session; one restored from a snapshot runs in the snapshot's.
     pub runtime: ptc_engine::Runtime,
 }
 
@@ -164,6 +165,7 @@ pub struct Sessions {
 struct Unsealed {
     state: Vec<u8>,
     files: Vec<(String, Vec<u8>)>,
+    runtime: ptc_engine::Runtime,
 }
 
 const MAGIC: &[u8; 8] = b"PTCSNAP1";
@@ -208,8 +210,8 @@ impl Sessions {
             None => None,
         };
         self.make_room(tenant, &id)?;
-        let mut request =
-            SessionRequest::new().with_tenant(tenant).with_idle_timeout(idle).with_runtime(options.runtime);
+        let runtime = unsealed.as_ref().map_or(options.runtime, |u| u.runtime);
+        let mut request = SessionRequest::new().with_tenant(tenant).with_idle_timeout(idle).with_runtime(runtime);
         request.limits = options.limits;
         let (restore, restore_files) = match unsealed {
             Some(u) => (Some(u.state), u.files),
@@ -356,7 +358,8 @@ impl Sessions {
             _ => Vec::new(),
         };
         let names = files.iter().map(|(name, _)| name.clone()).collect();
-        Ok(Snapshot { bytes: self.seal(tenant, &state, &files), state, files: names })
+        let bytes = self.seal(tenant, live.session.runtime(), &state, &files);
+        Ok(Snapshot { bytes, state, files: names })
     }
 
     fn mac(&self, tenant: &str) -> Hmac<Sha256> {
@@ -366,8 +369,15 @@ impl Sessions {
         mac
     }
 
-    fn seal(&self, tenant: &str, state: &SessionState, files: &[(String, Vec<u8>)]) -> Vec<u8> {
+    fn seal(
+        &self,
+        tenant: &str,
+        runtime: ptc_engine::Runtime,
+        state: &SessionState,
+        files: &[(String, Vec<u8>)],
+    ) -> Vec<u8> {
         let header = serde_json::json!({
+            "runtime": runtime.as_str(),
             "kept": state.kept,
             "modules": state.modules,
             "dropped": state.dropped.iter().map(|d| [&d.name, &d.reason]).collect::<Vec<_>>(),
@@ -378,7 +388,7 @@ impl Sessions {
         let file_bytes: usize = files.iter().map(|(_, b)| b.len()).sum();
         let mut out = Vec::with_capacity(state.data.len() + file_bytes + header.len() + 96);
         out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&self.engine.component_digest());
+        out.extend_from_slice(&self.engine.runtime_digest(runtime));
         out.extend_from_slice(&(header.len() as u64).to_le_bytes());
         out.extend_from_slice(header.as_bytes());
         out.extend_from_slice(&state.data);
@@ -407,21 +417,29 @@ impl Sessions {
                  token secret",
             ));
         }
-        let digest = &body[MAGIC.len()..MAGIC.len() + 32];
-        if digest != self.engine.component_digest() {
-            return Err(invalid(
-                "it was taken with another version of the sandbox runtime; take a new snapshot on a server of this \
-                 version (or restore it on one of the version that took it)",
-            ));
-        }
         let rest = &body[MAGIC.len() + 32..];
         let header_len = u64::from_le_bytes(rest[..8].try_into().expect("8 bytes")) as usize;
         let truncated = || invalid("it is truncated");
         let header = rest.get(8..8usize.checked_add(header_len).ok_or_else(truncated)?).ok_or_else(truncated)?;
         let mut payload = &rest[8 + header_len..];
         // Sealed by this server's key, so well formed unless the server wrote it wrong; read
-        // defensively all the same. Snapshots without files have no `state_bytes`.
+        // defensively all the same. Snapshots without files have no `state_bytes`, those of
+        // the default runtime before python-data no `runtime`.
         let header: Header = serde_json::from_slice(header).map_err(|_| invalid("its header is malformed"))?;
+        let runtime: ptc_engine::Runtime = match &header.runtime {
+            Some(name) => name.parse().map_err(|_| invalid("it names a runtime this server does not know"))?,
+            None => ptc_engine::Runtime::Python,
+        };
+        if runtime == ptc_engine::Runtime::PythonData && !self.engine.has_python_data() {
+            return Err(invalid("it was taken in the python-data runtime, which this server does not enable"));
+        }
+        let digest = &body[MAGIC.len()..MAGIC.len() + 32];
+        if digest != self.engine.runtime_digest(runtime) {
+            return Err(invalid(
+                "it was taken with another version of the sandbox runtime; take a new snapshot on a server of this \
+                 version (or restore it on one of the version that took it)",
+            ));
+        }
         let state_len = header.state_bytes.unwrap_or(payload.len());
         let state = payload.get(..state_len).ok_or_else(truncated)?.to_vec();
         payload = &payload[state_len..];
@@ -431,13 +449,14 @@ impl Sessions {
             files.push((name, bytes.to_vec()));
             payload = &payload[len..];
         }
-        Ok(Unsealed { state, files })
+        Ok(Unsealed { state, files, runtime })
     }
 }
 
 /// The part of a snapshot's header the server reads back.
 #[derive(serde::Deserialize)]
 struct Header {
+    runtime: Option<String>,
     state_bytes: Option<usize>,
     #[serde(default)]
     files: Vec<(String, usize)>,
@@ -493,7 +512,7 @@ mod tests {
         let engine = Engine::new(config).expect("engine");
         let sessions = Sessions::new(engine, SessionLimits::default(), b"key".to_vec(), None);
         let state = SessionState { data: b"state".to_vec(), kept: vec![], modules: vec![], dropped: vec![] };
-        let sealed = sessions.seal("t", &state, &[]);
+        let sealed = sessions.seal("t", ptc_engine::Runtime::Python, &state, &[]);
         assert_eq!(sessions.unseal("t", &sealed).ok().map(|u| u.state), Some(b"state".to_vec()));
         // What a server of another runtime version seals with the same key: the same layout
         // and a valid seal, with another component digest in it.

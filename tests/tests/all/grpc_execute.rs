@@ -247,11 +247,14 @@ async fn describe_tools_over_grpc() {
 
 /// `Start.runtime = "python-data"` over the real server: the pandas program with a
 /// gather, a figure returned as PNG bytes, a data session whose DataFrame outlives one
-/// execution, cancellation of a parked data program (its instance freed), and a server
+/// execution and travels in a snapshot, cancellation of a parked data program (its instance freed), and a server
 /// without the runtime saying so.
 #[tokio::test]
 async fn the_data_runtime_runs_pandas_with_tools_in_fresh_executions_and_sessions() {
-    let server = serve(data_config(&[])).await;
+    let mut cfg = data_config(&[]);
+    // Shared with the server without the runtime below, which then accepts the seal.
+    cfg.token_secret = Some("data-runtime-test".into());
+    let server = serve(cfg).await;
     let mut client = client(&server).await;
     let data = |code: &str| proto::Start { runtime: "python-data".into(), ..start_message(code, vec![add_tool()]) };
 
@@ -285,6 +288,27 @@ async fn the_data_runtime_runs_pandas_with_tools_in_fresh_executions_and_session
     let s = Stream::open(&mut client, in_session("print(df['v'].iloc[0] * 2)"), None).await.unwrap();
     assert_eq!(completed(s.drive(add).await.0).stdout, "10\n");
 
+    // A snapshot of the data session (with its files) opens again in the data runtime, with
+    // the DataFrame and the file back, though the request names no runtime.
+    let s = Stream::open(&mut client, in_session("df.to_csv('/mnt/data/df.csv', index=False)"), None).await.unwrap();
+    completed(s.drive(add).await.0);
+    let request = proto::SnapshotSessionRequest { session_id: id.clone(), include_files: true };
+    let snap = client.snapshot_session(request).await.unwrap().into_inner();
+    assert!(snap.kept.contains(&"df".to_string()) && snap.modules.contains(&"pandas".to_string()), "{snap:?}");
+    assert_eq!(snap.files, ["df.csv"]);
+    let open = proto::OpenSessionRequest { snapshot: snap.snapshot.clone(), ..Default::default() };
+    let restored = client.open_session(open).await.unwrap().into_inner();
+    assert!(restored.restored.contains(&"df".to_string()), "{restored:?}");
+    let start = proto::Start {
+        session_id: restored.session_id,
+        ..start_message(
+            "import sys\nprint(sys.version_info[:2], int(df['v'].sum()), open('/mnt/data/df.csv').read().split())",
+            vec![],
+        )
+    };
+    let s = Stream::open(&mut client, start, None).await.unwrap();
+    assert_eq!(completed(s.drive(add).await.0).stdout, "(3, 15) 5 ['v', '5']\n");
+
     let live_before = server.engine.live_instances();
     let mut s =
         Stream::open(&mut client, data("import numpy\nawait add(a=1, b=1)\nprint('never')"), None).await.unwrap();
@@ -295,11 +319,22 @@ async fn the_data_runtime_runs_pandas_with_tools_in_fresh_executions_and_session
     ptc_tests::eventually("the cancelled data instance is freed", || server.engine.live_instances() <= live_before)
         .await;
 
-    let plain = serve(config(&[])).await;
+    let mut cfg = config(&[]);
+    cfg.token_secret = Some("data-runtime-test".into());
+    let plain = serve(cfg).await;
     let mut client = ptc_tests::grpc::client(&plain).await;
     let status = Stream::open(&mut client, data("import numpy"), None).await.err().expect("refused");
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
     assert!(status.message().contains("no python-data runtime"), "{}", status.message());
+    // A server without the runtime refuses the data session's snapshot in words.
+    let open = proto::OpenSessionRequest { snapshot: snap.snapshot, ..Default::default() };
+    let status = client.open_session(open).await.expect_err("refused");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(
+        status.message().contains("python-data runtime, which this server does not enable"),
+        "{}",
+        status.message()
+    );
 }
 
 /// Every limit ends a data program over the real server with its own failure kind: the

@@ -86,7 +86,7 @@ print(sorted(os.listdir("/mnt/data")))
 }
 
 #[tokio::test]
-async fn a_data_session_keeps_its_dataframe_between_programs() {
+async fn a_data_session_keeps_its_dataframe_between_programs_and_in_a_snapshot() {
     let engine = data_engine();
     let request = SessionRequest::new().with_runtime(Runtime::PythonData);
     let (session, _) = engine.open_session(request).await.unwrap();
@@ -95,15 +95,26 @@ async fn a_data_session_keeps_its_dataframe_between_programs() {
     drive(exec, standard_handler).await.completed();
     let exec = engine.execute_in(&session, ExecutionRequest::new("print(df['v'].sum())")).await.unwrap();
     assert_eq!(drive(exec, echo).await.completed().stdout, "7.0\n");
-    let err = session.snapshot(1 << 20).await.unwrap_err();
-    assert!(err.message().contains("not available for python-data sessions"), "{err}");
-    let err = engine
-        .open_session(SessionRequest::new().with_runtime(Runtime::PythonData).with_restore(vec![1, 2]))
-        .await
-        .err()
-        .unwrap();
-    assert!(err.message().contains("python-data"), "{err}");
+
+    // Its snapshot keeps the DataFrame and the import, drops a generator with the reason, and
+    // refuses a bound smaller than the state in words; a restore rebuilds it in a new session.
+    let exec = engine.execute_in(&session, ExecutionRequest::new("g = (i for i in range(3))")).await.unwrap();
+    drive(exec, echo).await.completed();
+    let err = session.snapshot(64).await.unwrap_err();
+    assert!(err.message().contains("64"), "{err}");
+    let state = session.snapshot(1 << 20).await.unwrap();
+    assert!(state.kept.contains(&"df".into()) && state.kept.contains(&"pd".into()), "{:?}", state.kept);
+    assert_eq!(state.dropped.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(), ["g"]);
+    let restore = SessionRequest::new().with_runtime(Runtime::PythonData).with_restore(state.data);
+    let (again, restored) = engine.open_session(restore).await.unwrap();
+    assert!(restored.kept.contains(&"df".into()), "{:?}", restored.kept);
+    let exec = engine.execute_in(&again, ExecutionRequest::new("print(pd.__name__, df['v'].sum())")).await.unwrap();
+    assert_eq!(drive(exec, echo).await.completed().stdout, "pandas 7.0\n");
+    let garbage = SessionRequest::new().with_runtime(Runtime::PythonData).with_restore(vec![1, 2]);
+    let err = engine.open_session(garbage).await.err().unwrap();
+    assert!(err.message().contains("the snapshot could not be restored"), "{err}");
     session.close();
+    again.close();
 }
 
 #[tokio::test]
