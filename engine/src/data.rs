@@ -239,24 +239,26 @@ impl DataInstance {
     }
 
     /// Runs a snapshot or restore `job` (one `turn`) and returns what the guest answered: its
-    /// fields on success, its words on failure.
-    async fn answer(
+    /// fields on success, its words on failure (`what` names the job in words of our own).
+    async fn answer<T: serde::de::DeserializeOwned>(
         &self,
         store: &mut Store<HostState>,
         job: serde_json::Value,
         max_frame: Option<usize>,
-    ) -> wasmtime::Result<Result<serde_json::Value, String>> {
+        what: &str,
+    ) -> wasmtime::Result<Result<T, String>> {
         store.data_mut().door = Door { job: Some(job.to_string()), max_frame, ..Door::default() };
         let status = self.run_turn(store, TURN_SOURCE).await?;
         let door = std::mem::take(&mut store.data_mut().door);
         let Some(answer) = door.answer else {
-            return Ok(Err(format!("the python-data runtime did not answer (status {status})")));
+            return Ok(Err(format!("the python-data runtime did not answer the {what} (status {status})")));
         };
-        if answer["ok"] == true {
-            Ok(Ok(answer))
-        } else {
-            Ok(Err(answer["error"].as_str().unwrap_or("the python-data runtime failed without saying why").to_string()))
+        if answer["ok"] != true {
+            let error = answer["error"].as_str().unwrap_or("the python-data runtime failed without saying why");
+            return Ok(Err(error.to_string()));
         }
+        Ok(serde_json::from_value(answer)
+            .map_err(|e| format!("the python-data runtime answered a malformed {what}: {e}")))
     }
 
     /// The session's state, as the component's `snapshot` export gives it.
@@ -265,20 +267,23 @@ impl DataInstance {
         store: &mut Store<HostState>,
         max_bytes: u64,
     ) -> wasmtime::Result<Result<bindings::SessionState, String>> {
-        // The state crosses as base64 (4/3 of its size) inside a JSON frame.
-        let max_frame = usize::try_from(max_bytes / 3 * 4 + 1024 * 1024).unwrap_or(usize::MAX);
+        // The state crosses as base64 (4 bytes per 3) inside a JSON frame.
+        let base64_bytes = max_bytes.div_ceil(3).saturating_mul(4).saturating_add(1024 * 1024);
+        let max_frame = usize::try_from(base64_bytes).unwrap_or(usize::MAX).max(MAX_FRAME);
         let job = serde_json::json!({"kind": "snapshot", "max_bytes": max_bytes});
-        let answer = match self.answer(store, job, Some(max_frame.max(MAX_FRAME))).await? {
+        let answer: StateAnswer = match self.answer(store, job, Some(max_frame), "snapshot").await? {
             Ok(answer) => answer,
             Err(e) => return Ok(Err(e)),
         };
-        let parsed: Result<StateAnswer, _> = serde_json::from_value(answer);
-        Ok(parsed.map_err(|e| format!("the python-data runtime answered a malformed snapshot: {e}")).and_then(|a| {
-            let data = base64::engine::general_purpose::STANDARD
-                .decode(&a.data)
-                .map_err(|e| format!("the python-data runtime answered a malformed snapshot: {e}"))?;
-            Ok(bindings::SessionState { data, kept: a.kept, modules: a.modules, dropped: dropped(a.dropped) })
-        }))
+        Ok(base64::engine::general_purpose::STANDARD
+            .decode(&answer.data)
+            .map(|data| bindings::SessionState {
+                data,
+                kept: answer.kept,
+                modules: answer.modules,
+                dropped: dropped(answer.dropped),
+            })
+            .map_err(|e| format!("the python-data runtime answered a malformed snapshot: {e}")))
     }
 
     /// Rebuilds a snapshot's state, as the component's `restore` export does.
@@ -289,14 +294,8 @@ impl DataInstance {
     ) -> wasmtime::Result<Result<bindings::Restored, String>> {
         let job =
             serde_json::json!({"kind": "restore", "data": base64::engine::general_purpose::STANDARD.encode(data)});
-        let answer = match self.answer(store, job, None).await? {
-            Ok(answer) => answer,
-            Err(e) => return Ok(Err(e)),
-        };
-        let parsed: Result<RestoredAnswer, _> = serde_json::from_value(answer);
-        Ok(parsed
-            .map(|a| bindings::Restored { kept: a.kept, dropped: dropped(a.dropped) })
-            .map_err(|e| format!("the python-data runtime answered a malformed restore: {e}")))
+        let answer: Result<RestoredAnswer, String> = self.answer(store, job, None, "restore").await?;
+        Ok(answer.map(|a| bindings::Restored { kept: a.kept, dropped: dropped(a.dropped) }))
     }
 
     /// Runs one program (one `turn`): `session` keeps its globals for the next.

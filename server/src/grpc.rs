@@ -118,7 +118,7 @@ impl sandbox_server::Sandbox for SandboxService {
                 let store = self.sessions.file_store().ok_or_else(|| {
                     Status::failed_precondition("this server keeps no files: run without return_files")
                 })?;
-                let run = RunFiles::own(store, &tenant).await.map_err(|e| files_status(&e))?;
+                let run = RunFiles::own(store, &tenant).await.map_err(|e| session_status(e.into()))?;
                 request.data_dir = Some(run.session.path.clone());
                 (self.engine.start(request).await.map_err(status_from)?, Some((store.clone(), run)))
             }
@@ -225,14 +225,6 @@ impl sandbox_server::Sandbox for SandboxService {
                 .collect(),
             stub: d.stub,
         }))
-    }
-}
-
-fn files_status(e: &FilesError) -> Status {
-    match e {
-        FilesError::Invalid(m) => Status::invalid_argument(m),
-        FilesError::Quota(m) => Status::resource_exhausted(m),
-        FilesError::Io(m) => Status::internal(m),
     }
 }
 

@@ -681,12 +681,17 @@ fn add_files(
             too_large.join(", ")
         ));
     }
+    append_line(result, &line);
+    result.content.extend(shown);
+}
+
+/// `line` after the result's text, on a line of its own.
+fn append_line(result: &mut CallToolResult, line: &str) {
     if let Some(first) = result.content.first_mut()
         && let Some(text) = first.as_text()
     {
         *first = ContentBlock::text(format!("{}{}{line}", text.text, newline_if_needed(&text.text)));
     }
-    result.content.extend(shown);
 }
 
 /// How long a session may sit idle, in whole minutes (as the model is told).
@@ -705,12 +710,7 @@ fn prefix_text(result: &mut CallToolResult, notice: &str) {
 
 /// The session a program ran in, as the result's last line and its `session` field.
 fn add_session(result: &mut CallToolResult, id: &str) {
-    if let Some(first) = result.content.first_mut()
-        && let Some(text) = first.as_text()
-    {
-        let line = format!("[session] {id} (pass session={id:?} to continue in it)");
-        *first = ContentBlock::text(format!("{}{}{line}", text.text, newline_if_needed(&text.text)));
-    }
+    append_line(result, &format!("[session] {id} (pass session={id:?} to continue in it)"));
     if let Some(Value::Object(map)) = &mut result.structured_content {
         map.insert("session".into(), Value::String(id.to_string()));
     }
