@@ -431,7 +431,10 @@ impl Sessions {
             None => ptc_engine::Runtime::Python,
         };
         if runtime == ptc_engine::Runtime::PythonData && !self.engine.has_python_data() {
-            return Err(invalid("it was taken in the python-data runtime, which this server does not enable"));
+            return Err(invalid(
+                "it was taken in the python-data runtime, which this server does not enable; restore it on a server \
+                 started with --python-data",
+            ));
         }
         let digest = &body[MAGIC.len()..MAGIC.len() + 32];
         if digest != self.engine.runtime_digest(runtime) {

@@ -336,6 +336,16 @@ async fn return_files_brings_back_what_an_execution_wrote_and_only_that() {
     assert!(f.files.is_empty());
     eventually("failed executions' directories are removed", || live_dirs(&files_dir).is_empty()).await;
 
+    // A client that vanishes while its program is parked: the program is cancelled and its
+    // directory, with what it wrote, goes too.
+    let parked = "open('/mnt/data/left.txt', 'w').write('x')\nawait hold()";
+    let start = proto::Start { return_files: true, ..start_message(parked, vec![tool("hold", None)]) };
+    let mut vanishing = Stream::open(&mut client, start, Some("key-a")).await.unwrap();
+    vanishing.until(|m| matches!(m, Msg::ToolCalls(_)).then_some(())).await;
+    assert_eq!(live_dirs(&files_dir).len(), 1, "the parked execution has its directory");
+    drop(vanishing);
+    eventually("a vanished client's execution directory is removed", || live_dirs(&files_dir).is_empty()).await;
+
     // In a session: what this execution created or changed, not what earlier ones left.
     let id = open(&mut client, "key-a", proto::OpenSessionRequest::default()).await.session_id;
     let in_session = |code: &str| {

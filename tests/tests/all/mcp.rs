@@ -274,10 +274,16 @@ async fn the_data_runtime_over_mcp_returns_figures_as_images() {
     let png = base64::engine::general_purpose::STANDARD.decode(&image.data).unwrap();
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 5_000, "{} bytes", png.len());
 
-    // The DataFrame lives on in the MCP session's data session; a CSV is named, not shown.
-    let r = execute(&client, "print(int(df['id'].sum()))\ndf.to_csv('/mnt/data/ids.csv')").await;
+    // The DataFrame lives on in the MCP session's data session; a CSV is named, not shown, and
+    // an image past the 2 MiB a result carries is named as not shown, with what to do.
+    let code = "print(int(df['id'].sum()))\ndf.to_csv('/mnt/data/ids.csv')\n\
+                open('/mnt/data/huge.png', 'wb').write(b'\\x89PNG' + bytes(3 << 20))";
+    let r = execute(&client, code).await;
     assert_eq!(stdout(&r), "6\n", "{r:?}");
     assert!(r.content.iter().all(|c| c.as_image().is_none()), "{r:?}");
+    let text = r.content[0].as_text().map(|t| t.text.clone()).unwrap_or_default();
+    assert!(text.contains("/mnt/data/ids.csv (") && text.contains("/mnt/data/huge.png (3145732 bytes)"), "{text}");
+    assert!(text.contains("[not shown] huge.png: the images of one result are limited to 2097152 bytes"), "{text}");
     client.cancel().await.unwrap();
     eventually("every instance is freed", || server.engine.live_instances() == 0).await;
     server.shutdown();
