@@ -22,6 +22,11 @@ bench:
 density *ARGS:
     cargo run --release -p ptc-benches --bin density -- {{ARGS}}
 
+# Where a fresh execution's time goes: N executions one after another through the library, medians
+# of the whole, of the engine's wall time and of instantiation, e.g. `just phases --warm 0 --gap-ms 5`.
+phases *ARGS:
+    cargo run --release -p ptc-benches --bin phases -- {{ARGS}}
+
 # CPU fairness between tenants: tenant b's trivial run alone and beside 60 busy loops of tenant a
 # (release binary, HTTP API). Serve flags go after, e.g. `just fairness --tenant-max-running 0`.
 fairness *ARGS:

@@ -18,12 +18,23 @@ fn benches(c: &mut Criterion) {
     let url = format!("http://{}", server.grpc_addr);
     let client = rt.block_on(ptc_server::proto::sandbox_client::SandboxClient::connect(url)).unwrap();
     let mut warm = WarmPython::start();
+    // The same engine and server without warm instances, for the side-by-side rows below.
+    let mut cold_config = ServerConfig::ephemeral();
+    cold_config.engine.warm_instances = 0;
+    let cold_server = rt.block_on(start(cold_config)).unwrap();
+    let cold = Engine::new(cold_server.engine.config().clone()).unwrap();
+    let cold_client = rt
+        .block_on(ptc_server::proto::sandbox_client::SandboxClient::connect(format!(
+            "http://{}",
+            cold_server.grpc_addr
+        )))
+        .unwrap();
 
     let mut group = c.benchmark_group("instantiate");
     group.measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_millis(500)).sample_size(20);
     group.bench_function("library", |b| {
         b.to_async(&rt).iter_custom(|iters| {
-            let engine = engine.clone();
+            let engine = cold.clone();
             async move {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
@@ -33,6 +44,34 @@ fn benches(c: &mut Criterion) {
             }
         })
     });
+    group.finish();
+
+    // A fresh `pass` as an agent's requests arrive: each after 5 ms of quiet (not timed), so
+    // the engine has made its warm instances; beside the same without them.
+    let mut group = c.benchmark_group("fresh");
+    group.measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_millis(500)).sample_size(20);
+    for (name, engine) in [("warm", &engine), ("cold", &cold)] {
+        group.bench_function(format!("pass_library/{name}"), |b| {
+            b.to_async(&rt).iter_custom(|iters| {
+                let engine = engine.clone();
+                async move { spaced(iters, || run_library(&engine, "pass")).await }
+            })
+        });
+    }
+    for (name, client) in [("warm", &client), ("cold", &cold_client)] {
+        group.bench_function(format!("pass_grpc/{name}"), |b| {
+            b.to_async(&rt).iter_custom(|iters| {
+                let client = client.clone();
+                async move {
+                    spaced(iters, || {
+                        let mut client = client.clone();
+                        async move { run_grpc(&mut client, "pass").await }
+                    })
+                    .await
+                }
+            })
+        });
+    }
     group.finish();
 
     // The runtimes side by side: a fresh `pass`, one tool call, and (python-data only) the
@@ -163,6 +202,18 @@ fn benches(c: &mut Criterion) {
         group.bench_function("warm_cpython_exec", |b| b.iter(|| warm.exec(&w.native)));
         group.finish();
     }
+}
+
+/// Runs `run` `iters` times, each after 5 ms of quiet; returns the time the runs took.
+async fn spaced<F: std::future::Future<Output = ()>>(iters: u64, run: impl Fn() -> F) -> Duration {
+    let mut total = Duration::ZERO;
+    for _ in 0..iters {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let started = std::time::Instant::now();
+        run().await;
+        total += started.elapsed();
+    }
+    total
 }
 
 criterion_group!(all, benches);

@@ -82,7 +82,8 @@ pub struct ToolCallRecord {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Stats {
     pub wall_time: Duration,
-    /// Time to create the instance.
+    /// Time spent creating the instance on the execution's path: zero when a warm one was
+    /// ready (see `EngineConfig::warm_instances`) and in a session.
     pub instantiate_time: Duration,
     pub round_trips: u32,
     pub tool_calls: u32,

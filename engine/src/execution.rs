@@ -1,6 +1,7 @@
 //! A running (or paused) execution: its handle, and the task that drives the instance.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use tokio::sync::OwnedSemaphorePermit;
@@ -119,6 +120,26 @@ pub(crate) struct Job {
     pub(crate) started: Instant,
     /// The execution slot of a fresh instance; a session holds its own.
     pub(crate) _permit: Option<OwnedSemaphorePermit>,
+    /// The engine whose warm instances to top up once this execution has ended.
+    pub(crate) refill: Option<crate::Engine>,
+    /// The engine's count of executions under way (see `Engine::fill_warm`).
+    pub(crate) running: Arc<AtomicUsize>,
+}
+
+/// Counts one execution as under way while it lives.
+struct Running(Arc<AtomicUsize>);
+
+impl Running {
+    fn new(count: &Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::AcqRel);
+        Running(count.clone())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 // One per execution, on the driver's stack and moved once: boxing the instance would cost an
@@ -133,17 +154,31 @@ enum Ending {
 
 /// Runs the program of a fresh instance to its end and sends the final event. The store is
 /// dropped on return, whatever happened, which frees the instance.
-pub(crate) async fn drive(job: Job, mut store: Store<HostState>) {
-    let (event, _) = run(&job, &mut store, None).await;
+pub(crate) async fn drive(mut job: Job, mut store: Store<HostState>, warm: Option<Guest>) {
+    let (event, _) = run(&job, &mut store, warm, false).await;
     let _ = job.events.send(event);
+    // Everything the execution held goes first: its slot, and the event channel, whose end
+    // tells the client there is nothing more.
+    let refill = job.refill.take();
+    drop(store);
+    drop(job);
+    if let Some(engine) = refill {
+        engine.fill_warm().await;
+    }
 }
 
-/// Runs the program in `instance` (a live session's, with its globals kept) or in a new
-/// instance, and returns the final event, with the instance if it can run another program: it
-/// cannot after a trap, a timeout or a cancellation, which stop it mid-program.
-pub(crate) async fn run(job: &Job, store: &mut Store<HostState>, instance: Option<Guest>) -> (Event, Option<Guest>) {
+/// Runs the program in `instance` (a live session's, with its globals kept, or a warm one) or
+/// in a new instance, and returns the final event, with the instance if it can run another
+/// program: it cannot after a trap, a timeout or a cancellation, which stop it mid-program.
+/// `session`: the program's globals stay for the next one.
+pub(crate) async fn run(
+    job: &Job,
+    store: &mut Store<HostState>,
+    instance: Option<Guest>,
+    session: bool,
+) -> (Event, Option<Guest>) {
     let mut instantiate_time = None;
-    let session = instance.is_some();
+    let _running = Running::new(&job.running);
     let ending = {
         let run = async {
             let run_slot = store.data().broker.run_slot.acquire();

@@ -239,7 +239,9 @@ pub(crate) struct HostState {
     pub(crate) broker: Broker,
     /// The data runtime's door (`data.rs`); unused by the component.
     pub(crate) door: Door,
-    live: Arc<AtomicUsize>,
+    /// The engine's count of live instances; `None` for a warm instance's placeholder state
+    /// (`warm.rs`), which is not an execution.
+    live: Option<Arc<AtomicUsize>>,
 }
 
 /// WASI as each runtime links it: preview 2 for the component, preview 1 for the data
@@ -267,9 +269,11 @@ impl HostState {
         &self.broker.output
     }
 
-    pub(crate) fn new(wasi: Wasi, limiter: Limiter, broker: Broker, live: Arc<AtomicUsize>) -> Self {
-        live.fetch_add(1, Ordering::Relaxed);
-        metrics::gauge!("ptc_live_instances").increment(1.0);
+    pub(crate) fn new(wasi: Wasi, limiter: Limiter, broker: Broker, live: Option<Arc<AtomicUsize>>) -> Self {
+        if let Some(live) = &live {
+            live.fetch_add(1, Ordering::Relaxed);
+            metrics::gauge!("ptc_live_instances").increment(1.0);
+        }
         HostState { wasi, limiter, broker, door: Door::default(), live }
     }
 }
@@ -277,8 +281,10 @@ impl HostState {
 impl Drop for HostState {
     /// The store (and with it the instance) is gone: this is what "freed" means in tests.
     fn drop(&mut self) {
-        self.live.fetch_sub(1, Ordering::Relaxed);
-        metrics::gauge!("ptc_live_instances").decrement(1.0);
+        if let Some(live) = &self.live {
+            live.fetch_sub(1, Ordering::Relaxed);
+            metrics::gauge!("ptc_live_instances").decrement(1.0);
+        }
     }
 }
 

@@ -38,6 +38,7 @@ mod request;
 mod schema;
 mod session;
 mod shares;
+mod warm;
 mod wasm;
 
 pub use config::{

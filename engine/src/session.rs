@@ -358,7 +358,7 @@ pub(crate) async fn serve(mut serve: Serve, mut store: Store<HostState>, sandbox
                 install(&mut store);
                 // Closing the session cancels the execution too: its token is a child of the
                 // session's.
-                let (event, kept) = run(&job, &mut store, sandbox.take()).await;
+                let (event, kept) = run(&job, &mut store, sandbox.take(), true).await;
                 store.data().broker.run_slot.release();
                 let ending = match (&event, &kept) {
                     (_, Some(_)) => None,

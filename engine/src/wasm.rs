@@ -71,7 +71,10 @@ pub(crate) fn wasmtime_config(cfg: &EngineConfig, pool: Option<PoolShape>) -> Co
         c.memory_reservation_for_growth(0);
     }
     if let Some(shape) = pool {
-        let n = u32::try_from(cfg.max_concurrent.max(1)).unwrap_or(u32::MAX).saturating_add(8);
+        // Executions, warm instances, and a few spare.
+        let n = u32::try_from(cfg.max_concurrent.max(1).saturating_add(cfg.warm_instances))
+            .unwrap_or(u32::MAX)
+            .saturating_add(8);
         let mut p = PoolingAllocationConfig::default();
         p.total_component_instances(n)
             .total_core_instances(n.saturating_mul(CORE_INSTANCES_PER_SANDBOX))

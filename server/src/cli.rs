@@ -139,6 +139,10 @@ pub struct ServeArgs {
     /// Do not use wasmtime's pooling allocator.
     #[arg(long, env = "PTC_NO_POOLING", default_value_t = false)]
     pub no_pooling: bool,
+    /// Instances kept instantiated ahead of demand, so a fresh execution does not wait for
+    /// instantiation (0 turns it off).
+    #[arg(long, env = "PTC_WARM_INSTANCES", default_value_t = defaults().engine.warm_instances)]
+    pub warm_instances: usize,
     /// Address space reserved per linear memory, MiB (default: wasmtime's 4 GiB). Smaller
     /// values fit more live executions in the address space, add bounds checks, and cap each
     /// execution's memory at this size.
@@ -287,6 +291,7 @@ impl ServeArgs {
         };
         engine.fuel = self.fuel;
         engine.pooling = !self.no_pooling;
+        engine.warm_instances = self.warm_instances;
         engine.memory_reservation = self.memory_reservation_mib.map(|m| m * MIB);
         let ceilings = &mut engine.ceilings;
         ceilings.max_code_bytes = self.max_code_bytes;

@@ -171,6 +171,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     }
     let engine_config = config.engine.clone();
     let engine = tokio::task::spawn_blocking(move || Engine::new(engine_config)).await??;
+    engine.warm_up();
     let tenants = Tenants::new(config.tenant_limits);
     let grpc_listener = TcpListener::bind(config.grpc_addr).await?;
     let metrics_listener = TcpListener::bind(config.metrics_addr).await?;

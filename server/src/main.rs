@@ -47,6 +47,7 @@ async fn serve(args: ptc_server::cli::ServeArgs) -> anyhow::Result<()> {
 async fn mcp(args: ptc_server::cli::McpArgs) -> anyhow::Result<()> {
     let (engine_config, mcp_config) = args.configs().map_err(anyhow::Error::msg)?;
     let engine = tokio::task::spawn_blocking(move || ptc_engine::Engine::new(engine_config)).await??;
+    engine.warm_up();
     let limits = engine.config().default_limits.clone();
     // One client owns a stdio server: its session needs no snapshot key and keeps no files.
     let sessions = (!args.stateless).then(|| {

@@ -150,3 +150,47 @@ async fn shutdown_fails_paused_executions_and_refuses_new_ones() {
     assert!(engine.start(ExecutionRequest::new("pass")).await.is_err());
     eventually("the instance is freed", || engine.live_instances() == 0).await;
 }
+
+/// A warm instance (made ahead of demand, in idle time) serves a fresh execution exactly as a
+/// new one would: the request's own `/mnt/data`, output, memory limit and tools; it is never
+/// counted as live, and it is freed when the engine stops accepting.
+#[tokio::test]
+async fn a_warm_instance_takes_on_the_requests_files_output_and_limits() {
+    let engine = engine_with(|c| c.warm_instances = 1);
+    let ended = |exec| drive(exec, standard_handler);
+
+    // Nothing is made before the first execution (no server called warm_up): it instantiates.
+    let first = ended(engine.start(ExecutionRequest::new("pass")).await.unwrap()).await.completed();
+    assert!(!first.stats.instantiate_time.is_zero());
+    eventually("a warm instance is made after the execution", || engine.warm_instances() == 1).await;
+    assert_eq!(engine.live_instances(), 0, "a warm instance is not an execution");
+
+    let (root, dir) = data_dir_beside_a_secret("warm");
+    std::fs::write(dir.join("in.txt"), "from the host").unwrap();
+    let code = "print(open('/mnt/data/in.txt').read())\nopen('/mnt/data/out.txt', 'w').write('x')\n\
+                print(await add(a=1, b=2))";
+    let request = ExecutionRequest::new(code).with_tools(standard_tools()).with_data_dir(dir.clone());
+    let done = ended(engine.start(request).await.unwrap()).await.completed();
+    assert!(done.stats.instantiate_time.is_zero(), "the warm instance served it");
+    assert_eq!(done.stdout, "from the host\n3.0\n");
+    assert_eq!(std::fs::read_to_string(dir.join("out.txt")).unwrap(), "x");
+    std::fs::remove_dir_all(&root).unwrap();
+
+    // A warm instance has no `/mnt/data` of its own to leak into a request without one.
+    eventually("the next warm instance is made", || engine.warm_instances() == 1).await;
+    let code = "import os\nprint(os.path.exists('/mnt/data'))";
+    let done = ended(engine.start(ExecutionRequest::new(code)).await.unwrap()).await.completed();
+    assert!(done.stats.instantiate_time.is_zero());
+    assert_eq!(done.stdout, "False\n");
+
+    eventually("the next warm instance is made", || engine.warm_instances() == 1).await;
+    let limits = ptc_engine::Limits::default().with_max_memory_bytes(64 * ptc_engine::MIB);
+    let exec = engine.start(ExecutionRequest::new("b = bytearray(200 * 2**20)").with_limits(limits)).await.unwrap();
+    let failed = ended(exec).await.failed();
+    assert_eq!(failed.kind, FailureKind::Memory, "{}", failed.message);
+    assert!(failed.stats.instantiate_time.is_zero());
+
+    eventually("the next warm instance is made", || engine.warm_instances() == 1).await;
+    engine.stop_accepting();
+    assert_eq!(engine.warm_instances(), 0);
+}

@@ -1,0 +1,81 @@
+//! Where a fresh execution's time goes: runs one program many times through the library,
+//! one after another, and prints the medians of the engine's own phases (`just phases`).
+//! Meant to be run under `perf record` too: nothing else happens in the process.
+
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use ptc_engine::{Engine, EngineConfig, Event, ExecutionRequest, Runtime};
+
+#[derive(Parser)]
+struct Args {
+    /// The program.
+    #[arg(long, default_value = "pass")]
+    code: String,
+    /// How many executions.
+    #[arg(long, default_value_t = 2000)]
+    n: usize,
+    #[arg(long, default_value = "python")]
+    runtime: String,
+    /// Instances kept instantiated ahead of demand (`EngineConfig::warm_instances`).
+    #[arg(long, default_value_t = 2)]
+    warm: usize,
+    /// Pause between executions, ms (an agent's requests arrive spaced; 0: back to back).
+    #[arg(long, default_value_t = 0)]
+    gap_ms: u64,
+    /// After the runs, wait a second (the warm instances are made) and print the process's PSS.
+    #[arg(long)]
+    pss: bool,
+}
+
+fn median(mut v: Vec<Duration>) -> f64 {
+    v.sort();
+    v[v.len() / 2].as_secs_f64() * 1e3
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let runtime: Runtime = args.runtime.parse().map_err(anyhow::Error::msg)?;
+    let mut config = EngineConfig::default();
+    config.cache_dir = Some(ptc_server::default_cache_dir());
+    config.warm_instances = args.warm;
+    if runtime == Runtime::PythonData {
+        config.python_data = Some(ptc_engine::python_data_artifacts());
+    }
+    let engine = Engine::new(config)?;
+    let (mut total, mut wall, mut inst) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..args.n {
+        if args.gap_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(args.gap_ms)).await;
+        }
+        let t0 = Instant::now();
+        let request = ExecutionRequest::new(args.code.clone()).with_tools(ptc_benches::tools()).with_runtime(runtime);
+        let mut exec = engine.start(request).await?;
+        while let Some(event) = exec.next_event().await {
+            match event {
+                Event::Completed(done) => {
+                    wall.push(done.stats.wall_time);
+                    inst.push(done.stats.instantiate_time);
+                }
+                Event::Failed(f) => anyhow::bail!("{}: {}", f.message, f.stderr),
+                _ => {}
+            }
+        }
+        total.push(t0.elapsed());
+    }
+    println!(
+        "n={} total {:.3} ms, engine wall {:.3} ms, instantiate {:.3} ms (medians)",
+        args.n,
+        median(total),
+        median(wall),
+        median(inst)
+    );
+    if args.pss {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let rollup = std::fs::read_to_string("/proc/self/smaps_rollup")?;
+        let pss = rollup.lines().find(|l| l.starts_with("Pss:")).unwrap_or("Pss: ?");
+        println!("{} warm instances ready; {pss}", engine.warm_instances());
+    }
+    Ok(())
+}

@@ -1,0 +1,80 @@
+//! Instances made ahead of demand. Instantiating the default runtime's component costs about
+//! 0.7 ms of a fresh `pass`'s 2.6 ms (`phases`, issue 12), nearly all of it wasmtime wiring
+//! CPython's 14 core modules together (function references, imports); none of it depends on
+//! the request. So the engine keeps a few instances instantiated with a placeholder host
+//! state, and a request swaps its own state in: its WASI context (output, `/mnt/data`), memory
+//! limiter, budget claim, tool broker and fuel. Nothing in the guest runs at instantiation,
+//! so the guest cannot tell the difference.
+//!
+//! Warm instances are not executions: they hold no execution slot, are not counted as live,
+//! and charge nothing to the memory budget (their memory is the shared snapshot, untouched).
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use wasmtime::Store;
+
+use crate::bindings::Sandbox;
+use crate::host::HostState;
+
+/// One instance of the component, instantiated with a placeholder host state.
+pub(crate) struct Warm {
+    pub(crate) store: Store<HostState>,
+    pub(crate) sandbox: Sandbox,
+}
+
+pub(crate) struct WarmPool {
+    target: usize,
+    ready: Mutex<Vec<Warm>>,
+    /// A refill task is running.
+    filling: AtomicBool,
+}
+
+impl WarmPool {
+    pub(crate) fn new(target: usize) -> Self {
+        WarmPool { target, ready: Mutex::new(Vec::with_capacity(target)), filling: AtomicBool::new(false) }
+    }
+
+    pub(crate) fn take(&self) -> Option<Warm> {
+        self.ready.lock().unwrap().pop()
+    }
+
+    /// Instances ready now.
+    pub(crate) fn len(&self) -> usize {
+        self.ready.lock().unwrap().len()
+    }
+
+    /// Whether the pool holds fewer than its target.
+    pub(crate) fn wants_more(&self) -> bool {
+        self.len() < self.target
+    }
+
+    /// Adds an instance unless the pool is full (then it is dropped).
+    pub(crate) fn put(&self, warm: Warm) {
+        let mut ready = self.ready.lock().unwrap();
+        if ready.len() < self.target {
+            ready.push(warm);
+        }
+    }
+
+    /// The right to fill the pool, held by one task at a time; `None` if another holds it or
+    /// the pool is off. Given back when dropped, so a task dropped mid-way (its runtime shut
+    /// down) does not keep the pool empty for good.
+    pub(crate) fn start_filling(&self) -> Option<Filling<'_>> {
+        (self.target > 0 && !self.filling.swap(true, Ordering::AcqRel)).then_some(Filling(&self.filling))
+    }
+
+    /// Frees every warm instance (the engine stops accepting work).
+    pub(crate) fn clear(&self) {
+        let dropped = std::mem::take(&mut *self.ready.lock().unwrap());
+        drop(dropped);
+    }
+}
+
+pub(crate) struct Filling<'a>(&'a AtomicBool);
+
+impl Drop for Filling<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
