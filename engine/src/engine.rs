@@ -562,7 +562,6 @@ impl Engine {
                 }
             }
         }
-        metrics::gauge!("ptc_warm_instances").set(inner.warm.len() as f64);
     }
 
     /// No execution is running now (all are paused, if any).

@@ -36,7 +36,10 @@ impl WarmPool {
     }
 
     pub(crate) fn take(&self) -> Option<Warm> {
-        self.ready.lock().unwrap().pop()
+        let mut ready = self.ready.lock().unwrap();
+        let warm = ready.pop();
+        metrics::gauge!("ptc_warm_instances").set(ready.len() as f64);
+        warm
     }
 
     /// Instances ready now.
@@ -55,6 +58,7 @@ impl WarmPool {
         if ready.len() < self.target {
             ready.push(warm);
         }
+        metrics::gauge!("ptc_warm_instances").set(ready.len() as f64);
     }
 
     /// The right to fill the pool, held by one task at a time; `None` if another holds it or
@@ -67,6 +71,7 @@ impl WarmPool {
     /// Frees every warm instance (the engine stops accepting work).
     pub(crate) fn clear(&self) {
         let dropped = std::mem::take(&mut *self.ready.lock().unwrap());
+        metrics::gauge!("ptc_warm_instances").set(0.0);
         drop(dropped);
     }
 }

@@ -1,5 +1,5 @@
 //! A client that disconnects while its execution is paused frees the instance at once, and the
-//! paused-executions gauge returns to zero. Alone in its binary: metrics are process-wide.
+//! paused-executions gauge returns to zero; the warm instance it took is made again. Alone in its binary: metrics are process-wide.
 
 use ptc_tests::eventually;
 use ptc_tests::grpc::*;
@@ -26,4 +26,8 @@ async fn disconnect_mid_pause_frees_the_instance() {
     let text = metrics_text(&server).await;
     assert!(text.contains("ptc_paused_executions 0"), "{text}");
     assert!(text.contains("ptc_executions_total{outcome=\"cancelled\"}"), "{text}");
+    // The execution took a warm instance; the server makes the next once it is idle again.
+    eventually("the warm instances are made again", || server.engine.warm_instances() == 2).await;
+    let text = metrics_text(&server).await;
+    assert!(text.contains("ptc_warm_instances 2") && text.contains("ptc_live_instances 0"), "{text}");
 }
