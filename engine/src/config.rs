@@ -204,10 +204,10 @@ pub struct EngineConfig {
     pub fuel: bool,
     /// Use wasmtime's pooling allocator when the machine allows it. Default on.
     pub pooling: bool,
-    /// Instances of the default runtime kept instantiated ahead of demand, so a fresh
-    /// execution or session does not wait for instantiation (about 0.7 ms). They are not
-    /// executions (no slot, no memory budget); each holds about 0.45 MiB (PSS, `just phases --pss`). Default 2; 0 turns
-    /// it off.
+    /// Instances of the default runtime kept instantiated ahead of demand, made while the
+    /// engine is idle, so a fresh execution or session does not wait for instantiation
+    /// (about 0.7 ms). They are not executions (no slot, no memory budget); each holds about
+    /// 0.45 MiB PSS (`just phases --pss`). Default 2; 0 turns it off.
     pub warm_instances: usize,
     /// Virtual address space reserved per linear memory. `None`: wasmtime's default (4 GiB
     /// plus a 32 MiB guard, no bounds checks in compiled code). Smaller values fit more live

@@ -495,10 +495,12 @@ impl Engine {
     }
 
     fn wasmtime_for(&self, runtime: Runtime) -> &wasmtime::Engine {
-        match (runtime, &self.inner.data) {
-            (Runtime::PythonData, Some(data)) => &data.engine,
-            _ => &self.inner.wasmtime,
-        }
+        self.data_runtime(runtime).map_or(&self.inner.wasmtime, |data| &data.engine)
+    }
+
+    /// The data runtime, when `runtime` is it and it is configured; `None`: the component.
+    fn data_runtime(&self, runtime: Runtime) -> Option<&DataRuntime> {
+        self.inner.data.as_deref().filter(|_| runtime == Runtime::PythonData)
     }
 
     /// The host state of one instance and the host side of its channels. `live`: it counts
@@ -511,9 +513,9 @@ impl Engine {
         let exchange = Arc::new(Exchange::new(inner.paused.clone(), inner.config.ceilings.max_tool_result_bytes));
         let output = Output::new(limits.max_output_bytes, events_tx.clone());
 
-        let wasi = match (runtime, &inner.data) {
-            (Runtime::PythonData, Some(data)) => Wasi::P1(data.wasi(&output, data_dir)?),
-            _ => {
+        let wasi = match self.data_runtime(runtime) {
+            Some(data) => Wasi::P1(data.wasi(&output, data_dir)?),
+            None => {
                 let mut wasi = WasiCtxBuilder::new();
                 wasi.stdout(output.sink(OutputStream::Stdout)).stderr(output.sink(OutputStream::Stderr));
                 if let Some(dir) = data_dir {
