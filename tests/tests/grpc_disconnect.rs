@@ -7,6 +7,7 @@ use ptc_tests::grpc::*;
 #[tokio::test]
 async fn disconnect_mid_pause_frees_the_instance() {
     let server = serve(config(&[])).await;
+    eventually("the server has made its warm instances", || server.engine.warm_instances() == 2).await;
     let mut client = client(&server).await;
     let mut s =
         Stream::open(&mut client, start_message("print('paused')\nawait wait(x=1)", vec![tool("wait", None)]), None)
@@ -18,6 +19,7 @@ async fn disconnect_mid_pause_frees_the_instance() {
     })
     .await;
     eventually("the execution is paused", || server.engine.paused_executions() == 1).await;
+    assert_eq!(server.engine.warm_instances(), 1, "the execution runs in a warm instance");
     assert!(metrics_text(&server).await.contains("ptc_paused_executions 1"));
     drop(s);
     drop(client);
@@ -26,7 +28,7 @@ async fn disconnect_mid_pause_frees_the_instance() {
     let text = metrics_text(&server).await;
     assert!(text.contains("ptc_paused_executions 0"), "{text}");
     assert!(text.contains("ptc_executions_total{outcome=\"cancelled\"}"), "{text}");
-    // The execution took a warm instance; the server makes the next once it is idle again.
+    // The server makes the next warm instance once it is idle again.
     eventually("the warm instances are made again", || server.engine.warm_instances() == 2).await;
     let text = metrics_text(&server).await;
     assert!(text.contains("ptc_warm_instances 2") && text.contains("ptc_live_instances 0"), "{text}");
