@@ -11,7 +11,7 @@ use wasmtime::Store;
 
 use crate::bindings::{self, Outcome};
 use crate::error::{Error, ErrorKind, HostTrap, Result};
-use crate::events::{Completion, Event, Failure, FailureKind, Stats, ToolResult};
+use crate::events::{Completion, Event, Failure, FailureKind, OutputStream, Stats, ToolResult};
 use crate::exchange::Exchange;
 use crate::guest::{Guest, Pre};
 use crate::host::HostState;
@@ -146,7 +146,9 @@ impl Drop for Running {
 // allocation for nothing.
 #[allow(clippy::large_enum_variant)]
 enum Ending {
-    Returned(wasmtime::Result<(Outcome, Guest)>),
+    Returned(Outcome, Guest),
+    /// A trap, classified: the kind and the message.
+    Trapped(FailureKind, String),
     Timeout,
     Cancelled,
     Shutdown,
@@ -200,10 +202,21 @@ pub(crate) async fn run(
             _ = job.cancel.cancelled() => Ending::Cancelled,
             _ = job.shutdown.cancelled() => Ending::Shutdown,
             _ = tokio::time::sleep_until(job.deadline) => Ending::Timeout,
-            r = run => Ending::Returned(r),
+            r = run => match r {
+                Ok((outcome, sandbox)) => Ending::Returned(outcome, sandbox),
+                Err(trap) => {
+                    let (kind, message) = classify(&trap);
+                    Ending::Trapped(kind, message)
+                }
+            },
         }
     };
     store.data().broker.exchange.finish();
+    // A trap that is the program's doing (a C-stack overflow) printed nothing: say it on stderr,
+    // where the program's own traceback would be, so every client shows it as it shows those.
+    if let Ending::Trapped(FailureKind::PythonError, message) = &ending {
+        job.output.write(OutputStream::Stderr, format!("{message}\n").as_bytes());
+    }
     job.output.flush();
 
     let data = store.data();
@@ -245,11 +258,11 @@ pub(crate) async fn run(
             FailureKind::Timeout,
             format!("Execution timeout after {} ms", job.timeout.as_millis()),
         )),
-        Ending::Returned(Ok((Outcome::Completed(return_value), sandbox))) => {
+        Ending::Returned(Outcome::Completed(return_value), sandbox) => {
             kept = Some(sandbox);
             Event::Completed(Completion { stdout, stderr, return_value, tool_calls, stats })
         }
-        Ending::Returned(Ok((Outcome::Failed(f), sandbox))) => {
+        Ending::Returned(Outcome::Failed(f), sandbox) => {
             kept = Some(sandbox);
             let kind = match f.kind {
                 bindings::FailureKind::PythonError => FailureKind::PythonError,
@@ -262,9 +275,12 @@ pub(crate) async fn run(
             failed.exit_code = f.exit_code;
             Event::Failed(failed)
         }
-        Ending::Returned(Err(trap)) => {
-            let (kind, message) = classify(&trap);
-            Event::Failed(failure(kind, message))
+        Ending::Trapped(kind, message) => {
+            let mut failed = failure(kind, message);
+            if kind == FailureKind::PythonError {
+                failed.traceback = failed.message.clone();
+            }
+            Event::Failed(failed)
         }
     };
     record_metrics(&event);

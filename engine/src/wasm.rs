@@ -57,9 +57,11 @@ pub(crate) fn wasmtime_config(cfg: &EngineConfig, pool: Option<PoolShape>) -> Co
     // The fiber stack must leave room for host frames below the wasm stack limit. CPython on
     // WASI cannot see this native stack (it guards only its shadow stack in linear memory), so
     // data nested deeper than it holds (about 1,000-3,000 levels of `json.loads`) traps; the
-    // driver reports that as the program's RecursionError. A larger stack holds more (8 MiB:
-    // 10,000 levels) but made every instantiation slower (0.94 -> 1.26 ms, `pass` 3.1 -> 4.7 ms
-    // in `cargo bench`, side by side), so it stays at 1 MiB.
+    // driver reports that as the program's RecursionError. CPython's own guard would fire first
+    // only with ~29 MiB (it allows 64,384 levels of `json.loads`, ~450 bytes of native stack
+    // each), and the pages a deep program dirties stay resident, outside the memory limit and
+    // the server's budget, so it stays at 1 MiB (at 64 MiB a fresh `pass` was no slower:
+    // 2.94 vs 2.95 ms in `just phases`, side by side).
     c.max_wasm_stack(WASM_STACK);
     c.async_stack_size(WASM_STACK + 1024 * 1024);
     // By default each memory reserves 4 GiB (+32 MiB guard), which lets compiled code skip

@@ -138,3 +138,40 @@ async fn a_session_snapshot_restores_on_another_server_process() {
     first.shutdown();
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// `ptc-engine run --local`: a tool answered by a shell command, the program's output, and a
+/// failure that printed nothing itself (a C-stack overflow) shown on stderr with the exit code.
+#[tokio::test]
+async fn the_run_command_answers_tools_and_says_why_a_program_failed() {
+    let bin = tokio::task::spawn_blocking(ptc_tests::binary::release).await.unwrap();
+    let dir = std::env::temp_dir().join(format!("ptc-run-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tools = dir.join("tools.json");
+    std::fs::write(
+        &tools,
+        r#"[{"name": "echo", "description": "Returns the call.", "parameters": {"type": "object"}}]"#,
+    )
+    .unwrap();
+    let run = |code: &str| {
+        let program = dir.join("program.py");
+        std::fs::write(&program, code).unwrap();
+        // The handler gets {"id", "name", "input"} on stdin; `cat` answers with the call itself.
+        let out = Command::new(&bin)
+            .args(["run", "--local", "--tool-handler", "cat", "--tools"])
+            .arg(&tools)
+            .arg(&program)
+            .output()
+            .expect("ptc-engine run");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stdout, stderr) = run("r = await echo(x=41)\nprint(r['name'], r['input']['x'] + 1)\n");
+    assert_eq!((code, stdout.as_str()), (Some(0), "echo 42\n"), "{stderr}");
+    let (code, stdout, stderr) = run("print('before')\nimport json\njson.loads('[' * 100000)\n");
+    assert_eq!((code, stdout.as_str()), (Some(1), "before\n"), "{stderr}");
+    assert!(stderr.contains("RecursionError: maximum recursion depth exceeded"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

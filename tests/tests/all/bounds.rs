@@ -203,6 +203,12 @@ async fn a_c_stack_overflow_is_the_programs_recursion_error() {
         let f = failed(s.drive(|_| Ok(json!(null))).await.0);
         assert_eq!(f.kind, WireKind::PythonError as i32, "{code}: {} {}", f.message, f.traceback);
         assert!(f.message.starts_with("RecursionError: maximum recursion depth exceeded"), "{}", f.message);
+        // It is where a traceback would be: in stderr (after what the program printed) and in
+        // `traceback`, so a client that shows those shows it.
+        assert_eq!(
+            (f.traceback.as_str(), f.stderr.as_str()),
+            (f.message.as_str(), format!("{}\n", f.message).as_str())
+        );
     }
     eventually("the instances are freed", || server.engine.live_instances() == 0).await;
     // Over HTTP it is a 200, with the error as the model sees it in stderr.
@@ -210,6 +216,7 @@ async fn a_c_stack_overflow_is_the_programs_recursion_error() {
     assert_eq!(r.status, 200, "{}", r.text);
     assert!(r.body["error"].as_str().unwrap().starts_with("RecursionError"), "{}", r.text);
     assert!(r.body["stderr"].as_str().unwrap().starts_with("RecursionError"), "{}", r.text);
+    assert_eq!(r.body["stderr"].as_str().unwrap().matches("RecursionError").count(), 1, "{}", r.text);
 }
 
 #[test]
