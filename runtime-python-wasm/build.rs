@@ -7,6 +7,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+#[path = "build/immortal.rs"]
+mod immortal;
+
 const COMPONENTIZE_PY_VERSION: &str = "0.25.1";
 /// IANA time zone data for `zoneinfo` (WASI has no system database); loaded into memory at
 /// pre-initialisation, so nothing is read at run time.
@@ -21,6 +24,7 @@ fn main() {
     println!("cargo:rerun-if-env-changed=PTC_COMPONENTIZE_PY");
     println!("cargo:rerun-if-changed={}", wit.display());
     println!("cargo:rerun-if-changed={}", python.join("app.py").display());
+    println!("cargo:rerun-if-changed={}", manifest.join("build").display());
     watch_sources(&python.join("ptc_runtime"));
 
     write_runtime_digest(&out, &[&wit, &python.join("app.py"), &python.join("ptc_runtime")]);
@@ -47,6 +51,10 @@ fn main() {
         .status()
         .unwrap_or_else(|e| panic!("running {}: {e}", tool.display()));
     assert!(status.success(), "componentize-py failed to build the sandbox component");
+
+    let mut bytes = std::fs::read(&component).expect("reading the built component");
+    immortal::patch(&mut bytes).unwrap_or_else(|e| panic!("making the snapshot's objects immortal: {e}"));
+    std::fs::write(&component, bytes).expect("writing the component");
 }
 
 /// SHA-256 of what the component is built from (the pins, the WIT world, the Python sources):
@@ -55,7 +63,7 @@ fn main() {
 fn write_runtime_digest(out: &Path, inputs: &[&Path]) {
     use sha2::{Digest, Sha256};
     let mut hash = Sha256::new();
-    hash.update(format!("componentize-py {COMPONENTIZE_PY_VERSION}; tzdata {TZDATA_VERSION}\n"));
+    hash.update(format!("componentize-py {COMPONENTIZE_PY_VERSION}; tzdata {TZDATA_VERSION}; immortal snapshot\n"));
     let mut files = Vec::new();
     for input in inputs {
         if input.is_dir() {

@@ -26,6 +26,9 @@ struct Args {
     /// After the runs, wait a second (the warm instances are made) and print the process's PSS.
     #[arg(long)]
     pss: bool,
+    /// A sandbox component file to load instead of the embedded one (to compare builds).
+    #[arg(long)]
+    component: Option<std::path::PathBuf>,
 }
 
 fn median(mut v: Vec<Duration>) -> f64 {
@@ -40,6 +43,9 @@ async fn main() -> anyhow::Result<()> {
     let mut config = EngineConfig::default();
     config.cache_dir = Some(ptc_server::default_cache_dir());
     config.warm_instances = args.warm;
+    if let Some(path) = args.component {
+        config.component = ptc_engine::ComponentSource::File(path);
+    }
     if runtime == Runtime::PythonData {
         config.python_data = Some(ptc_engine::python_data_artifacts());
     }
