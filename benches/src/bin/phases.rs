@@ -26,6 +26,10 @@ struct Args {
     /// After the runs, wait a second (the warm instances are made) and print the process's PSS.
     #[arg(long)]
     pss: bool,
+    /// Run the program N times in one live session instead of N fresh executions (the
+    /// instantiate median is then 0).
+    #[arg(long)]
+    session: bool,
     /// A sandbox component file to load instead of the embedded one (to compare builds).
     #[arg(long)]
     component: Option<std::path::PathBuf>,
@@ -50,6 +54,12 @@ async fn main() -> anyhow::Result<()> {
         config.python_data = Some(ptc_engine::python_data_artifacts());
     }
     let engine = Engine::new(config)?;
+    let session = if args.session {
+        let limits = ptc_benches::limits();
+        Some(engine.open_session(ptc_engine::SessionRequest::new().with_limits(limits).with_runtime(runtime)).await?.0)
+    } else {
+        None
+    };
     let (mut total, mut wall, mut inst) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..args.n {
         if args.gap_ms > 0 {
@@ -57,12 +67,17 @@ async fn main() -> anyhow::Result<()> {
         }
         let t0 = Instant::now();
         let request = ExecutionRequest::new(args.code.clone()).with_tools(ptc_benches::tools()).with_runtime(runtime);
-        let mut exec = engine.start(request).await?;
+        let mut exec = match &session {
+            Some(session) => engine.execute_in(session, request.with_limits(ptc_benches::limits())).await?,
+            None => engine.start(request).await?,
+        };
         while let Some(event) = exec.next_event().await {
             match event {
+                // A session's execution ends here; its event channel stays with the session.
                 Event::Completed(done) => {
                     wall.push(done.stats.wall_time);
                     inst.push(done.stats.instantiate_time);
+                    break;
                 }
                 Event::Failed(f) => anyhow::bail!("{}: {}", f.message, f.stderr),
                 _ => {}
