@@ -101,8 +101,6 @@ def _seal_snapshot():
 
     - Its objects are listed for the build, which makes them immortal, so using them writes
       no reference counts (ptc_runtime/immortal.py). The list keeps them alive for good.
-    - The heap's free chunks are filled, so what a program allocates is not spread over the
-      snapshot's pages (`immortal.fill_holes`).
     - A collection rewrites the header of each object it visits, which would copy those pages
       into every instance; frozen objects are never visited. The garbage goes first, so that
       none of it is kept."""
@@ -110,9 +108,8 @@ def _seal_snapshot():
     from ptc_runtime import immortal
     gc.collect()
     objects, addresses = immortal.snapshot_objects([sys.modules])
-    holes = immortal.fill_holes(below=max(map(id, objects)))
     gc.freeze()
-    return objects, addresses, holes
+    return objects, addresses
 
 
-_SNAPSHOT_OBJECTS, _IMMORTAL_ADDRESSES, _FILLED_HOLES = _seal_snapshot()
+_SNAPSHOT_OBJECTS, _IMMORTAL_ADDRESSES = _seal_snapshot()

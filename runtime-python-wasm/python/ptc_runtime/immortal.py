@@ -8,11 +8,6 @@ function copies hundreds of the snapshot's pages. An immortal object's count is 
 they refer to, the constants and names of code objects) and keeps them alive, and the build
 (`build.rs`) rewrites their counts in the component's memory image to CPython's immortal value.
 
-Allocations at run time would otherwise land in the holes garbage left all over the snapshot's
-heap (3.3 MB of free chunks, most of 128-256 bytes), copying a page for each: `fill_holes()`
-fills them with bytes objects that nothing ever touches again, so new objects come from the top
-of the heap, side by side.
-
 The addresses travel in the snapshot itself, as one bytes object between `MARKER` and `END`:
 base64 of the ascending addresses' differences, each a LEB128 varint. base64 has no zero bytes,
 so the text lies whole in one of the memory image's data segments.
@@ -88,21 +83,3 @@ def decode(blob):
             d = shift = 0
     return addresses
 
-
-def fill_holes(below, sizes=(65536, 16384, 4096, 1024, 512, 256, 128, 64, 32), most=1 << 16):
-    """Allocates (and returns, to be kept) bytes objects until the allocator hands out memory
-    above address `below` (the top of the heap), for each chunk size from large to small:
-    every free chunk below that is then in use. wasi-libc's allocator pads a request by 4
-    bytes to a multiple of 16; `bytes(n)` asks for 17 + n."""
-    filled = [None] * most  # allocated once: a growing list would free its old arrays
-    count = 0
-    for size in sizes:
-        n = size - 21
-        while count < most:
-            b = bytes(n)
-            if id(b) > below:
-                break
-            filled[count] = b
-            count += 1
-        b = None
-    return filled
