@@ -22,14 +22,13 @@ struct Segment {
     len: usize,
 }
 
-/// Rewrites the counts of the objects whose addresses the snapshot lists; returns how many.
-pub fn patch(component: &mut [u8]) -> Result<usize, String> {
+/// Rewrites the counts of the objects whose addresses the snapshot lists.
+pub fn patch(component: &mut [u8]) -> Result<(), String> {
     let segments = data_segments(component)?;
-    let addresses = listed_addresses(component, &segments)?;
-    for &addr in &addresses {
+    for addr in listed_addresses(component, &segments)? {
         make_immortal(component, &segments, addr)?;
     }
-    Ok(addresses.len())
+    Ok(())
 }
 
 fn data_segments(bytes: &[u8]) -> Result<Vec<Segment>, String> {

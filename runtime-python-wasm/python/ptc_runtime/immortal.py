@@ -82,4 +82,3 @@ def decode(blob):
             addresses.append(a)
             d = shift = 0
     return addresses
-

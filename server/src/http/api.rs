@@ -258,7 +258,8 @@ pub(crate) fn model_error(f: &Failure) -> (StatusCode, String, String) {
             (StatusCode::OK, failed(), format!("{}: call tools fewer times (filter or aggregate first).", f.message))
         }
         FailureKind::Cancelled => (StatusCode::OK, failed(), "The execution was cancelled.".to_string()),
-        // The traceback is in stderr already, unless the instance died before printing it.
+        // The traceback (or, for a C-stack overflow, the engine's line) is in stderr already,
+        // unless the output limit cut it off.
         FailureKind::PythonError => {
             let hint = if f.stderr.contains(&f.message) { String::new() } else { f.message.clone() };
             (StatusCode::OK, f.message.clone(), hint)
