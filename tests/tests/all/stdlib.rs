@@ -48,3 +48,17 @@ except OSError as e:
     assert!(out.contains("no passwd: "), "{out}");
     assert!(!out.contains("root:"), "{out}");
 }
+
+/// The build made the snapshot's objects immortal (`runtime-python-wasm/build/immortal.rs`): a
+/// program served by the real server finds the preloaded modules and their functions immortal,
+/// and its own objects not.
+#[tokio::test]
+async fn the_snapshots_objects_are_immortal_and_a_programs_are_not() {
+    use ptc_tests::grpc::{config, serve};
+    let server = serve(config(&[])).await;
+    let code = "import json, sys\nclass Mine: pass\n\
+                print(sys._is_immortal(json), sys._is_immortal(json.dumps), sys._is_immortal(Mine()))";
+    let r = ptc_tests::http::post(server.http_addr, "/exec", None, &serde_json::json!({"code": code})).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.body["stdout"], "True True False\n", "{}", r.text);
+}
