@@ -187,6 +187,24 @@ fn benches(c: &mut Criterion) {
     group.finish();
     session.close();
 
+    // A paused execution resumed on another node by replaying its journal (n recorded rounds,
+    // then the live one), against the same program reaching the same round live.
+    let mut group = c.benchmark_group("replay");
+    group.measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_millis(500)).sample_size(20);
+    for n in [1, 10, 100] {
+        let (code, journal) = rt.block_on(recorded(&engine, n));
+        group.bench_function(format!("{n}_rounds"), |b| {
+            b.to_async(&rt).iter(|| to_live_round(&engine, &code, Some(journal.clone()), n))
+        });
+        group.bench_function(format!("{n}_rounds_live"), |b| {
+            b.to_async(&rt).iter(|| to_live_round(&engine, &code, None, n))
+        });
+        group.bench_function(format!("{n}_rounds_live_recording"), |b| {
+            b.to_async(&rt).iter(|| to_live_round(&engine, &code, Some(ptc_engine::Journal::new()), n))
+        });
+    }
+    group.finish();
+
     for w in workloads() {
         let mut group = c.benchmark_group(w.name);
         group.measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_millis(500)).sample_size(20);

@@ -92,6 +92,51 @@ async fn finish(mut exec: ptc_engine::Execution) {
     }
 }
 
+/// `n` recorded rounds of `add`, then a live one: the program, and the journal a first run
+/// recorded up to that live round (what a node that lost the execution replays).
+pub async fn recorded(engine: &Engine, n: usize) -> (String, ptc_engine::Journal) {
+    let code = format!("t = 0\nfor i in range({}):\n    t = await add(a=t, b=i)\nprint(t)", n + 1);
+    let journal = ptc_engine::Journal::new();
+    let seed = journal.seed;
+    let request = ExecutionRequest::new(&code).with_tools(tools()).with_limits(limits()).with_journal(journal);
+    let mut exec = engine.start(request).await.unwrap();
+    let mut rounds = 0;
+    while let Some(event) = exec.next_event().await {
+        if let Event::ToolCalls { calls, .. } = event {
+            rounds += 1;
+            if rounds > n {
+                break;
+            }
+            exec.submit(calls.iter().map(|c| ToolResult::ok_json(&c.id, add(&c.input))).collect()).unwrap();
+        }
+    }
+    let entries = exec.control().take_journal().unwrap().entries;
+    (code, ptc_engine::Journal::replay(seed, entries))
+}
+
+/// From start to round `n + 1`: by replaying `journal` (`Some` with entries), or live,
+/// answering each round instantly, recording a journal (`Some` without entries) or not.
+pub async fn to_live_round(engine: &Engine, code: &str, journal: Option<ptc_engine::Journal>, n: usize) {
+    let mut request = ExecutionRequest::new(code).with_tools(tools()).with_limits(limits());
+    request.journal = journal.clone();
+    let mut exec = engine.start(request).await.unwrap();
+    let mut rounds = 0;
+    while let Some(event) = exec.next_event().await {
+        match event {
+            Event::ToolCalls { calls, .. } => {
+                rounds += if journal.as_ref().is_some_and(|j| !j.entries.is_empty()) { n + 1 } else { 1 };
+                if rounds > n {
+                    return;
+                }
+                exec.submit(calls.iter().map(|c| ToolResult::ok_json(&c.id, add(&c.input))).collect()).unwrap()
+            }
+            Event::Failed(f) => panic!("{}: {}", f.message, f.stderr),
+            _ => {}
+        }
+    }
+    panic!("ended before its live round");
+}
+
 /// Instantiation alone, as the engine times it for one `pass` execution (a fresh instance from
 /// the pre-linked component in the pool, before the guest runs).
 pub async fn instantiate_once(engine: &Engine) -> std::time::Duration {

@@ -98,6 +98,10 @@ pub struct Ceilings {
     /// final event). Past it, inputs and results are logged as a truncation marker (a JSON
     /// string). Default 1 MiB.
     pub max_call_log_bytes: usize,
+    /// Bytes of a journaled execution's journal (clock readings, tool calls and results; see
+    /// [`crate::Journal`]). Past it the journal is dropped and the execution can no longer be
+    /// replayed ([`crate::JournalTake::lost`]); it runs on. Default 16 MiB.
+    pub max_journal_bytes: usize,
 }
 
 impl Default for Ceilings {
@@ -115,6 +119,7 @@ impl Default for Ceilings {
             max_tool_input_bytes: MIB as usize,
             max_tool_result_bytes: 8 * MIB as usize,
             max_call_log_bytes: MIB as usize,
+            max_journal_bytes: 16 * MIB as usize,
         }
     }
 }

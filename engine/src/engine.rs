@@ -12,6 +12,8 @@ use wasmtime::Store;
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
+use crate::journal::Recorder;
+
 /// Where `ExecutionRequest::data_dir` appears inside the sandbox.
 pub const DATA_DIR: &str = "/mnt/data";
 
@@ -227,6 +229,13 @@ impl Engine {
         inner.config.ceilings.check(&limits, inner.config.fuel)?;
         request.check_size(&inner.config.ceilings)?;
         let pre = self.pre(request.runtime)?;
+        if request.journal.is_some() && request.runtime != Runtime::Python {
+            return Err(Error::invalid(
+                "only the python runtime can be journaled: python-data's pre-initialised state differs from server to \
+                 server, so a replay elsewhere could not repeat a run",
+            ));
+        }
+        let journal = request.journal.as_ref().map(|j| Recorder::new(j, inner.config.ceilings.max_journal_bytes));
         let permit = self.acquire().await?;
         let started = Instant::now();
         let (store, instance, wiring) = self.new_instance(&Spec {
@@ -235,6 +244,7 @@ impl Engine {
             data_dir: request.data_dir.as_deref(),
             tenant: request.tenant.as_deref(),
             runtime: request.runtime,
+            journal: journal.as_ref(),
         })?;
 
         let id: Arc<str> = new_id().into();
@@ -257,7 +267,7 @@ impl Engine {
         };
         let span = tracing::info_span!("execution", id = %id, session = request.session_id.as_deref().unwrap_or(""));
         inner.drivers.spawn(tracing::Instrument::instrument(drive(job, store, instance), span));
-        let control = Control { id, exchange: wiring.exchange, cancel };
+        let control = Control { id, exchange: wiring.exchange, cancel, journal };
         Ok(Execution::new(control, wiring.events_rx))
     }
 
@@ -280,6 +290,7 @@ impl Engine {
             data_dir: request.data_dir.as_deref(),
             tenant: request.tenant.as_deref(),
             runtime: request.runtime,
+            journal: None,
         })?;
         let shared = session::Shared::new(new_id().into(), request.tenant.clone(), wiring.output);
         let timeout = limits.timeout;
@@ -332,6 +343,11 @@ impl Engine {
         limits.max_memory_bytes = session.limits().max_memory_bytes;
         inner.config.ceilings.check(&limits, inner.config.fuel)?;
         request.check_size(&inner.config.ceilings)?;
+        if request.journal.is_some() {
+            return Err(Error::invalid(
+                "an execution in a live session cannot be journaled: it depends on what the session's earlier programs left",
+            ));
+        }
         let schemas = session.schemas_for(&request.tools)?;
         session.claim()?;
         let started = Instant::now();
@@ -367,7 +383,7 @@ impl Engine {
             }
         };
         session.send(session::Command::Execute(Box::new(job), Box::new(install)))?;
-        let control = Control { id: new_id().into(), exchange, cancel };
+        let control = Control { id: new_id().into(), exchange, cancel, journal: None };
         Ok(Execution::new(control, events_rx))
     }
 
@@ -377,7 +393,8 @@ impl Engine {
         check_tools_size(tools, &self.inner.config.ceilings)?;
         let _permit = self.acquire().await?;
         let limits = Limits::default();
-        let spec = Spec { limits: &limits, tools, data_dir: None, tenant: None, runtime: Runtime::Python };
+        let spec =
+            Spec { limits: &limits, tools, data_dir: None, tenant: None, runtime: Runtime::Python, journal: None };
         let (mut store, _wiring) = self.new_store(&spec)?;
         store.epoch_deadline_async_yield_and_update(1);
         let sandbox =
@@ -506,7 +523,7 @@ impl Engine {
     /// The host state of one instance and the host side of its channels. `live`: it counts
     /// as a live instance (a warm instance's placeholder does not).
     fn host_state(&self, spec: &Spec<'_>, live: bool) -> Result<(HostState, Wiring)> {
-        let Spec { limits, tools, data_dir, tenant, runtime } = *spec;
+        let Spec { limits, tools, data_dir, tenant, runtime, journal } = *spec;
         let inner = &self.inner;
         let schemas = Arc::new(Schemas::compile(tools)?);
         let (events_tx, events_rx) = mpsc::unbounded_channel();
@@ -522,6 +539,9 @@ impl Engine {
                     wasi.preopened_dir(dir, DATA_DIR, FsPerms::ReadWrite)
                         .map_err(|e| Error::engine(&format!("opening {}", dir.display()), e))?;
                 }
+                if let Some(journal) = journal {
+                    journal.apply(&mut wasi);
+                }
                 Wasi::p2(wasi.build())
             }
         };
@@ -536,6 +556,8 @@ impl Engine {
             limits,
             &inner.config.ceilings,
         );
+        let mut broker = broker;
+        broker.journal = journal.cloned();
         let state = HostState::new(wasi, limiter, broker, live.then(|| inner.live.clone()));
         let fuel = self.fuel(limits);
         Ok((state, Wiring { events: events_tx, events_rx, exchange, output, fuel }))
@@ -574,7 +596,8 @@ impl Engine {
     /// One warm instance: the component instantiated in a store with a placeholder state.
     async fn make_warm(&self) -> Result<Warm> {
         let limits = Limits::default().with_max_memory_bytes(self.inner.config.ceilings.max_memory_bytes);
-        let spec = Spec { limits: &limits, tools: &[], data_dir: None, tenant: None, runtime: Runtime::Python };
+        let spec =
+            Spec { limits: &limits, tools: &[], data_dir: None, tenant: None, runtime: Runtime::Python, journal: None };
         let (state, wiring) = self.host_state(&spec, false)?;
         let mut store = self.store_with(state, Runtime::Python, wiring.fuel)?;
         let sandbox =
@@ -600,6 +623,8 @@ struct Spec<'a> {
     data_dir: Option<&'a Path>,
     tenant: Option<&'a str>,
     runtime: Runtime,
+    /// A journaled execution's recorder: its random sources and clocks go through it.
+    journal: Option<&'a Arc<Recorder>>,
 }
 
 /// The host side of one instance's channels and shared state.

@@ -133,6 +133,9 @@ pub enum FailureKind {
     Shutdown,
     /// A fault in the sandbox or the engine (a wasm trap that is not one of the above).
     Internal,
+    /// Resumed on another server by running it again from its journal, the program did not
+    /// repeat its first run (other tool calls, or the clock read at another point).
+    Diverged,
 }
 
 impl FailureKind {
@@ -149,6 +152,7 @@ impl FailureKind {
             FailureKind::Cancelled => "cancelled",
             FailureKind::Shutdown => "shutdown",
             FailureKind::Internal => "internal",
+            FailureKind::Diverged => "diverged",
         }
     }
 }

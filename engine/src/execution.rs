@@ -64,6 +64,8 @@ pub struct Control {
     pub(crate) id: Arc<str>,
     pub(crate) exchange: Arc<Exchange>,
     pub(crate) cancel: CancellationToken,
+    /// A journaled execution's recorder ([`crate::ExecutionRequest::journal`]).
+    pub(crate) journal: Option<Arc<crate::journal::Recorder>>,
 }
 
 impl Control {
@@ -102,6 +104,13 @@ impl Control {
 
     pub fn is_finished(&self) -> bool {
         self.exchange.is_finished()
+    }
+
+    /// What a journaled execution recorded since the last take (all of it, the first time):
+    /// call it at each pause and keep the entries, in order, after those of the request's
+    /// [`crate::Journal`]. `None` for an execution that is not journaled.
+    pub fn take_journal(&self) -> Option<crate::JournalTake> {
+        self.journal.as_ref().map(|j| j.take())
     }
 }
 
@@ -212,6 +221,11 @@ pub(crate) async fn run(
         }
     };
     store.data().broker.exchange.finish();
+    // A replay that ended without repeating all of its first run did not repeat it.
+    let ending = match (ending, store.data().broker.journal.as_ref().and_then(|j| j.divergence())) {
+        (Ending::Returned(..), Some(why)) => Ending::Trapped(FailureKind::Diverged, crate::host::diverged(&why)),
+        (ending, _) => ending,
+    };
     // A trap that is the program's doing (a C-stack overflow) printed nothing: say it on stderr,
     // where the program's own traceback would be, so every client shows it as it shows those.
     if let Ending::Trapped(FailureKind::PythonError, message) = &ending {

@@ -21,6 +21,7 @@ use crate::data::Door;
 use crate::error::HostTrap;
 use crate::events::{Event, FailureKind, ToolCall, ToolCallRecord};
 use crate::exchange::{Drained, Exchange};
+use crate::journal::{RecordedCall, RecordedResult, Recorder, Replayed};
 use crate::limiter::Limiter;
 use crate::output::Output;
 use crate::schema::Schemas;
@@ -44,6 +45,8 @@ pub(crate) struct Broker {
     pub(crate) run_slot: RunSlot,
     /// Bytes the call log may still keep (`Ceilings::max_call_log_bytes`).
     log_room: usize,
+    /// A journaled execution's recorder (`journal.rs`).
+    pub(crate) journal: Option<Arc<Recorder>>,
 }
 
 /// How a tool input or result too large for the call log is kept there: a JSON string.
@@ -76,6 +79,7 @@ impl Broker {
             output,
             run_slot,
             log_room: ceilings.max_call_log_bytes,
+            journal: None,
         }
     }
 
@@ -136,6 +140,44 @@ impl Broker {
     ) -> wasmtime::Result<Vec<wit::ToolResult>> {
         // The guest is about to block: what it printed so far goes out first.
         self.output.flush();
+        // A replay answers from the journal while it lasts, and checks the calls against it.
+        let replayed = match &self.journal {
+            None => None,
+            Some(journal) => {
+                let recorded: Vec<RecordedCall> = calls
+                    .iter()
+                    .map(|c| RecordedCall {
+                        id: c.id.clone(),
+                        namespace: c.namespace.clone(),
+                        name: c.name.clone(),
+                        input: c.input.clone(),
+                    })
+                    .collect();
+                match journal.calls(&recorded, self.rounds + 1) {
+                    Replayed::Diverged(why) => return Err(HostTrap::raise(FailureKind::Diverged, diverged(&why))),
+                    Replayed::Live | Replayed::Matched(None) => None,
+                    Replayed::Matched(Some(results)) => Some(results),
+                }
+            }
+        };
+        let from_journal = replayed.is_some();
+        let results = self.exchange_calls(calls, timeout_ms, replayed).await?;
+        if let Some(journal) = &self.journal
+            && !from_journal
+        {
+            journal.results(results.iter().map(recorded).collect());
+        }
+        Ok(results)
+    }
+
+    /// `wait-for-tools` itself: `replayed`, the results a replay gives back (the calls go to
+    /// nobody and nothing waits).
+    async fn exchange_calls(
+        &mut self,
+        calls: Vec<wit::ToolCall>,
+        timeout_ms: Option<u64>,
+        replayed: Option<Vec<crate::ToolResult>>,
+    ) -> wasmtime::Result<Vec<wit::ToolResult>> {
         let mut immediate = Vec::new();
         let mut valid = Vec::new();
         for call in calls {
@@ -182,10 +224,31 @@ impl Broker {
                 .into_iter()
                 .map(|c| ToolCall { id: c.id, namespace: namespace(&c.namespace), name: c.name, input: c.input })
                 .collect();
-            let _ = self.events.send(Event::ToolCalls { round, calls });
+            if replayed.is_none() {
+                let _ = self.events.send(Event::ToolCalls { round, calls });
+            }
         }
         if !immediate.is_empty() {
             return Ok(immediate);
+        }
+        if let Some(results) = replayed {
+            // As the first run got them: at once, or none (its wait timed out).
+            if !results.is_empty() {
+                self.exchange.submit(results).map_err(|e| {
+                    HostTrap::raise(FailureKind::Diverged, diverged(&format!("its journal's results do not fit: {e}")))
+                })?;
+            }
+            let ready = match self.exchange.drain() {
+                Drained::Ready(ready) => ready,
+                _ => Vec::new(),
+            };
+            return Ok(ready
+                .into_iter()
+                .map(|r| {
+                    self.settle(&r.id, &r.outcome);
+                    to_wit(r.id, r.outcome)
+                })
+                .collect());
         }
 
         // Answers may have arrived while the guest was running (after an earlier wait timed
@@ -213,6 +276,23 @@ impl Broker {
         }
         Ok(out)
     }
+}
+
+/// A journal's record of one result the guest received.
+fn recorded(r: &wit::ToolResult) -> RecordedResult {
+    match &r.outcome {
+        ToolOutcome::Ok(json) => RecordedResult { id: r.id.clone(), value: json.clone(), error: false },
+        ToolOutcome::Error(message) => RecordedResult { id: r.id.clone(), value: message.clone(), error: true },
+    }
+}
+
+/// What a client is told when a replay does not repeat the first run.
+pub(crate) fn diverged(why: &str) -> String {
+    format!(
+        "this execution's server was lost, and resuming it elsewhere ran the program again with its \
+         recorded tool results, but the program did not repeat itself ({why}); it reads something that \
+         changes between runs. Run it again from the start"
+    )
 }
 
 /// The guest's "" for no namespace as the API's `None`.

@@ -61,6 +61,10 @@ pub struct ExecutionRequest {
     /// Which Python runs the program. Default [`Runtime::Python`]. In a live session the
     /// session's runtime is used ([`crate::SessionRequest::runtime`]).
     pub runtime: Runtime,
+    /// Journal the execution (seeded random sources, recorded clocks and tool results, see
+    /// [`crate::Journal`]), replaying what the journal already holds; take what it records with
+    /// [`crate::Control::take_journal`]. Fresh executions of [`Runtime::Python`] only.
+    pub journal: Option<crate::Journal>,
 }
 
 /// The Python a program runs in, chosen per execution (and per session).
@@ -127,6 +131,11 @@ impl ExecutionRequest {
 
     pub fn with_session_id(mut self, session_id: impl Into<String>) -> Self {
         self.session_id = Some(session_id.into());
+        self
+    }
+
+    pub fn with_journal(mut self, journal: crate::Journal) -> Self {
+        self.journal = Some(journal);
         self
     }
 

@@ -194,6 +194,20 @@ pub struct ServeArgs {
     /// Largest session state a snapshot may hold (pickled bytes).
     #[arg(long, env = "PTC_MAX_SNAPSHOT_BYTES", default_value_t = defaults().sessions.max_snapshot_bytes)]
     pub max_snapshot_bytes: u64,
+    /// This node's id in a cluster, named in its continuation tokens (letters, digits, . - _).
+    /// Default: the host name, which a Kubernetes StatefulSet keeps stable across restarts.
+    #[arg(long, env = "PTC_NODE_ID")]
+    pub node_id: Option<String>,
+    /// How to reach the other nodes' HTTP API: a URL template with {node}
+    /// (`http://{node}.ptc-engine-headless:8080`) or `node=url,node=url`. A continuation
+    /// meant for another node is forwarded there.
+    #[arg(long, env = "PTC_PEER_URL_TEMPLATE")]
+    pub peers: Option<String>,
+    /// The cluster's shared store (`redis://host:6379`): paused HTTP executions are journaled
+    /// there, so that any node can finish one whose node is gone. Needs the same
+    /// --token-secret on every node.
+    #[arg(long, env = "PTC_REDIS_URL", hide_env_values = true)]
+    pub redis_url: Option<String>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -332,6 +346,19 @@ impl ServeArgs {
         sessions.idle_timeout = Duration::from_secs(self.session_idle_secs.max(1)).min(sessions.max_idle_timeout);
         sessions.max_snapshot_bytes = self.max_snapshot_bytes;
         config.http_runtime = self.http_runtime;
+        if let Some(node) = &self.node_id {
+            config.node_id = node.clone();
+        }
+        if let Some(peers) = &self.peers {
+            config.peers = crate::cluster::Peers::parse(peers).map_err(|e| format!("--peers: {e}"))?;
+        }
+        config.redis_url = self.redis_url.clone().filter(|u| !u.is_empty());
+        let clustered = config.redis_url.is_some() || !matches!(config.peers, crate::cluster::Peers::None);
+        if clustered && config.token_secret.as_deref().is_none_or(str::is_empty) {
+            return Err("a cluster (--peers or --redis-url) needs --token-secret, the same on every node: \
+                        each node must verify the tokens the others issue"
+                .into());
+        }
         config.mcp_runtime = self.mcp_runtime;
         Ok(config)
     }

@@ -115,6 +115,38 @@ struct Entry {
     modified: Option<SystemTime>,
 }
 
+/// One entry of a [`Scan`], as a journal keeps it (`Scan::export`, `FileStore::rewind`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ScanEntry {
+    pub path: String,
+    /// 0 directory, 1 file, 2 anything else.
+    pub kind: u8,
+    pub size: u64,
+    pub modified_ns: Option<u64>,
+}
+
+impl Scan {
+    /// Its entries, to keep beside a journal.
+    pub fn export(&self) -> Vec<ScanEntry> {
+        self.entries
+            .iter()
+            .map(|(path, e)| ScanEntry {
+                path: path.to_string_lossy().into_owned(),
+                kind: match e.kind {
+                    Kind::Dir => 0,
+                    Kind::File => 1,
+                    Kind::Other => 2,
+                },
+                size: e.size,
+                modified_ns: e
+                    .modified
+                    .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+                    .map(|d| d.as_nanos() as u64),
+            })
+            .collect()
+    }
+}
+
 /// What a bounded walk of one session directory saw.
 #[derive(Debug, Clone, Default)]
 pub struct Scan {
@@ -584,6 +616,36 @@ impl FileStore {
         } else {
             Ok(())
         }
+    }
+
+    /// Puts the session back as `before` (an exported scan) had it, for a replay of a run that
+    /// started from it: what the run created since is removed; a file or directory it started
+    /// with that is gone or changed cannot be put back, and refuses the replay (the message
+    /// says which).
+    pub fn rewind(&self, session: &Session, before: &[ScanEntry]) -> Result<Scan, String> {
+        let mut scan = Scan { complete: true, ..Scan::default() };
+        for e in before {
+            let kind = match e.kind {
+                0 => Kind::Dir,
+                1 => Kind::File,
+                _ => Kind::Other,
+            };
+            let modified = e.modified_ns.map(|ns| SystemTime::UNIX_EPOCH + Duration::from_nanos(ns));
+            scan.entries.insert(PathBuf::from(&e.path), Entry { kind, size: e.size, modified });
+        }
+        let now = self.scan(session).map_err(|e| e.message().to_string())?;
+        for (path, old) in &scan.entries {
+            if now.entries.get(path) != Some(old) {
+                return Err(format!(
+                    "/mnt/data/{} changed since the program started, so running it again would not repeat it",
+                    path.display()
+                ));
+            }
+        }
+        remove_new(&session.dir, Path::new(""), &scan)
+            .map_err(|e| format!("removing what the first run wrote: {e}"))?;
+        scan.usage = now.usage;
+        Ok(scan)
     }
 
     /// The session as it is now if it holds at most [`INLINE_WALK_ENTRIES`] entries: a walk

@@ -8,6 +8,7 @@
 pub mod auth;
 pub mod cli;
 pub mod client;
+pub mod cluster;
 pub mod conn;
 pub mod execute;
 pub mod files;
@@ -75,6 +76,13 @@ pub struct ServerConfig {
     /// The runtime of an HTTP API run that names none (LibreChat's client never does).
     /// Default `python`; `python-data` needs [`EngineConfig::python_data`].
     pub http_runtime: ptc_engine::Runtime,
+    /// This node's id, named in the continuation tokens it issues. Default: the host name.
+    pub node_id: String,
+    /// How to reach the other nodes (`--peers`). Default none: a single server.
+    pub peers: cluster::Peers,
+    /// The shared store of a cluster (`redis://…`): journals of paused executions, so that
+    /// another node can finish them. Default none.
+    pub redis_url: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -103,6 +111,9 @@ impl Default for ServerConfig {
             mcp_stateless: false,
             mcp_runtime: ptc_engine::Runtime::Python,
             http_runtime: ptc_engine::Runtime::Python,
+            node_id: cluster::default_node_id(),
+            peers: cluster::Peers::None,
+            redis_url: None,
         }
     }
 }
@@ -219,6 +230,16 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         tasks: request_tasks.clone(),
         sessions: sessions.clone(),
     };
+    let store: Arc<dyn cluster::Store> = match &config.redis_url {
+        Some(url) => Arc::new(
+            cluster::RedisStore::connect(url)
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot reach the cluster store at {url}: {e}"))?,
+        ),
+        None => Arc::new(cluster::MemoryStore::default()),
+    };
+    cluster::check_node_id(&config.node_id).map_err(|e| anyhow::anyhow!(e))?;
+    let cluster = Arc::new(cluster::Cluster::new(config.node_id.clone(), config.peers.clone(), store));
     let http_state = http::HttpState::new(
         engine.clone(),
         keys.clone(),
@@ -228,6 +249,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         config.http_limits.clone(),
         request_tasks.clone(),
         config.http_runtime,
+        cluster,
     );
 
     let shutdown = CancellationToken::new();
@@ -262,8 +284,9 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     tasks.spawn(http::sweep(http_state.clone(), stop_serving.clone()));
 
     let stop = stop_serving.clone();
+    let ready = shutdown.clone();
     tasks.spawn(async move {
-        let app = metrics::router();
+        let app = metrics::router(ready);
         if let Err(e) = axum::serve(metrics_listener, app).with_graceful_shutdown(stop.cancelled_owned()).await {
             tracing::error!("metrics server failed: {e}");
         }

@@ -1,4 +1,5 @@
-//! Prometheus metrics on their own port (`GET /metrics`).
+//! Prometheus metrics on their own port (`GET /metrics`), beside the probes: `GET /livez`
+//! (the process serves) and `GET /readyz` (it takes new work: 503 once it drains).
 //!
 //! The engine records through the `metrics` facade: `ptc_executions_total{outcome}`,
 //! `ptc_round_trips_total`, `ptc_tool_calls_total`, `ptc_paused_executions`,
@@ -29,13 +30,30 @@ pub fn handle() -> PrometheusHandle {
         .clone()
 }
 
-pub fn router() -> axum::Router {
+/// `/metrics`, `/livez`, and `/readyz`, which fails once `draining` is cancelled (a shutdown
+/// signal): the load balancer stops sending new work while paused executions finish.
+pub fn router(draining: tokio_util::sync::CancellationToken) -> axum::Router {
     let handle = handle();
-    axum::Router::new().route(
-        "/metrics",
-        axum::routing::get(move || {
-            let handle = handle.clone();
-            async move { handle.render() }
-        }),
-    )
+    axum::Router::new()
+        .route(
+            "/metrics",
+            axum::routing::get(move || {
+                let handle = handle.clone();
+                async move { handle.render() }
+            }),
+        )
+        .route("/livez", axum::routing::get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            axum::routing::get(move || {
+                let draining = draining.is_cancelled();
+                async move {
+                    if draining {
+                        (axum::http::StatusCode::SERVICE_UNAVAILABLE, "draining")
+                    } else {
+                        (axum::http::StatusCode::OK, "ready")
+                    }
+                }
+            }),
+        )
 }

@@ -49,6 +49,29 @@ impl RunFiles {
         .unwrap_or_else(|e| Err(FilesError::Io(format!("preparing files: {e}"))))
     }
 
+    /// The session directory of a run being replayed, put back as it was when the run first
+    /// started (`before`, kept in its journal).
+    pub(crate) async fn rewind(
+        files: &Arc<FileStore>,
+        tenant: &str,
+        session_id: &str,
+        before: Vec<crate::files::ScanEntry>,
+    ) -> Result<Arc<Self>, String> {
+        let (files, tenant, session_id) = (files.clone(), tenant.to_string(), session_id.to_string());
+        tokio::task::spawn_blocking(move || {
+            let session = files.open_session(&tenant, &session_id).map_err(|e| e.message().to_string())?;
+            let before = files.rewind(&session, &before)?;
+            Ok(Self::new(Arc::new(session), before))
+        })
+        .await
+        .unwrap_or_else(|e| Err(format!("preparing files: {e}")))
+    }
+
+    /// What the directory held before the program started.
+    pub(crate) fn before(&self) -> &Scan {
+        &self.before
+    }
+
     /// The next run in a live session's directory (which holds what earlier runs left).
     pub(crate) async fn resume(files: &Arc<FileStore>, session: &Arc<Session>) -> Result<Arc<Self>, FilesError> {
         if let Some(before) = files.scan_small(session) {

@@ -22,6 +22,9 @@ pub struct Claims {
     /// Unix time in milliseconds.
     #[serde(rename = "x")]
     pub expires_at_ms: u64,
+    /// The node holding the paused execution (empty: a single server's token).
+    #[serde(rename = "n", default, skip_serializing_if = "String::is_empty")]
+    pub node: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,7 +102,14 @@ mod tests {
     use super::*;
 
     fn claims() -> Claims {
-        Claims { execution_id: "e1".into(), tenant: "t".into(), session_id: "s".into(), round: 2, expires_at_ms: 2_000 }
+        Claims {
+            execution_id: "e1".into(),
+            tenant: "t".into(),
+            session_id: "s".into(),
+            round: 2,
+            expires_at_ms: 2_000,
+            node: String::new(),
+        }
     }
 
     #[test]

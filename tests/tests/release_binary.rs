@@ -7,6 +7,9 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+#[path = "release_binary/cluster.rs"]
+mod cluster;
+
 use ptc_tests::attacks;
 use ptc_tests::binary::{Process, free_port};
 

@@ -82,7 +82,7 @@ pub(crate) struct FileSpec {
     pub session_id: String,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 pub(crate) struct ToolResultSpec {
     pub call_id: String,
     #[serde(default)]

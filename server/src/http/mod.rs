@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::auth::ApiKeys;
+use crate::cluster::{Cluster, FORWARDED_HEADER, ForwardError, HeaderTool, JournalHeader};
 use crate::conn::HttpLimits;
 use crate::files::FileStore;
 use crate::run_files::RunFiles;
@@ -36,7 +37,9 @@ use api::{
     ApiError, ApiJson, CancelRequest, ExecRequest, ProgrammaticRequest, RunOptions, Tenant, ToolCallOut, ToolResultSpec,
 };
 use paused::{Paused, Registry};
-use ptc_engine::{Engine, ErrorKind, Event, Execution, ExecutionRequest, ToolCall, ToolDef, ToolResult};
+use ptc_engine::{
+    Engine, Entry, ErrorKind, Event, Execution, ExecutionRequest, Journal, ToolCall, ToolDef, ToolResult,
+};
 
 const REQUEST_ID_HEADER: &str = "x-librechat-code-request-id";
 
@@ -52,6 +55,8 @@ pub struct HttpState {
     tasks: TaskTracker,
     /// The runtime of a run that names none.
     runtime: Runtime,
+    /// This node, its peers and what they share.
+    pub cluster: Arc<Cluster>,
 }
 
 impl HttpState {
@@ -64,6 +69,7 @@ impl HttpState {
         limits: HttpLimits,
         tasks: TaskTracker,
         runtime: Runtime,
+        cluster: Arc<Cluster>,
     ) -> Arc<Self> {
         Arc::new(HttpState {
             engine,
@@ -75,6 +81,7 @@ impl HttpState {
             paused: Registry::default(),
             tasks,
             runtime,
+            cluster,
         })
     }
 
@@ -134,7 +141,7 @@ async fn programmatic(
     if let Some(token) = request.continuation_token {
         let results =
             request.tool_results.ok_or_else(|| ApiError::bad_request("tool_results (an array) is required"))?;
-        return continuation(&state, tenant, &token, results).await;
+        return continuation(&state, tenant, &headers, &token, results).await;
     }
     let tools = request.tools.unwrap_or_default().into_iter().map(ToolDef::from).collect();
     initial(&state, tenant, &headers, request.code, tools, request.run).await
@@ -164,14 +171,31 @@ async fn cancel(
         .request_id
         .or_else(|| headers.get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned))
         .ok_or_else(|| ApiError::bad_request("request_id is required"))?;
-    let control = state.tenants.by_request_id(&tenant, &request_id).ok_or_else(|| {
-        ApiError::new(StatusCode::NOT_FOUND, format!("no running execution with request id {request_id:?}"))
-    })?;
-    control.cancel();
-    // A paused execution is forgotten now, not at its deadline: its instance, tenant slot and
-    // request id are free for the next request.
-    state.paused.forget(control.id());
-    Ok(Json(json!({"status": "cancelled", "request_id": request_id})).into_response())
+    let cancelled = || Json(json!({"status": "cancelled", "request_id": request_id})).into_response();
+    if let Some(control) = state.tenants.by_request_id(&tenant, &request_id) {
+        control.cancel();
+        // A paused execution is forgotten now, not at its deadline: its instance, tenant slot and
+        // request id are free for the next request.
+        state.paused.forget(control.id());
+        let _ = state.cluster.store.forget(control.id()).await;
+        return Ok(cancelled());
+    }
+    // Another node's, or a lost node's (whose journal nobody may resume now).
+    let cluster = &state.cluster;
+    if let Ok(Some((id, node))) = cluster.store.request(&tenant, &request_id).await {
+        if node != cluster.node && !headers.contains_key(FORWARDED_HEADER) {
+            let body = json!({"request_id": request_id}).to_string().into_bytes();
+            match cluster.forward(&node, "/exec/programmatic/cancel", &headers, body).await {
+                Ok(response) => return Ok(response),
+                Err(e) => tracing::warn!(%node, "cancel: the owner is unreachable ({e:?}); its journal is dropped"),
+            }
+        }
+        state.paused.forget(&id);
+        if cluster.store.forget(&id).await.is_ok() {
+            return Ok(cancelled());
+        }
+    }
+    Err(ApiError::new(StatusCode::NOT_FOUND, format!("no running execution with request id {request_id:?}")))
 }
 
 /// The limits of a run: the engine's defaults with the request's timeout, which must lie
@@ -226,20 +250,65 @@ async fn initial(
     let admission = state.tenants.admit(&tenant, request_id)?;
     let run = RunFiles::prepare(&state.files, &tenant, &session_id, imports).await?;
     let expires_at_ms = now_ms() + limits.timeout.as_millis() as u64;
-    let request = ExecutionRequest::new(code)
+    let ttl = limits.timeout;
+    // With a shared store, the run is journaled so that another node can finish it.
+    let journal = (state.cluster.durable() && runtime == Runtime::Python).then(Journal::new);
+    let header = journal.as_ref().map(|j| {
+        let header = JournalHeader {
+            code: code.clone(),
+            tools: tools
+                .iter()
+                .map(|t| HeaderTool {
+                    name: t.name.clone(),
+                    description: t.description.clone(),
+                    parameters: t.parameters.clone(),
+                })
+                .collect(),
+            tenant: tenant.clone(),
+            session_id: session_id.clone(),
+            runtime: runtime.as_str().to_string(),
+            seed: hex::encode(j.seed),
+            expires_at_ms,
+            files: run.before().export(),
+        };
+        serde_json::to_vec(&header).expect("a header serialises")
+    });
+    let mut request = ExecutionRequest::new(code)
         .with_tools(tools)
         .with_limits(limits)
         .with_session_id(session_id.clone())
         .with_data_dir(run.session.path.clone())
         .with_tenant(tenant.clone())
         .with_runtime(runtime);
+    request.journal = journal;
     let mut execution = state.engine.start(request).await?;
     admission.attach(execution.control());
     run.watch(&state.files, execution.control(), &state.tasks);
     tracing::info!(execution = %execution.id(), %tenant, session = %session_id, "http execution started");
+    let cluster = &state.cluster;
+    if let Some(request_id) = request_id
+        && !cluster.is_single()
+        && let Err(e) = cluster.store.set_request(&tenant, request_id, execution.id(), &cluster.node, ttl).await
+    {
+        tracing::warn!("recording request id {request_id:?}: {e}");
+    }
+    if cluster.durable() {
+        let _ = cluster.store.add_usage(&tenant, "executions", 1).await;
+    }
     match advance(&mut execution).await {
         Stop::Calls(round, calls) => {
-            let paused = Paused { execution, run, tenant, session_id, round, expires_at_ms, _admission: admission };
+            let paused = Paused {
+                id: execution.id().to_string(),
+                journaled: header.is_some(),
+                header,
+                execution,
+                run,
+                tenant,
+                session_id,
+                round,
+                expires_at_ms,
+                _admission: admission,
+            };
             Ok(pause(state, paused, calls).await)
         }
         ended => Ok(ended_response(state, &run, ended).await),
@@ -249,6 +318,7 @@ async fn initial(
 async fn continuation(
     state: &HttpState,
     tenant: String,
+    headers: &HeaderMap,
     token: &str,
     results: Vec<ToolResultSpec>,
 ) -> Result<Response, ApiError> {
@@ -257,9 +327,46 @@ async fn continuation(
         Ok(_) | Err(TokenError::Invalid) => return Err(ApiError::bad_request("Invalid continuation token")),
         Err(TokenError::Expired) => return Err(ApiError::bad_request("Execution expired")),
     };
-    let Some(slot) = state.paused.get(&claims.execution_id) else {
-        return Err(ApiError::bad_request("Execution expired"));
-    };
+    if let Some(slot) = state.paused.get(&claims.execution_id) {
+        return resume(state, &tenant, &claims, slot, results).await;
+    }
+    let cluster = &state.cluster;
+    // Another node's: forwarded once, with the client's credentials; its answer is ours.
+    if !claims.node.is_empty() && claims.node != cluster.node && !headers.contains_key(FORWARDED_HEADER) {
+        let body = json!({"continuation_token": token, "tool_results": results}).to_string().into_bytes();
+        match cluster.forward(&claims.node, "/exec/programmatic", headers, body).await {
+            Ok(response) => return Ok(response),
+            Err(e) if !cluster.durable() => {
+                let why = match e {
+                    ForwardError::Unknown => "this server has no address for it (--peers)".to_string(),
+                    ForwardError::Unreachable(e) => format!("it cannot be reached: {e}"),
+                };
+                return Err(ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!(
+                        "this execution is held by server {:?}, and {why}; without a shared store (--redis-url) no \
+                         other server can resume it: run the program again",
+                        claims.node
+                    ),
+                ));
+            }
+            Err(e) => tracing::warn!(node = %claims.node, "continuation: the owner is unreachable ({e:?}); replaying"),
+        }
+    }
+    if cluster.durable() {
+        return replay(state, tenant, claims, results).await;
+    }
+    Err(ApiError::bad_request("Execution expired"))
+}
+
+/// Resumes a paused execution held here with the client's results.
+async fn resume(
+    state: &HttpState,
+    tenant: &str,
+    claims: &Claims,
+    slot: paused::Slot,
+    results: Vec<ToolResultSpec>,
+) -> Result<Response, ApiError> {
     // A second request racing on the same execution is a replay of the same token.
     let Ok(mut guard) = slot.try_lock() else { return Err(ApiError::bad_request("Invalid continuation token")) };
     let Some(paused) = guard.as_mut() else { return Err(ApiError::bad_request("Invalid continuation token")) };
@@ -286,6 +393,16 @@ async fn continuation(
     if !missing.is_empty() {
         return Err(ApiError::bad_request(format!("Missing tool results for: {}", missing.join(", "))));
     }
+    // A token resumes once across the cluster: another node may have replayed this round.
+    if paused.journaled {
+        let ttl = Duration::from_millis(paused.expires_at_ms.saturating_sub(now_ms()).max(1));
+        match state.cluster.store.claim(&paused.id, paused.round, &state.cluster.node, ttl).await {
+            Ok(true) => {}
+            Ok(false) => return Err(ApiError::bad_request("Invalid continuation token")),
+            // Unreachable, nobody can replay it either: this node's lock is enough.
+            Err(e) => tracing::warn!("claiming a round: {e}"),
+        }
+    }
     let ordered: Vec<ToolResult> = pending.iter().filter_map(|p| answers.remove(p)).collect();
     if let Err(e) = paused.execution.submit(ordered) {
         return Err(match e.kind() {
@@ -303,24 +420,187 @@ async fn continuation(
             paused.round = round;
             Ok(pause(state, paused, calls).await)
         }
-        ended => Ok(ended_response(state, &paused.run, ended).await),
+        ended => {
+            if paused.journaled {
+                let _ = state.cluster.store.forget(&paused.id).await;
+            }
+            Ok(ended_response(state, &paused.run, ended).await)
+        }
     }
+}
+
+/// Resumes an execution whose node is gone: runs its program again from the journal in the
+/// shared store (the recorded tool results answered at once, the calls checked against the
+/// record) up to the round the token resumes, then hands it the client's results.
+async fn replay(
+    state: &HttpState,
+    tenant: String,
+    claims: Claims,
+    results: Vec<ToolResultSpec>,
+) -> Result<Response, ApiError> {
+    let cluster = &state.cluster;
+    let unavailable = |e: crate::cluster::StoreError| {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, format!("{e}; try the continuation again shortly"))
+    };
+    let Some(saved) = cluster.store.load(&claims.execution_id).await.map_err(unavailable)? else {
+        return Err(ApiError::bad_request("Execution expired"));
+    };
+    // An older round's token was used already (here or on the node that resumed it).
+    if saved.round != claims.round {
+        return Err(ApiError::bad_request("Invalid continuation token"));
+    }
+    let header: JournalHeader = serde_json::from_slice(&saved.header)
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("a malformed journal: {e}")))?;
+    if header.tenant != tenant {
+        return Err(ApiError::bad_request("Invalid continuation token"));
+    }
+    let remaining = header.expires_at_ms.saturating_sub(now_ms());
+    if remaining == 0 {
+        return Err(ApiError::bad_request("Execution expired"));
+    }
+    let mut entries: Vec<Entry> = Vec::new();
+    for segment in &saved.segments {
+        let part: Vec<Entry> = serde_json::from_slice(segment)
+            .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("a malformed journal: {e}")))?;
+        entries.extend(part);
+    }
+    let mut seed = [0u8; 32];
+    hex::decode_to_slice(&header.seed, &mut seed)
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("a malformed journal: {e}")))?;
+    let started = std::time::Instant::now();
+    let run = match RunFiles::rewind(&state.files, &tenant, &header.session_id, header.files.clone()).await {
+        Ok(run) => run,
+        Err(why) => {
+            let _ = cluster.store.forget(&claims.execution_id).await;
+            return Ok(lost_response(&header.session_id, &why));
+        }
+    };
+    let admission = state.tenants.admit(&tenant, None)?;
+    // The first run's deadline holds; the engine's shortest timeout is its floor.
+    let min = state.engine.config().ceilings.min_timeout;
+    let timeout = Duration::from_millis(remaining).max(min);
+    let limits = state.engine.config().default_limits.clone().with_timeout(timeout);
+    let runtime: Runtime = header.runtime.parse().map_err(|e: ptc_engine::Error| ApiError::bad_request(e.message()))?;
+    let tools = header
+        .tools
+        .into_iter()
+        .map(|t| {
+            let mut def = ToolDef::new(t.name).with_description(t.description);
+            def.parameters = t.parameters;
+            def
+        })
+        .collect();
+    let request = ExecutionRequest::new(header.code)
+        .with_tools(tools)
+        .with_limits(limits)
+        .with_session_id(header.session_id.clone())
+        .with_data_dir(run.session.path.clone())
+        .with_tenant(tenant.clone())
+        .with_runtime(runtime)
+        .with_journal(Journal::replay(seed, entries));
+    let mut execution = state.engine.start(request).await?;
+    admission.attach(execution.control());
+    run.watch(&state.files, execution.control(), &state.tasks);
+    let _ = cluster.store.add_usage(&tenant, "replays", 1).await;
+    match advance(&mut execution).await {
+        Stop::Calls(round, _) if round == claims.round => {
+            tracing::info!(execution = %claims.execution_id, round, elapsed = ?started.elapsed(), "resumed by replay");
+            metrics::histogram!("ptc_replay_seconds").record(started.elapsed().as_secs_f64());
+            let ttl = Duration::from_millis(remaining);
+            if let Err(e) = cluster.store.set_owner(&claims.execution_id, &cluster.node, round, ttl).await {
+                tracing::warn!("naming the new owner: {e}");
+            }
+            let paused = Paused {
+                id: claims.execution_id.clone(),
+                execution,
+                run,
+                tenant: tenant.clone(),
+                session_id: header.session_id,
+                round,
+                expires_at_ms: header.expires_at_ms,
+                _admission: admission,
+                header: None,
+                journaled: true,
+            };
+            state.paused.insert(paused);
+            let slot = state.paused.get(&claims.execution_id).expect("just inserted");
+            resume(state, &tenant, &claims, slot, results).await
+        }
+        Stop::Calls(round, _) => {
+            let _ = cluster.store.forget(&claims.execution_id).await;
+            let why = format!(
+                "running it again stopped for tools at round {round}, not at round {} where it was paused",
+                claims.round
+            );
+            Ok(lost_response(&header.session_id, &ptc_engine_diverged(&why)))
+        }
+        ended => {
+            let _ = cluster.store.forget(&claims.execution_id).await;
+            Ok(ended_response(state, &run, ended).await)
+        }
+    }
+}
+
+/// The message of a replay that could not repeat the first run (the engine's wording).
+fn ptc_engine_diverged(why: &str) -> String {
+    format!(
+        "this execution's server was lost, and resuming it elsewhere ran the program again with its recorded \
+         tool results, but the program did not repeat itself ({why}). Run it again from the start"
+    )
+}
+
+/// An execution that cannot be resumed: the model is told why and what to do.
+fn lost_response(session_id: &str, why: &str) -> Response {
+    let stderr = format!("{why}\n");
+    Json(json!({
+        "status": "error", "session_id": session_id, "error": "Execution failed or timed out", "kind": "diverged",
+        "stdout": "", "stderr": stderr,
+    }))
+    .into_response()
 }
 
 /// Keeps the paused execution and answers `tool_call_required` with a token for its round.
 /// The file quota is checked first: a program that wrote past it while running is stopped
-/// here rather than kept paused.
+/// here rather than kept paused. With a shared store, what its journal recorded since the last
+/// pause is saved first, so that any node can resume it with the token.
 async fn pause(state: &HttpState, mut paused: Paused, calls: Vec<ToolCall>) -> Response {
     if !paused.run.check(&state.files, &paused.execution.control()).await {
         let stop = advance(&mut paused.execution).await;
         return ended_response(state, &paused.run, stop).await;
     }
+    let cluster = &state.cluster;
+    if paused.journaled
+        && let Some(take) = paused.execution.control().take_journal()
+    {
+        let ttl = Duration::from_millis(paused.expires_at_ms.saturating_sub(now_ms()).max(1));
+        let saved = match take.lost {
+            Some(why) => Err(why),
+            None => {
+                let segment = serde_json::to_vec(&take.entries).expect("entries serialise");
+                let header = paused.header.as_deref();
+                let saved = cluster.store.save(&paused.id, header, &segment, &cluster.node, paused.round, ttl).await;
+                saved.map_err(|e| e.to_string())
+            }
+        };
+        match saved {
+            Ok(()) => paused.header = None,
+            Err(why) => {
+                // A journal with a gap could replay wrongly: it is dropped whole. The execution
+                // still runs here; only a loss of this node would now lose it too.
+                tracing::warn!(execution = %paused.id, "no longer journaled: {why}");
+                metrics::counter!("ptc_journal_save_failures_total").increment(1);
+                paused.journaled = false;
+                let _ = cluster.store.forget(&paused.id).await;
+            }
+        }
+    }
     let claims = Claims {
-        execution_id: paused.execution.id().to_string(),
+        execution_id: paused.id.clone(),
         tenant: paused.tenant.clone(),
         session_id: paused.session_id.clone(),
         round: paused.round,
         expires_at_ms: paused.expires_at_ms,
+        node: if cluster.is_single() { String::new() } else { cluster.node.clone() },
     };
     let token = state.signer.sign(&claims);
     let session_id = paused.session_id.clone();

@@ -16,6 +16,9 @@ use crate::token::now_ms;
 
 /// An execution waiting for the client's tool results between two requests.
 pub(crate) struct Paused {
+    /// The id its tokens and journal name: its engine id, or the first run's when it was
+    /// resumed here by replay.
+    pub id: String,
     pub execution: Execution,
     pub run: Arc<RunFiles>,
     pub tenant: String,
@@ -24,6 +27,10 @@ pub(crate) struct Paused {
     pub round: u32,
     pub expires_at_ms: u64,
     pub _admission: Admission,
+    /// The journal's header, until the first pause saves it (cluster with a shared store).
+    pub header: Option<Vec<u8>>,
+    /// Whether its journal is kept in the shared store.
+    pub journaled: bool,
 }
 
 impl Paused {
@@ -53,7 +60,7 @@ impl Registry {
     }
 
     pub(crate) fn insert(&self, paused: Paused) {
-        let id = paused.execution.id().to_string();
+        let id = paused.id.clone();
         self.slots().insert(id, Arc::new(tokio::sync::Mutex::new(Some(paused))));
     }
 

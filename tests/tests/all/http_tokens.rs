@@ -153,3 +153,39 @@ async fn concurrent_sessions_do_not_mix() {
         assert_eq!(t.await.unwrap(), format!("{}\n", i * 100));
     }
 }
+
+/// Without a shared store, a continuation whose node cannot be reached is refused with what
+/// happened and what to do; with peers, tokens name the node that issued them.
+#[tokio::test]
+async fn a_token_of_an_unreachable_node_without_a_shared_store_says_so() {
+    let closed = ptc_tests::binary::free_port();
+    let mut cfg = config(&["acme:ka"]);
+    cfg.node_id = "a".into();
+    cfg.peers =
+        ptc_server::cluster::Peers::parse(&format!("a=http://127.0.0.1:1,b=http://127.0.0.1:{closed}")).unwrap();
+    cfg.token_secret = Some("shared".into());
+    let server = serve(cfg).await;
+    let signer = ptc_server::token::Signer::new(Some("shared"));
+
+    // Its own tokens name it.
+    let first = post(server.http_addr, PATH, Some("ka"), &json!({"code": "await t()", "tools": [{"name": "t"}]})).await;
+    let token = first.body["continuation_token"].as_str().unwrap();
+    assert_eq!(signer.verify(token, 0).unwrap().node, "a");
+
+    for (node, why) in [("b", "it cannot be reached"), ("c", "this server has no address for it")] {
+        let claims = ptc_server::token::Claims {
+            execution_id: "e1".into(),
+            tenant: "acme".into(),
+            session_id: "s".into(),
+            round: 1,
+            expires_at_ms: ptc_server::token::now_ms() + 60_000,
+            node: node.into(),
+        };
+        let body = json!({"continuation_token": signer.sign(&claims), "tool_results": []});
+        let reply = post(server.http_addr, PATH, Some("ka"), &body).await;
+        assert_eq!(reply.status, 503, "{}", reply.text);
+        let error = reply.body["error"].as_str().unwrap();
+        assert!(error.contains(&format!("held by server \"{node}\", and {why}")), "{error}");
+        assert!(error.contains("run the program again"), "{error}");
+    }
+}

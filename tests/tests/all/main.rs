@@ -16,6 +16,7 @@ mod http_files;
 mod http_programmatic;
 mod http_tokens;
 mod http_vanish;
+mod journal;
 mod librechat;
 mod lifecycle;
 mod limits;

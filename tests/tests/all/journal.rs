@@ -1,0 +1,149 @@
+//! Journaled executions through the real component: a replay from the journal repeats the first
+//! run exactly (random numbers, uuids, clock readings, tool calls), answers the recorded rounds
+//! without the client, and goes live where the journal ends; a program that does not repeat
+//! itself fails with kind `diverged`, naming the round.
+
+use ptc_engine::{Entry, Event, Execution, ExecutionRequest, FailureKind, Journal, ToolCall, ToolDef, ToolResult};
+use ptc_tests::*;
+use serde_json::{Value, json};
+
+const PROGRAM: &str = r#"
+import random, uuid, time, os
+r = random.random()
+u = str(uuid.uuid4())
+b = os.urandom(4).hex()
+t1 = time.time()
+m1 = time.monotonic()
+a = await echo_tool(step=1, r=r, u=u, b=b, t1=t1)
+m2 = time.monotonic()
+c = await echo_tool(step=2, t2=time.time(), dm=m2 - m1)
+print(r, u, b, t1, c["input"]["t2"], m2 - m1, m2 >= m1)
+"#;
+
+fn tools() -> Vec<ToolDef> {
+    vec![ToolDef::new("echo_tool")]
+}
+
+/// Runs to the next `ToolCalls` event and returns its calls (`None`: the execution ended).
+async fn next_calls(exec: &mut Execution) -> Option<Vec<ToolCall>> {
+    while let Some(event) = exec.next_event().await {
+        match event {
+            Event::ToolCalls { calls, .. } => return Some(calls),
+            Event::Output { .. } => {}
+            Event::Completed(_) | Event::Failed(_) => return None,
+        }
+    }
+    None
+}
+
+fn answer(exec: &Execution, calls: &[ToolCall]) {
+    let results = calls.iter().map(|c| ToolResult::ok(&c.id, &json!({"input": c.input_value()}))).collect();
+    exec.submit(results).unwrap();
+}
+
+async fn start_journaled(code: &str, journal: Journal) -> Execution {
+    engine().start(ExecutionRequest::new(code).with_tools(tools()).with_journal(journal)).await.expect("start")
+}
+
+#[tokio::test]
+async fn a_replay_repeats_the_first_run_and_goes_live_where_its_journal_ends() {
+    // The first run, paused at its second round, as a node holds it before it is lost.
+    let journal = Journal::new();
+    let seed = journal.seed;
+    let mut first = start_journaled(PROGRAM, journal).await;
+    let round1 = next_calls(&mut first).await.expect("round 1");
+    answer(&first, &round1);
+    let round2 = next_calls(&mut first).await.expect("round 2");
+    let entries = first.control().take_journal().expect("journaled").entries;
+    assert!(first.control().take_journal().unwrap().entries.is_empty(), "a take hands each entry over once");
+    assert!(entries.iter().any(|e| matches!(e, Entry::Wall(_))), "{entries:?}");
+    assert!(matches!(entries.last(), Some(Entry::Calls(_))), "it ends with the pending calls: {entries:?}");
+    let t1 = round1[0].input_value()["t1"].as_f64().unwrap();
+
+    // The replay reaches the same round with the same calls, without asking the client for
+    // round 1, and then runs live.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let mut again = start_journaled(PROGRAM, Journal::replay(seed, entries.clone())).await;
+    let live = next_calls(&mut again).await.expect("the live round");
+    assert_eq!(live.len(), 1);
+    assert_eq!(live[0].input, round2[0].input, "the same random draws and clock readings");
+    answer(&again, &live);
+    answer(&first, &round2);
+    let replayed = drive(again, echo).await.completed();
+    let original = drive(first, echo).await.completed();
+    assert_eq!(replayed.stdout, original.stdout);
+    assert_eq!(replayed.stats.round_trips, 2);
+    assert!(replayed.stdout.contains(&format!("{t1}")), "{}", replayed.stdout);
+    assert!(replayed.stdout.trim_end().ends_with("True"), "{}", replayed.stdout);
+
+    // Another seed draws other numbers: the first call differs, and the replay says so.
+    let mut other_seed = seed;
+    other_seed[5] ^= 1;
+    let failed =
+        drive(start_journaled(PROGRAM, Journal::replay(other_seed, entries.clone())).await, echo).await.failed();
+    assert_eq!(failed.kind, FailureKind::Diverged);
+    assert!(failed.message.contains("round 1: it called echo_tool("), "{}", failed.message);
+    assert!(failed.message.contains("where its first run called echo_tool("), "{}", failed.message);
+    assert!(failed.message.contains("Run it again from the start"), "{}", failed.message);
+
+    // Without a journal, two runs draw different numbers.
+    let a = drive(start(PROGRAM, tools()).await, echo).await.completed().stdout;
+    let b = drive(start(PROGRAM, tools()).await, echo).await.completed().stdout;
+    assert_ne!(a.split(' ').next(), b.split(' ').next());
+}
+
+#[tokio::test]
+async fn a_program_that_stops_short_of_its_journal_or_reads_the_clock_out_of_turn_diverges() {
+    let journal = Journal::new();
+    let seed = journal.seed;
+    let code = "import time\nx = await echo_tool(v=1)\nprint(x)";
+    let mut first = start_journaled(code, journal).await;
+    let calls = next_calls(&mut first).await.unwrap();
+    let mut entries = first.control().take_journal().unwrap().entries;
+    answer(&first, &calls);
+    let control = first.control();
+    let done = drive(first, echo).await.completed();
+    assert!(done.stdout.contains("'v': 1"), "{}", done.stdout);
+    // The whole journal, up to the end: a replay of it completes the same way.
+    entries.extend(control.take_journal().unwrap().entries);
+    let again = drive(start_journaled(code, Journal::replay(seed, entries.clone())).await, echo).await.completed();
+    assert_eq!(again.stdout, done.stdout);
+
+    // A journal with a round the program never makes: it ended before repeating all of it.
+    entries.push(Entry::Calls(vec![ptc_engine::RecordedCall {
+        id: "call_2".into(),
+        namespace: String::new(),
+        name: "echo_tool".into(),
+        input: "{\"v\":2}".into(),
+    }]));
+    let failed = drive(start_journaled(code, Journal::replay(seed, entries.clone())).await, echo).await.failed();
+    assert_eq!(failed.kind, FailureKind::Diverged);
+    assert!(failed.message.contains("ended before making all the tool calls of its first run"), "{}", failed.message);
+
+    // A wall-clock reading recorded where the program now does something else.
+    let mut clocked = vec![Entry::Wall(1)];
+    clocked.extend(entries.into_iter().filter(|e| matches!(e, Entry::Calls(_))).take(1));
+    let code_reads_late = "x = await echo_tool(v=1)\nimport time\nprint(time.time())";
+    let failed = drive(start_journaled(code_reads_late, Journal::replay(seed, clocked)).await, echo).await.failed();
+    assert_eq!(failed.kind, FailureKind::Diverged);
+    // (Its event loop reads the monotonic clock first: that is where it parts from the journal.)
+    assert!(
+        failed.message.contains("before round 1: it read the monotonic clock where its first run"),
+        "{}",
+        failed.message
+    );
+}
+
+#[tokio::test]
+async fn only_fresh_python_executions_are_journaled() {
+    let session = engine().open_session(ptc_engine::SessionRequest::default()).await.unwrap().0;
+    let err = engine()
+        .execute_in(&session, ExecutionRequest::new("pass").with_journal(Journal::new()))
+        .await
+        .err()
+        .expect("refused");
+    assert!(err.message().contains("live session cannot be journaled"), "{}", err.message());
+    let plain = start("pass", vec![]).await;
+    assert_eq!(plain.control().take_journal(), None);
+    let _: Value = json!(null);
+}

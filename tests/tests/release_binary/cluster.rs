@@ -1,0 +1,433 @@
+//! A cluster on one machine: three `ptc-engine serve` processes (the release binary) over one
+//! real `redis-server` and one files directory (the shared volume), spoken to as LibreChat's
+//! client speaks to a plain load balancer: every request goes to a random node. Nodes are
+//! killed with SIGKILL and restarted one after another while executions are paused; every
+//! execution still completes, with exactly the output it would have had.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ptc_tests::binary::{Process, free_port};
+use ptc_tests::http::{post, post_raw};
+use serde_json::{Value, json};
+
+const KEY: &str = "key-a";
+const SECRET: &str = "a-secret-every-node-shares";
+
+/// A `redis-server` on a free port, in memory only.
+fn redis() -> (Process, u16) {
+    let port = free_port();
+    let child = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("redis-server (Debian package redis-server; .ci/run installs it)");
+    let process = Process(child);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
+            let mut reply = [0u8; 7];
+            if s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut reply).is_ok() && &reply == b"+PONG\r\n" {
+                return (process, port);
+            }
+        }
+        assert!(Instant::now() < deadline, "redis-server did not answer");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The status of `GET url` (plain HTTP/1.1 on loopback).
+fn http_get_status(url: &str) -> u16 {
+    let rest = url.strip_prefix("http://").unwrap();
+    let (host, path) = rest.split_once('/').unwrap();
+    let Ok(mut s) = TcpStream::connect(host) else { return 0 };
+    let request = format!("GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    s.write_all(request.as_bytes()).unwrap();
+    let mut reply = String::new();
+    let _ = s.read_to_string(&mut reply);
+    reply.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0)
+}
+
+/// `HGET key field` on the Redis at `port`, spoken in RESP by hand.
+fn hget(port: u16, key: &str, field: &str) -> Option<u64> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let command = format!("*3\r\n$4\r\nHGET\r\n${}\r\n{key}\r\n${}\r\n{field}\r\n", key.len(), field.len());
+    s.write_all(command.as_bytes()).unwrap();
+    let mut reader = BufReader::new(s);
+    let mut head = String::new();
+    reader.read_line(&mut head).unwrap();
+    if head.starts_with("$-1") {
+        return None;
+    }
+    let mut value = String::new();
+    reader.read_line(&mut value).unwrap();
+    Some(value.trim().parse().unwrap())
+}
+
+/// Tenant `a`'s usage counter `name` across the cluster.
+fn usage(port: u16, name: &str) -> u64 {
+    hget(port, &format!("ptc:u:{}", "a".bytes().map(|b| format!("{b:02x}")).collect::<String>()), name).unwrap_or(0)
+}
+
+/// One node: its id, its ports (kept across restarts, as a StatefulSet keeps its names), and
+/// its process while it runs.
+struct Node {
+    id: String,
+    http: u16,
+    grpc: u16,
+    metrics: u16,
+    process: Option<Process>,
+}
+
+struct Cluster {
+    bin: PathBuf,
+    files: PathBuf,
+    redis: u16,
+    nodes: Vec<Node>,
+    rng: u64,
+}
+
+impl Cluster {
+    fn new(bin: PathBuf, files: PathBuf, redis: u16) -> Self {
+        let nodes = (1..=3)
+            .map(|i| Node {
+                id: format!("n{i}"),
+                http: free_port(),
+                grpc: free_port(),
+                metrics: free_port(),
+                process: None,
+            })
+            .collect();
+        let mut cluster = Cluster { bin, files, redis, nodes, rng: 0x9e37_79b9_7f4a_7c15 };
+        for i in 0..3 {
+            cluster.start(i);
+        }
+        cluster
+    }
+
+    fn peers(&self) -> String {
+        self.nodes.iter().map(|n| format!("{}=http://127.0.0.1:{}", n.id, n.http)).collect::<Vec<_>>().join(",")
+    }
+
+    fn start(&mut self, i: usize) {
+        let peers = self.peers();
+        let node = &self.nodes[i];
+        let mut child = Command::new(&self.bin)
+            .arg("serve")
+            .args(["--node-id", &node.id, "--peers", &peers])
+            .args(["--redis-url", &format!("redis://127.0.0.1:{}", self.redis)])
+            .args(["--token-secret", SECRET, "--api-keys", &format!("a:{KEY}")])
+            .args(["--http-addr", &format!("127.0.0.1:{}", node.http)])
+            .args(["--grpc-addr", &format!("127.0.0.1:{}", node.grpc)])
+            .args(["--metrics-addr", &format!("127.0.0.1:{}", node.metrics)])
+            .args(["--shutdown-grace-secs", "2", "--warm-instances", "0"])
+            .arg("--files-dir")
+            .arg(&self.files)
+            .env("PTC_LOG", "info")
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the release binary starts");
+        let mut log = BufReader::new(child.stderr.take().unwrap());
+        let mut seen = String::new();
+        while !seen.contains("serving") {
+            let mut line = String::new();
+            assert!(log.read_line(&mut line).unwrap() > 0, "node {} exited:\n{seen}", node.id);
+            seen.push_str(&line);
+        }
+        std::thread::spawn(move || std::io::copy(&mut log, &mut std::io::sink()));
+        self.nodes[i].process = Some(Process(child));
+    }
+
+    /// SIGKILL: the node is gone at once, with every instance it held.
+    fn kill(&mut self, i: usize) {
+        drop(self.nodes[i].process.take());
+    }
+
+    /// SIGTERM, then waits for the node to finish draining and exit.
+    fn stop(&mut self, i: usize) {
+        self.signal(i);
+        self.wait_exit(i);
+    }
+
+    /// SIGTERM: the node starts draining.
+    fn signal(&self, i: usize) {
+        let pid = self.nodes[i].process.as_ref().expect("running").0.id().to_string();
+        assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    }
+
+    fn wait_exit(&mut self, i: usize) {
+        let mut process = self.nodes[i].process.take().expect("running");
+        let status = process.0.wait().unwrap();
+        assert!(status.success(), "node {} exited with {status}", self.nodes[i].id);
+    }
+
+    fn addr(&self, i: usize) -> SocketAddr {
+        ([127, 0, 0, 1], self.nodes[i].http).into()
+    }
+
+    /// A running node's address, at random.
+    fn random(&mut self) -> SocketAddr {
+        let i = self.any();
+        self.addr(i)
+    }
+
+    /// A running node, at random.
+    fn any(&mut self) -> usize {
+        loop {
+            self.rng ^= self.rng << 13;
+            self.rng ^= self.rng >> 7;
+            self.rng ^= self.rng << 17;
+            let i = (self.rng % 3) as usize;
+            if self.nodes[i].process.is_some() {
+                return i;
+            }
+        }
+    }
+}
+
+/// Draws a random number, a uuid and the time, and sends all three through its first call:
+/// the client sees what the first run drew, and checks the end prints exactly that.
+fn program(n: u32) -> String {
+    format!(
+        r#"
+import random, uuid, time
+r = random.random()
+u = str(uuid.uuid4())
+t = time.time()
+a = await double(x={n}, r=r, u=u, t=t)
+b = await double(x=a)
+c = await double(x=b)
+print({n}, a, b, c, r, u, t)
+"#
+    )
+}
+
+fn tools() -> Value {
+    json!([{"name": "double", "description": "twice x", "parameters": {"type": "object"}}])
+}
+
+/// One execution as the client sees it.
+struct Client {
+    n: u32,
+    token: String,
+    calls: Vec<Value>,
+    /// (r, u, t) of the first call.
+    drawn: Option<(f64, String, f64)>,
+}
+
+fn answers(calls: &[Value]) -> Value {
+    let results: Vec<Value> =
+        calls.iter().map(|c| json!({"call_id": c["id"], "result": c["input"]["x"].as_i64().unwrap() * 2})).collect();
+    json!(results)
+}
+
+async fn begin(addr: SocketAddr, n: u32, code: &str) -> Client {
+    let reply = post(addr, "/exec/programmatic", Some(KEY), &json!({"code": code, "tools": tools()})).await;
+    assert_eq!(reply.body["status"], "tool_call_required", "{}", reply.text);
+    let calls = reply.body["tool_calls"].as_array().unwrap().clone();
+    let input = &calls[0]["input"];
+    let drawn = input
+        .get("r")
+        .map(|r| (r.as_f64().unwrap(), input["u"].as_str().unwrap().into(), input["t"].as_f64().unwrap()));
+    Client { n, token: reply.body["continuation_token"].as_str().unwrap().into(), calls, drawn }
+}
+
+/// Answers the pending calls at `addr`: `Some` reply body when it ended.
+async fn step(addr: SocketAddr, client: &mut Client) -> Option<Value> {
+    let body = json!({"continuation_token": client.token, "tool_results": answers(&client.calls)});
+    let reply = post(addr, "/exec/programmatic", Some(KEY), &body).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    match reply.body["status"].as_str() {
+        Some("tool_call_required") => {
+            client.token = reply.body["continuation_token"].as_str().unwrap().into();
+            client.calls = reply.body["tool_calls"].as_array().unwrap().clone();
+            None
+        }
+        _ => Some(reply.body),
+    }
+}
+
+/// The end as the client must see it: the numbers it was sent, doubled, and what the first
+/// run drew (the same random number, uuid and time, whichever node ran which part).
+fn check_end(client: &Client, end: &Value) {
+    assert_eq!(end["status"], "completed", "{end}");
+    let stdout = end["stdout"].as_str().unwrap();
+    let words: Vec<&str> = stdout.split_whitespace().collect();
+    let n = i64::from(client.n);
+    assert_eq!(words[..4], [n.to_string(), (2 * n).to_string(), (4 * n).to_string(), (8 * n).to_string()], "{stdout}");
+    let (r, u, t) = client.drawn.clone().unwrap();
+    assert_eq!(words[4].parse::<f64>().unwrap(), r, "{stdout}");
+    assert_eq!(words[5], u, "{stdout}");
+    assert_eq!(words[6].parse::<f64>().unwrap(), t, "{stdout}");
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_and_redis_lose_no_execution() {
+    let bin = tokio::task::spawn_blocking(ptc_tests::binary::release).await.unwrap();
+    let base = std::env::temp_dir().join(format!("ptc-cluster-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let (_redis, redis_port) = redis();
+    let mut cluster = Cluster::new(bin, base.join("files"), redis_port);
+
+    // 1. 200 paused executions, every request to a random node.
+    let mut clients = Vec::new();
+    for n in 0..200 {
+        let at = cluster.any();
+        clients.push(begin(cluster.addr(at), n, &program(n)).await);
+    }
+    for client in &mut clients {
+        let end = loop {
+            let at = cluster.any();
+            if let Some(end) = step(cluster.addr(at), client).await {
+                break end;
+            }
+        };
+        check_end(client, &end);
+    }
+    // Each continuation was forwarded to the node holding its execution: none was replayed.
+    assert_eq!(usage(redis_port, "replays"), 0);
+    assert_eq!(usage(redis_port, "executions"), 200);
+
+    // 2. 50 executions on node 1, each paused at its second round; node 1 is killed; their
+    // continuations reach the other nodes, which resume them by replay.
+    let mut held = Vec::new();
+    for n in 1000..1050 {
+        let mut client = begin(cluster.addr(0), n, &program(n)).await;
+        assert!(step(cluster.addr(0), &mut client).await.is_none());
+        held.push(client);
+    }
+    let clock = "import time\nt1 = time.time()\na = await double(x=1, t=t1)\nt2 = time.time()\nb = await double(x=a, t=t2)\nprint(t1, t2, t2 >= t1)";
+    let mut clocked = begin(cluster.addr(0), 1, clock).await;
+    let t1 = clocked.calls[0]["input"]["t"].as_f64().unwrap();
+    assert!(step(cluster.addr(0), &mut clocked).await.is_none());
+    let t2 = clocked.calls[0]["input"]["t"].as_f64().unwrap();
+    let appends = "with open('/mnt/data/log.txt', 'a') as f:\n    f.write('x')\na = await double(x=1)\nprint(open('/mnt/data/log.txt').read())";
+    let mut appending = begin(cluster.addr(0), 1, appends).await;
+
+    // The same kind of round, live, for comparison.
+    let mut live_rounds = Vec::new();
+    for n in 2000..2020 {
+        let at = 1 + (n as usize % 2);
+        let mut client = begin(cluster.addr(at), n, &program(n)).await;
+        assert!(step(cluster.addr(at), &mut client).await.is_none());
+        let t0 = Instant::now();
+        assert!(step(cluster.addr(at), &mut client).await.is_none());
+        live_rounds.push(t0.elapsed());
+    }
+
+    cluster.kill(0);
+    let mut replays = Vec::new();
+    for client in &mut held {
+        let at = cluster.any();
+        let t0 = Instant::now();
+        assert!(step(cluster.addr(at), client).await.is_none(), "resumed by replay at round 3");
+        replays.push(t0.elapsed());
+        let end = step(cluster.random(), client).await.expect("the end");
+        check_end(client, &end);
+    }
+    // The clock reads as it did in the first run: the replay repeats it exactly.
+    let end = step(cluster.random(), &mut clocked).await.expect("the end");
+    assert_eq!(end["status"], "completed", "{end}");
+    let words: Vec<f64> =
+        end["stdout"].as_str().unwrap().split_whitespace().take(2).map(|w| w.parse().unwrap()).collect();
+    assert_eq!(words, [t1, t2], "{end}");
+    // What the first run wrote to /mnt/data is put back as it was before it started.
+    let end = step(cluster.random(), &mut appending).await.expect("the end");
+    assert_eq!(end["stdout"], "x\n", "{end}");
+    eprintln!(
+        "cluster: a round resumed by replay (two rounds recorded) took {:?} (median of {}), a live round {:?} (median of {})",
+        median(replays.clone()),
+        replays.len(),
+        median(live_rounds.clone()),
+        live_rounds.len()
+    );
+    assert_eq!(usage(redis_port, "replays"), 52);
+    cluster.start(0);
+
+    // 3. A draining node turns unready, refuses new executions, and still answers the
+    // continuations of the executions it holds (live, not replayed).
+    let mut draining = begin(cluster.addr(0), 9, &program(9)).await;
+    cluster.signal(0);
+    let readyz = format!("http://127.0.0.1:{}/readyz", cluster.nodes[0].metrics);
+    let mut status = 0;
+    for _ in 0..100 {
+        status = http_get_status(&readyz);
+        if status == 503 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(status, 503, "readyz while draining");
+    let refused = post(cluster.addr(0), "/exec/programmatic", Some(KEY), &json!({"code": "pass"})).await;
+    assert_eq!(refused.status, 503, "{}", refused.text);
+    let end = loop {
+        if let Some(end) = step(cluster.addr(0), &mut draining).await {
+            break end;
+        }
+    };
+    check_end(&draining, &end);
+    assert_eq!(usage(redis_port, "replays"), 52);
+    cluster.wait_exit(0);
+    cluster.start(0);
+
+    // 4. 100 paused executions; all three nodes restart one after another.
+    let mut paused = Vec::new();
+    for n in 3000..3100 {
+        let at = cluster.any();
+        paused.push(begin(cluster.addr(at), n, &program(n)).await);
+    }
+    for i in 0..3 {
+        cluster.stop(i);
+        cluster.start(i);
+    }
+    for client in &mut paused {
+        let end = loop {
+            let at = cluster.any();
+            if let Some(end) = step(cluster.addr(at), client).await {
+                break end;
+            }
+        };
+        check_end(client, &end);
+    }
+    // Every node restarted, so each of them was resumed by replay.
+    assert_eq!(usage(redis_port, "replays"), 152);
+
+    // 5. A token resumes once, whichever node it reaches; a cancel reaches the owner.
+    let mut once = begin(cluster.addr(1), 7, &program(7)).await;
+    let token = once.token.clone();
+    assert!(step(cluster.addr(2), &mut once).await.is_none());
+    let again =
+        json!({"continuation_token": token, "tool_results": answers(&[json!({"id": "call_1", "input": {"x": 7}})])});
+    let reply = post(cluster.addr(0), "/exec/programmatic", Some(KEY), &again).await;
+    assert_eq!(reply.status, 400, "{}", reply.text);
+    assert_eq!(reply.body["error"], "Invalid continuation token", "{}", reply.text);
+
+    // A cancel reaches the node that holds the execution, through any node.
+    let request = serde_json::to_vec(&json!({"code": program(8), "tools": tools()})).unwrap();
+    let headers = [("X-API-Key", KEY), ("x-librechat-code-request-id", "req-8")];
+    let reply = post_raw(cluster.addr(1), "/exec/programmatic", &headers, &request).await;
+    assert_eq!(reply.body["status"], "tool_call_required", "{}", reply.text);
+    let token = reply.body["continuation_token"].as_str().unwrap().to_string();
+    let reply = post(cluster.addr(2), "/exec/programmatic/cancel", Some(KEY), &json!({"request_id": "req-8"})).await;
+    assert_eq!((reply.status, &reply.body["status"]), (200, &json!("cancelled")), "{}", reply.text);
+    let again = json!({"continuation_token": token, "tool_results": [{"call_id": "call_1", "result": 16}]});
+    let reply = post(cluster.addr(0), "/exec/programmatic", Some(KEY), &again).await;
+    assert_eq!((reply.status, &reply.body["error"]), (400, &json!("Execution expired")), "{}", reply.text);
+
+    let mut counts: HashMap<&str, usize> = HashMap::new();
+    for client in clients.iter().chain(&held).chain(&paused) {
+        *counts.entry(if client.drawn.is_some() { "checked" } else { "unchecked" }).or_default() += 1;
+    }
+    assert_eq!(counts.get("checked"), Some(&350));
+    let _ = std::fs::remove_dir_all(&base);
+    let _ = Path::new("");
+}
