@@ -239,7 +239,8 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         None => Arc::new(cluster::MemoryStore::default()),
     };
     cluster::check_node_id(&config.node_id).map_err(|e| anyhow::anyhow!(e))?;
-    let cluster = Arc::new(cluster::Cluster::new(config.node_id.clone(), config.peers.clone(), store));
+    let forward_key = signer.derive(b"ptc-engine cluster forwarding");
+    let cluster = Arc::new(cluster::Cluster::new(config.node_id.clone(), config.peers.clone(), store, &forward_key));
     let http_state = http::HttpState::new(
         engine.clone(),
         keys.clone(),

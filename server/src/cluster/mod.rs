@@ -20,6 +20,9 @@ pub use store::{MemoryStore, RedisStore, Saved, Store, StoreError};
 
 /// Set on a forwarded request, naming the node that forwarded it.
 pub const FORWARDED_HEADER: &str = "x-ptc-forwarded-by";
+/// Proves a forwarded request comes from a node: a key derived from the token secret, which
+/// only the nodes hold. Without it the forwarding header is ignored.
+pub const FORWARD_KEY_HEADER: &str = "x-ptc-forward-key";
 
 /// How long to wait for a peer's TCP connection: a node that is gone refuses at once (its port
 /// or its address is closed); one that does not answer within this is treated as gone.
@@ -91,6 +94,8 @@ pub struct Cluster {
     peers: Peers,
     pub store: Arc<dyn Store>,
     client: reqwest::Client,
+    /// Hex of the key that marks this cluster's forwarded requests (`FORWARD_KEY_HEADER`).
+    forward_key: String,
 }
 
 /// Why a forward did not get the owner's answer.
@@ -103,18 +108,22 @@ pub enum ForwardError {
 }
 
 impl Cluster {
-    pub fn new(node: String, peers: Peers, store: Arc<dyn Store>) -> Self {
+    /// `forward_key`: derived from the token secret every node shares.
+    pub fn new(node: String, peers: Peers, store: Arc<dyn Store>, forward_key: &[u8]) -> Self {
         let client = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .no_proxy()
             .build()
             .expect("a plain HTTP client builds");
-        Cluster { node, peers, store, client }
+        Cluster { node, peers, store, client, forward_key: hex::encode(forward_key) }
     }
 
-    /// Single node, nothing shared: the default.
-    pub fn single(node: String) -> Self {
-        Self::new(node, Peers::None, Arc::new(MemoryStore::default()))
+    /// Whether `headers` are those of a request another node of this cluster forwarded (then
+    /// it is not forwarded again). A client cannot pass for a node: it lacks the key.
+    pub fn forwarded(&self, headers: &HeaderMap) -> bool {
+        use subtle_eq::eq;
+        headers.contains_key(FORWARDED_HEADER)
+            && headers.get(FORWARD_KEY_HEADER).is_some_and(|k| eq(k.as_bytes(), self.forward_key.as_bytes()))
     }
 
     /// One server on its own (no peers, nothing shared): tokens name no node.
@@ -142,6 +151,7 @@ impl Cluster {
             .post(format!("{url}{path}"))
             .header("content-type", "application/json")
             .header(FORWARDED_HEADER, &self.node)
+            .header(FORWARD_KEY_HEADER, &self.forward_key)
             .body(body);
         for name in ["x-api-key", "authorization", "x-librechat-code-request-id"] {
             if let Some(v) = headers.get(name) {
@@ -157,6 +167,13 @@ impl Cluster {
             response.headers_mut().insert("content-type", ct);
         }
         Ok(response)
+    }
+}
+
+mod subtle_eq {
+    /// Equality in time independent of where the bytes differ.
+    pub fn eq(a: &[u8], b: &[u8]) -> bool {
+        a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
     }
 }
 

@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::auth::ApiKeys;
-use crate::cluster::{Cluster, FORWARDED_HEADER, ForwardError, HeaderTool, JournalHeader};
+use crate::cluster::{Cluster, ForwardError, HeaderTool, JournalHeader};
 use crate::conn::HttpLimits;
 use crate::files::FileStore;
 use crate::run_files::RunFiles;
@@ -183,7 +183,7 @@ async fn cancel(
     // Another node's, or a lost node's (whose journal nobody may resume now).
     let cluster = &state.cluster;
     if let Ok(Some((id, node))) = cluster.store.request(&tenant, &request_id).await {
-        if node != cluster.node && !headers.contains_key(FORWARDED_HEADER) {
+        if node != cluster.node && !cluster.forwarded(&headers) {
             let body = json!({"request_id": request_id}).to_string().into_bytes();
             match cluster.forward(&node, "/exec/programmatic/cancel", &headers, body).await {
                 Ok(response) => return Ok(response),
@@ -332,7 +332,7 @@ async fn continuation(
     }
     let cluster = &state.cluster;
     // Another node's: forwarded once, with the client's credentials; its answer is ours.
-    if !claims.node.is_empty() && claims.node != cluster.node && !headers.contains_key(FORWARDED_HEADER) {
+    if !claims.node.is_empty() && claims.node != cluster.node && !cluster.forwarded(headers) {
         let body = json!({"continuation_token": token, "tool_results": results}).to_string().into_bytes();
         match cluster.forward(&claims.node, "/exec/programmatic", headers, body).await {
             Ok(response) => return Ok(response),

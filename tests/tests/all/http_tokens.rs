@@ -188,4 +188,19 @@ async fn a_token_of_an_unreachable_node_without_a_shared_store_says_so() {
         assert!(error.contains(&format!("held by server \"{node}\", and {why}")), "{error}");
         assert!(error.contains("run the program again"), "{error}");
     }
+
+    // A client cannot pass for a node: without the cluster's key, its forwarding header is
+    // ignored, and the request is forwarded (and fails) as any other.
+    let claims = ptc_server::token::Claims {
+        execution_id: "e1".into(),
+        tenant: "acme".into(),
+        session_id: "s".into(),
+        round: 1,
+        expires_at_ms: ptc_server::token::now_ms() + 60_000,
+        node: "b".into(),
+    };
+    let body = json!({"continuation_token": signer.sign(&claims), "tool_results": []}).to_string();
+    let headers = [("X-API-Key", "ka"), ("x-ptc-forwarded-by", "b"), ("x-ptc-forward-key", "00")];
+    let reply = ptc_tests::http::post_raw(server.http_addr, PATH, &headers, body.as_bytes()).await;
+    assert_eq!(reply.status, 503, "{}", reply.text);
 }
