@@ -7,6 +7,7 @@ mod batching;
 mod bounds;
 mod contained;
 mod data_dir;
+mod deploy;
 mod grpc_execute;
 mod grpc_service;
 mod grpc_sessions;
