@@ -49,7 +49,9 @@ async fn execute_streams_started_calls_output_and_completed() {
     let stats = c.stats.unwrap();
     assert_eq!((stats.round_trips, stats.tool_calls), (2, 2));
     assert_eq!(c.tool_calls.len(), 2);
-    assert!(stats.instantiate_time_us > 0 && stats.wall_time_us >= stats.instantiate_time_us);
+    // Instantiation is 0 when one of the server's warm instances was ready (made 2 ms after it
+    // started, if the machine let the test take longer than that to get here).
+    assert!(stats.wall_time_us >= stats.instantiate_time_us && stats.wall_time_us > 0);
 }
 
 #[tokio::test]
