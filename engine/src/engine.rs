@@ -547,7 +547,7 @@ impl Engine {
         };
         let (claim, run_slot) = inner.shares.claim(tenant);
         let limiter = Limiter::new(limits.max_memory_bytes, claim);
-        let broker = Broker::new(
+        let mut broker = Broker::new(
             exchange.clone(),
             events_tx.clone(),
             output.clone(),
@@ -556,7 +556,6 @@ impl Engine {
             limits,
             &inner.config.ceilings,
         );
-        let mut broker = broker;
         broker.journal = journal.cloned();
         let state = HostState::new(wasi, limiter, broker, live.then(|| inner.live.clone()));
         let fuel = self.fuel(limits);

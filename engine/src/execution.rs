@@ -223,7 +223,7 @@ pub(crate) async fn run(
     store.data().broker.exchange.finish();
     // A replay that ended without repeating all of its first run did not repeat it.
     let ending = match (ending, store.data().broker.journal.as_ref().and_then(|j| j.divergence())) {
-        (Ending::Returned(..), Some(why)) => Ending::Trapped(FailureKind::Diverged, crate::host::diverged(&why)),
+        (Ending::Returned(..), Some(why)) => Ending::Trapped(FailureKind::Diverged, crate::Journal::diverged(&why)),
         (ending, _) => ending,
     };
     // A trap that is the program's doing (a C-stack overflow) printed nothing: say it on stderr,

@@ -21,7 +21,7 @@ use crate::data::Door;
 use crate::error::HostTrap;
 use crate::events::{Event, FailureKind, ToolCall, ToolCallRecord};
 use crate::exchange::{Drained, Exchange};
-use crate::journal::{RecordedCall, RecordedResult, Recorder, Replayed};
+use crate::journal::{Journal, RecordedCall, RecordedResult, Recorder, Replayed};
 use crate::limiter::Limiter;
 use crate::output::Output;
 use crate::schema::Schemas;
@@ -154,7 +154,9 @@ impl Broker {
                     })
                     .collect();
                 match journal.calls(&recorded, self.rounds + 1) {
-                    Replayed::Diverged(why) => return Err(HostTrap::raise(FailureKind::Diverged, diverged(&why))),
+                    Replayed::Diverged(why) => {
+                        return Err(HostTrap::raise(FailureKind::Diverged, Journal::diverged(&why)));
+                    }
                     Replayed::Live | Replayed::Matched(None) => None,
                     Replayed::Matched(Some(results)) => Some(results),
                 }
@@ -235,7 +237,10 @@ impl Broker {
             // As the first run got them: at once, or none (its wait timed out).
             if !results.is_empty() {
                 self.exchange.submit(results).map_err(|e| {
-                    HostTrap::raise(FailureKind::Diverged, diverged(&format!("its journal's results do not fit: {e}")))
+                    HostTrap::raise(
+                        FailureKind::Diverged,
+                        Journal::diverged(&format!("its journal's results do not fit: {e}")),
+                    )
                 })?;
             }
             let ready = match self.exchange.drain() {
@@ -284,15 +289,6 @@ fn recorded(r: &wit::ToolResult) -> RecordedResult {
         ToolOutcome::Ok(json) => RecordedResult { id: r.id.clone(), value: json.clone(), error: false },
         ToolOutcome::Error(message) => RecordedResult { id: r.id.clone(), value: message.clone(), error: true },
     }
-}
-
-/// What a client is told when a replay does not repeat the first run.
-pub(crate) fn diverged(why: &str) -> String {
-    format!(
-        "this execution's server was lost, and resuming it elsewhere ran the program again with its \
-         recorded tool results, but the program did not repeat itself ({why}); it reads something that \
-         changes between runs. Run it again from the start"
-    )
 }
 
 /// The guest's "" for no namespace as the API's `None`.

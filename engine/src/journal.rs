@@ -45,6 +45,15 @@ impl Journal {
     pub fn replay(seed: [u8; 32], entries: Vec<Entry>) -> Self {
         Journal { seed, entries }
     }
+
+    /// What a client is told when a replay does not repeat the first run: `why`, and what to do.
+    pub fn diverged(why: &str) -> String {
+        format!(
+            "this execution's server was lost, and resuming it elsewhere ran the program again with its \
+             recorded tool results, but the program did not repeat itself ({why}); it reads something that \
+             changes between runs. Run it again from the start"
+        )
+    }
 }
 
 impl Default for Journal {
@@ -102,15 +111,6 @@ pub struct RecordedResult {
     pub value: String,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub error: bool,
-}
-
-impl From<&ToolResult> for RecordedResult {
-    fn from(r: &ToolResult) -> Self {
-        match &r.outcome {
-            Ok(json) => RecordedResult { id: r.id.clone(), value: json.clone(), error: false },
-            Err(message) => RecordedResult { id: r.id.clone(), value: message.clone(), error: true },
-        }
-    }
 }
 
 impl From<RecordedResult> for ToolResult {

@@ -23,6 +23,24 @@ pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// Starts `command` (a `ptc-engine serve`) with its log on a pipe, waits until it logs that it
+/// is serving, and then keeps reading the log so it never blocks on a full pipe. Panics with the
+/// log if the process exits first.
+pub fn serving(command: &mut Command) -> Process {
+    use std::io::{BufRead, BufReader};
+    let mut child =
+        command.env("PTC_LOG", "info").stderr(std::process::Stdio::piped()).spawn().expect("the release binary starts");
+    let mut log = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    while !seen.contains("serving") {
+        let mut line = String::new();
+        assert!(log.read_line(&mut line).unwrap() > 0, "server exited:\n{seen}");
+        seen.push_str(&line);
+    }
+    std::thread::spawn(move || std::io::copy(&mut log, &mut std::io::sink()));
+    Process(child)
+}
+
 /// A child process, killed (and reaped) when dropped.
 pub struct Process(pub std::process::Child);
 

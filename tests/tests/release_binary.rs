@@ -2,16 +2,15 @@
 //! with flags, spoken to over loopback. The attacks are the in-process tests' own
 //! (`ptc_tests::attacks`); the binary is built by this test if it is missing or stale.
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 #[path = "release_binary/cluster.rs"]
 mod cluster;
 
 use ptc_tests::attacks;
-use ptc_tests::binary::{Process, free_port};
+use ptc_tests::binary::{Process, free_port, serving};
 
 /// A server process, killed when dropped.
 struct Server {
@@ -22,28 +21,17 @@ struct Server {
 
 fn start(bin: &Path, files_dir: &Path, flags: &[&str]) -> Server {
     let (http, grpc) = (free_port(), free_port());
-    let mut child = Command::new(bin)
-        .arg("serve")
-        .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
-        .args(["--metrics-addr", &format!("127.0.0.1:{}", free_port())])
-        .args(["--http-addr", &format!("127.0.0.1:{http}")])
-        .arg("--files-dir")
-        .arg(files_dir)
-        .args(flags)
-        .env("PTC_LOG", "info")
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the release binary starts");
-    let mut log = BufReader::new(child.stderr.take().unwrap());
-    let mut seen = String::new();
-    while !seen.contains("serving") {
-        let mut line = String::new();
-        assert!(log.read_line(&mut line).unwrap() > 0, "server exited:\n{seen}");
-        seen.push_str(&line);
-    }
-    // Keep reading its log so it never blocks on a full pipe.
-    std::thread::spawn(move || std::io::copy(&mut log, &mut std::io::sink()));
-    Server { _process: Process(child), http: ([127, 0, 0, 1], http).into(), grpc: ([127, 0, 0, 1], grpc).into() }
+    let process = serving(
+        Command::new(bin)
+            .arg("serve")
+            .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
+            .args(["--metrics-addr", &format!("127.0.0.1:{}", free_port())])
+            .args(["--http-addr", &format!("127.0.0.1:{http}")])
+            .arg("--files-dir")
+            .arg(files_dir)
+            .args(flags),
+    );
+    Server { _process: process, http: ([127, 0, 0, 1], http).into(), grpc: ([127, 0, 0, 1], grpc).into() }
 }
 
 #[tokio::test]

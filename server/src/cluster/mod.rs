@@ -121,9 +121,9 @@ impl Cluster {
     /// Whether `headers` are those of a request another node of this cluster forwarded (then
     /// it is not forwarded again). A client cannot pass for a node: it lacks the key.
     pub fn forwarded(&self, headers: &HeaderMap) -> bool {
-        use subtle_eq::eq;
+        use subtle::ConstantTimeEq;
         headers.contains_key(FORWARDED_HEADER)
-            && headers.get(FORWARD_KEY_HEADER).is_some_and(|k| eq(k.as_bytes(), self.forward_key.as_bytes()))
+            && headers.get(FORWARD_KEY_HEADER).is_some_and(|k| k.as_bytes().ct_eq(self.forward_key.as_bytes()).into())
     }
 
     /// One server on its own (no peers, nothing shared): tokens name no node.
@@ -170,19 +170,12 @@ impl Cluster {
     }
 }
 
-mod subtle_eq {
-    /// Equality in time independent of where the bytes differ.
-    pub fn eq(a: &[u8], b: &[u8]) -> bool {
-        a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-    }
-}
-
 /// What a journal's header keeps of the request that started the execution: enough to start
 /// it again anywhere.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct JournalHeader {
     pub code: String,
-    pub tools: Vec<HeaderTool>,
+    pub tools: Vec<ptc_engine::ToolDef>,
     pub tenant: String,
     pub session_id: String,
     pub runtime: String,
@@ -193,14 +186,6 @@ pub struct JournalHeader {
     /// What `/mnt/data` held when it started, to put it back so for a replay (and to refuse
     /// one when a file it started with has changed since).
     pub files: Vec<crate::files::ScanEntry>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct HeaderTool {
-    pub name: String,
-    pub description: String,
-    #[serde(default)]
-    pub parameters: Option<serde_json::Value>,
 }
 
 #[cfg(test)]

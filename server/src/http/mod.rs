@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::auth::ApiKeys;
-use crate::cluster::{Cluster, ForwardError, HeaderTool, JournalHeader};
+use crate::cluster::{Cluster, ForwardError, JournalHeader};
 use crate::conn::HttpLimits;
 use crate::files::FileStore;
 use crate::run_files::RunFiles;
@@ -256,14 +256,7 @@ async fn initial(
     let header = journal.as_ref().map(|j| {
         let header = JournalHeader {
             code: code.clone(),
-            tools: tools
-                .iter()
-                .map(|t| HeaderTool {
-                    name: t.name.clone(),
-                    description: t.description.clone(),
-                    parameters: t.parameters.clone(),
-                })
-                .collect(),
+            tools: tools.clone(),
             tenant: tenant.clone(),
             session_id: session_id.clone(),
             runtime: runtime.as_str().to_string(),
@@ -481,17 +474,8 @@ async fn replay(
     let timeout = Duration::from_millis(remaining).max(min);
     let limits = state.engine.config().default_limits.clone().with_timeout(timeout);
     let runtime: Runtime = header.runtime.parse().map_err(|e: ptc_engine::Error| ApiError::bad_request(e.message()))?;
-    let tools = header
-        .tools
-        .into_iter()
-        .map(|t| {
-            let mut def = ToolDef::new(t.name).with_description(t.description);
-            def.parameters = t.parameters;
-            def
-        })
-        .collect();
     let request = ExecutionRequest::new(header.code)
-        .with_tools(tools)
+        .with_tools(header.tools)
         .with_limits(limits)
         .with_session_id(header.session_id.clone())
         .with_data_dir(run.session.path.clone())
@@ -532,21 +516,13 @@ async fn replay(
                 "running it again stopped for tools at round {round}, not at round {} where it was paused",
                 claims.round
             );
-            Ok(lost_response(&header.session_id, &ptc_engine_diverged(&why)))
+            Ok(lost_response(&header.session_id, &Journal::diverged(&why)))
         }
         ended => {
             let _ = cluster.store.forget(&claims.execution_id).await;
             Ok(ended_response(state, &run, ended).await)
         }
     }
-}
-
-/// The message of a replay that could not repeat the first run (the engine's wording).
-fn ptc_engine_diverged(why: &str) -> String {
-    format!(
-        "this execution's server was lost, and resuming it elsewhere ran the program again with its recorded \
-         tool results, but the program did not repeat itself ({why}). Run it again from the start"
-    )
 }
 
 /// An execution that cannot be resumed: the model is told why and what to do.

@@ -172,16 +172,19 @@ async fn a_token_of_an_unreachable_node_without_a_shared_store_says_so() {
     let token = first.body["continuation_token"].as_str().unwrap();
     assert_eq!(signer.verify(token, 0).unwrap().node, "a");
 
-    for (node, why) in [("b", "it cannot be reached"), ("c", "this server has no address for it")] {
-        let claims = ptc_server::token::Claims {
+    // A token of round 1 of execution e1, held by `node`.
+    let token_of = |node: &str| {
+        signer.sign(&ptc_server::token::Claims {
             execution_id: "e1".into(),
             tenant: "acme".into(),
             session_id: "s".into(),
             round: 1,
             expires_at_ms: ptc_server::token::now_ms() + 60_000,
             node: node.into(),
-        };
-        let body = json!({"continuation_token": signer.sign(&claims), "tool_results": []});
+        })
+    };
+    for (node, why) in [("b", "it cannot be reached"), ("c", "this server has no address for it")] {
+        let body = json!({"continuation_token": token_of(node), "tool_results": []});
         let reply = post(server.http_addr, PATH, Some("ka"), &body).await;
         assert_eq!(reply.status, 503, "{}", reply.text);
         let error = reply.body["error"].as_str().unwrap();
@@ -191,15 +194,7 @@ async fn a_token_of_an_unreachable_node_without_a_shared_store_says_so() {
 
     // A client cannot pass for a node: without the cluster's key, its forwarding header is
     // ignored, and the request is forwarded (and fails) as any other.
-    let claims = ptc_server::token::Claims {
-        execution_id: "e1".into(),
-        tenant: "acme".into(),
-        session_id: "s".into(),
-        round: 1,
-        expires_at_ms: ptc_server::token::now_ms() + 60_000,
-        node: "b".into(),
-    };
-    let body = json!({"continuation_token": signer.sign(&claims), "tool_results": []}).to_string();
+    let body = json!({"continuation_token": token_of("b"), "tool_results": []}).to_string();
     let headers = [("X-API-Key", "ka"), ("x-ptc-forwarded-by", "b"), ("x-ptc-forward-key", "00")];
     let reply = ptc_tests::http::post_raw(server.http_addr, PATH, &headers, body.as_bytes()).await;
     assert_eq!(reply.status, 503, "{}", reply.text);

@@ -7,11 +7,11 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ptc_tests::binary::{Process, free_port};
+use ptc_tests::binary::{Process, free_port, serving};
 use ptc_tests::http::{post, post_raw};
 use serde_json::{Value, json};
 
@@ -116,30 +116,20 @@ impl Cluster {
     fn start(&mut self, i: usize) {
         let peers = self.peers();
         let node = &self.nodes[i];
-        let mut child = Command::new(&self.bin)
-            .arg("serve")
-            .args(["--node-id", &node.id, "--peers", &peers])
-            .args(["--redis-url", &format!("redis://127.0.0.1:{}", self.redis)])
-            .args(["--token-secret", SECRET, "--api-keys", &format!("a:{KEY}")])
-            .args(["--http-addr", &format!("127.0.0.1:{}", node.http)])
-            .args(["--grpc-addr", &format!("127.0.0.1:{}", node.grpc)])
-            .args(["--metrics-addr", &format!("127.0.0.1:{}", node.metrics)])
-            .args(["--shutdown-grace-secs", "2", "--warm-instances", "0"])
-            .arg("--files-dir")
-            .arg(&self.files)
-            .env("PTC_LOG", "info")
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the release binary starts");
-        let mut log = BufReader::new(child.stderr.take().unwrap());
-        let mut seen = String::new();
-        while !seen.contains("serving") {
-            let mut line = String::new();
-            assert!(log.read_line(&mut line).unwrap() > 0, "node {} exited:\n{seen}", node.id);
-            seen.push_str(&line);
-        }
-        std::thread::spawn(move || std::io::copy(&mut log, &mut std::io::sink()));
-        self.nodes[i].process = Some(Process(child));
+        let process = serving(
+            Command::new(&self.bin)
+                .arg("serve")
+                .args(["--node-id", &node.id, "--peers", &peers])
+                .args(["--redis-url", &format!("redis://127.0.0.1:{}", self.redis)])
+                .args(["--token-secret", SECRET, "--api-keys", &format!("a:{KEY}")])
+                .args(["--http-addr", &format!("127.0.0.1:{}", node.http)])
+                .args(["--grpc-addr", &format!("127.0.0.1:{}", node.grpc)])
+                .args(["--metrics-addr", &format!("127.0.0.1:{}", node.metrics)])
+                .args(["--shutdown-grace-secs", "2", "--warm-instances", "0"])
+                .arg("--files-dir")
+                .arg(&self.files),
+        );
+        self.nodes[i].process = Some(process);
     }
 
     /// SIGKILL: the node is gone at once, with every instance it held.
@@ -251,6 +241,15 @@ async fn step(addr: SocketAddr, client: &mut Client) -> Option<Value> {
     }
 }
 
+/// Answers every round, each at a random node, to the end: the final reply body.
+async fn finish(cluster: &mut Cluster, client: &mut Client) -> Value {
+    loop {
+        if let Some(end) = step(cluster.random(), client).await {
+            return end;
+        }
+    }
+}
+
 /// The end as the client must see it: the numbers it was sent, doubled, and what the first
 /// run drew (the same random number, uuid and time, whichever node ran which part).
 fn check_end(client: &Client, end: &Value) {
@@ -285,12 +284,7 @@ async fn three_nodes_and_redis_lose_no_execution() {
         clients.push(begin(cluster.addr(at), n, &program(n)).await);
     }
     for client in &mut clients {
-        let end = loop {
-            let at = cluster.any();
-            if let Some(end) = step(cluster.addr(at), client).await {
-                break end;
-            }
-        };
+        let end = finish(&mut cluster, client).await;
         check_end(client, &end);
     }
     // Each continuation was forwarded to the node holding its execution: none was replayed.
@@ -390,12 +384,7 @@ async fn three_nodes_and_redis_lose_no_execution() {
         cluster.start(i);
     }
     for client in &mut paused {
-        let end = loop {
-            let at = cluster.any();
-            if let Some(end) = step(cluster.addr(at), client).await {
-                break end;
-            }
-        };
+        let end = finish(&mut cluster, client).await;
         check_end(client, &end);
     }
     // Every node restarted, so each of them was resumed by replay.
@@ -429,5 +418,4 @@ async fn three_nodes_and_redis_lose_no_execution() {
     }
     assert_eq!(counts.get("checked"), Some(&350));
     let _ = std::fs::remove_dir_all(&base);
-    let _ = Path::new("");
 }
