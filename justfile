@@ -32,6 +32,11 @@ phases *ARGS:
 fairness *ARGS:
     benches/fairness.sh {{ARGS}}
 
+# Another tenant's latency under one tenant's attacks (costly schema checks, requests held open),
+# release binary, HTTP API. Serve flags go after, e.g. `just attacks --tenant-max-requests 0`.
+attacks *ARGS:
+    benches/attacks.sh {{ARGS}}
+
 # Tokens a model spends on tool definitions: real servers' JSON definitions against
 # execute_code's compact lines and describe_tools' stub (Claude's legacy tokenizer, offline).
 signatures:

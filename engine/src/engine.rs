@@ -236,11 +236,12 @@ impl Engine {
             ));
         }
         let journal = request.journal.as_ref().map(|j| Recorder::new(j, inner.config.ceilings.max_journal_bytes));
+        let schemas = Schemas::compile_shared(&request.tools).await?;
         let permit = self.acquire().await?;
         let started = Instant::now();
         let (store, instance, wiring) = self.new_instance(&Spec {
             limits: &limits,
-            tools: &request.tools,
+            schemas: Some(schemas),
             data_dir: request.data_dir.as_deref(),
             tenant: request.tenant.as_deref(),
             runtime: request.runtime,
@@ -286,21 +287,21 @@ impl Engine {
         let permit = self.acquire().await?;
         let (mut store, warm, wiring) = self.new_instance(&Spec {
             limits: &limits,
-            tools: &[],
+            schemas: None,
             data_dir: request.data_dir.as_deref(),
             tenant: request.tenant.as_deref(),
             runtime: request.runtime,
             journal: None,
         })?;
         let shared = session::Shared::new(new_id().into(), request.tenant.clone(), wiring.output);
-        let timeout = limits.timeout;
+        let budget = session::Budget { timeout: limits.timeout, fuel: self.fuel(&limits) };
         let sandbox = match warm {
             Some(sandbox) => {
                 self.warm_up();
                 sandbox
             }
             None => {
-                session::guest_call(&mut store, timeout, &inner.shutdown, "instantiating", |store| {
+                session::guest_call(&mut store, budget, &inner.shutdown, "instantiating", |store| {
                     Box::pin(async move { pre.instantiate(store).await })
                 })
                 .await?
@@ -309,7 +310,7 @@ impl Engine {
         let mut restored = Restored::default();
         if let Some(data) = &request.restore {
             let sandbox = &sandbox;
-            let r = session::guest_call(&mut store, timeout, &inner.shutdown, "restoring the snapshot", |store| {
+            let r = session::guest_call(&mut store, budget, &inner.shutdown, "restoring the snapshot", |store| {
                 Box::pin(async move { sandbox.restore(store, data).await })
             })
             .await?
@@ -323,7 +324,7 @@ impl Engine {
             shared: shared.clone(),
             commands,
             idle_timeout: request.idle_timeout,
-            snapshot_timeout: timeout,
+            budget,
             closing: inner.closing.clone(),
             shutdown: inner.shutdown.clone(),
             _permit: permit,
@@ -348,11 +349,16 @@ impl Engine {
                 "an execution in a live session cannot be journaled: it depends on what the session's earlier programs left",
             ));
         }
-        let schemas = session.schemas_for(&request.tools)?;
+        let schemas = session.schemas_for(&request.tools).await?;
         session.claim()?;
         let started = Instant::now();
         let (events_tx, events_rx) = mpsc::unbounded_channel();
-        let exchange = Arc::new(Exchange::new(inner.paused.clone(), inner.config.ceilings.max_tool_result_bytes));
+        let exchange = Arc::new(Exchange::new(
+            inner.paused.clone(),
+            inner.config.ceilings.max_tool_result_bytes,
+            limits.max_memory_bytes / 4,
+            inner.shares.memory_claim(session.tenant()),
+        ));
         let cancel = session.cancel_token();
         let fuel = self.fuel(&limits);
         let output = session.output();
@@ -388,23 +394,32 @@ impl Engine {
     }
 
     /// Normalised Python names, one-line signatures and a `.pyi` stub for `tools`, as the
-    /// sandbox itself computes them. Takes an execution slot like any run.
-    pub async fn describe_tools(&self, tools: &[ToolDef]) -> Result<ToolDescription> {
+    /// sandbox itself computes them. Takes an execution slot like any run and, for a `tenant`,
+    /// one of its run slots while the guest renders (rendering is bounded in the guest, see
+    /// `shapes.py`, and by the default deadline).
+    pub async fn describe_tools(&self, tools: &[ToolDef], tenant: Option<&str>) -> Result<ToolDescription> {
         check_tools_size(tools, &self.inner.config.ceilings)?;
         let _permit = self.acquire().await?;
-        let limits = Limits::default();
+        let limits = self.inner.config.default_limits.clone();
         let spec =
-            Spec { limits: &limits, tools, data_dir: None, tenant: None, runtime: Runtime::Python, journal: None };
+            Spec { limits: &limits, schemas: None, data_dir: None, tenant, runtime: Runtime::Python, journal: None };
         let (mut store, _wiring) = self.new_store(&spec)?;
         store.epoch_deadline_async_yield_and_update(1);
-        let sandbox =
-            self.inner.pre.instantiate_async(&mut store).await.map_err(|e| Error::engine("instantiating", e))?;
-        let described =
-            tokio::time::timeout(limits.timeout, sandbox.call_describe_tools(&mut store, &wit_tools(tools)))
+        let run_slot = store.data().broker.run_slot.clone();
+        run_slot.acquire().await;
+        let described = tokio::time::timeout(limits.timeout, async {
+            let sandbox =
+                self.inner.pre.instantiate_async(&mut store).await.map_err(|e| Error::engine("instantiating", e))?;
+            sandbox
+                .call_describe_tools(&mut store, &wit_tools(tools))
                 .await
-                .map_err(|_| Error::engine("describing tools", "timed out"))?
                 .map_err(|e| Error::engine("describing tools", e))?
-                .map_err(Error::invalid)?;
+                .map_err(Error::invalid)
+        })
+        .await
+        .map_err(|_| Error::engine("describing tools", format!("timed out after {} ms", limits.timeout.as_millis())));
+        run_slot.release();
+        let described = described??;
         Ok(ToolDescription {
             tools: described
                 .tools
@@ -523,11 +538,16 @@ impl Engine {
     /// The host state of one instance and the host side of its channels. `live`: it counts
     /// as a live instance (a warm instance's placeholder does not).
     fn host_state(&self, spec: &Spec<'_>, live: bool) -> Result<(HostState, Wiring)> {
-        let Spec { limits, tools, data_dir, tenant, runtime, journal } = *spec;
+        let Spec { limits, ref schemas, data_dir, tenant, runtime, journal } = *spec;
         let inner = &self.inner;
-        let schemas = Arc::new(Schemas::compile(tools)?);
+        let schemas = schemas.clone().unwrap_or_else(|| Arc::new(Schemas::none()));
         let (events_tx, events_rx) = mpsc::unbounded_channel();
-        let exchange = Arc::new(Exchange::new(inner.paused.clone(), inner.config.ceilings.max_tool_result_bytes));
+        let exchange = Arc::new(Exchange::new(
+            inner.paused.clone(),
+            inner.config.ceilings.max_tool_result_bytes,
+            limits.max_memory_bytes / 4,
+            inner.shares.memory_claim(tenant),
+        ));
         let output = Output::new(limits.max_output_bytes, events_tx.clone());
 
         let wasi = match self.data_runtime(runtime) {
@@ -595,8 +615,14 @@ impl Engine {
     /// One warm instance: the component instantiated in a store with a placeholder state.
     async fn make_warm(&self) -> Result<Warm> {
         let limits = Limits::default().with_max_memory_bytes(self.inner.config.ceilings.max_memory_bytes);
-        let spec =
-            Spec { limits: &limits, tools: &[], data_dir: None, tenant: None, runtime: Runtime::Python, journal: None };
+        let spec = Spec {
+            limits: &limits,
+            schemas: None,
+            data_dir: None,
+            tenant: None,
+            runtime: Runtime::Python,
+            journal: None,
+        };
         let (state, wiring) = self.host_state(&spec, false)?;
         let mut store = self.store_with(state, Runtime::Python, wiring.fuel)?;
         let sandbox =
@@ -615,10 +641,10 @@ impl Engine {
 }
 
 /// What one instance's store is made for.
-#[derive(Clone, Copy)]
 struct Spec<'a> {
     limits: &'a Limits,
-    tools: &'a [ToolDef],
+    /// The input schemas of its tools; `None`: no tools.
+    schemas: Option<Arc<Schemas>>,
     data_dir: Option<&'a Path>,
     tenant: Option<&'a str>,
     runtime: Runtime,

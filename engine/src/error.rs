@@ -22,6 +22,9 @@ pub enum ErrorKind {
     Unavailable,
     /// A live session is running another execution (one at a time per session).
     SessionBusy,
+    /// Work outside an execution (a session's snapshot or restore) ran out of the session's
+    /// time or fuel, which stopped its instance.
+    Limit,
 }
 
 impl ErrorKind {
@@ -34,6 +37,7 @@ impl ErrorKind {
             ErrorKind::Engine => "engine",
             ErrorKind::Unavailable => "unavailable",
             ErrorKind::SessionBusy => "session_busy",
+            ErrorKind::Limit => "limit",
         }
     }
 }

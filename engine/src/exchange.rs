@@ -7,6 +7,14 @@
 //! [`crate::Control`]. One lock covers the pending calls, the answered ids and the arrived
 //! results, so "nothing arrived and nothing is pending" is one consistent observation, never
 //! a race with a client answering at that moment.
+//!
+//! **Held results.** Answers that arrive while the program runs wait here until it blocks
+//! again: 120 results of 8 MB for one execution with a 64 MiB memory limit once took a server
+//! +821 MiB. Results waiting may hold at most a quarter of the execution's memory limit (the
+//! program receives them all at once when it next waits, into that memory, and decodes each:
+//! half the limit in results once left a 64 MiB program short of memory) and are charged to the
+//! memory budget (and the tenant's share) until it takes them; one that does not fit reaches
+//! the program as a `ToolError` saying so, and its bytes are dropped at once.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -15,8 +23,10 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
+use crate::MIB;
 use crate::error::{Error, ErrorKind, Result};
 use crate::events::ToolResult;
+use crate::shares::MemoryClaim;
 
 pub(crate) struct Exchange {
     state: Mutex<State>,
@@ -29,9 +39,10 @@ pub(crate) struct Exchange {
     engine_paused: Arc<AtomicUsize>,
     /// `Ceilings::max_tool_result_bytes`.
     max_result_bytes: usize,
+    /// The most bytes of results that may wait for the program: a quarter of its memory limit.
+    max_held_bytes: u64,
 }
 
-#[derive(Default)]
 struct State {
     /// Calls handed to the client and not answered yet: id → (tool name, round).
     pending: HashMap<String, (String, u32)>,
@@ -39,6 +50,9 @@ struct State {
     /// Answers the guest has not taken yet, in the order they were submitted.
     arrived: Vec<ToolResult>,
     finished: bool,
+    /// Bytes of `arrived`'s results, charged to `claim`.
+    held: u64,
+    claim: MemoryClaim,
 }
 
 /// What [`Exchange::drain`] found.
@@ -53,13 +67,29 @@ pub(crate) enum Drained {
 }
 
 impl Exchange {
-    pub(crate) fn new(engine_paused: Arc<AtomicUsize>, max_result_bytes: usize) -> Self {
+    /// `claim` is charged for the results that wait (at most `max_held_bytes` together: pass
+    /// a quarter of the execution's memory limit).
+    pub(crate) fn new(
+        engine_paused: Arc<AtomicUsize>,
+        max_result_bytes: usize,
+        max_held_bytes: u64,
+        claim: MemoryClaim,
+    ) -> Self {
+        let state = State {
+            pending: HashMap::new(),
+            answered: HashSet::new(),
+            arrived: Vec::new(),
+            finished: false,
+            held: 0,
+            claim,
+        };
         Exchange {
-            state: Mutex::default(),
+            state: Mutex::new(state),
             arrived: Notify::new(),
             paused: AtomicBool::new(false),
             engine_paused,
             max_result_bytes,
+            max_held_bytes,
         }
     }
 
@@ -113,6 +143,7 @@ impl Exchange {
             let (name, _) = state.pending.remove(&r.id).unwrap_or_default();
             state.answered.insert(r.id.clone());
             self.check_result(&name, &mut r);
+            self.hold(&mut state, &name, &mut r);
             state.arrived.push(r);
         }
         drop(state);
@@ -137,10 +168,40 @@ impl Exchange {
         }
     }
 
+    /// Counts a result as waiting for the program, or turns it into the error the program sees
+    /// when the results waiting would pass its memory limit or the budget refuses them.
+    fn hold(&self, state: &mut State, name: &str, r: &mut ToolResult) {
+        let size = match &r.outcome {
+            Ok(text) | Err(text) => text.len() as u64,
+        };
+        let refused = if state.held + size > self.max_held_bytes {
+            format!(
+                "{} bytes of results the program has not taken yet are waiting, and waiting results may hold a quarter \
+                 of its memory limit ({} MiB)",
+                state.held,
+                self.max_held_bytes * 4 / MIB
+            )
+        } else {
+            match state.claim.grow(size) {
+                Ok(()) => {
+                    state.held += size;
+                    return;
+                }
+                Err(why) => why,
+            }
+        };
+        r.outcome = Err(format!(
+            "the result of tool {name:?} ({size} bytes) was dropped: {refused}; await results as they arrive, or ask \
+             for less per call"
+        ));
+    }
+
     /// Guest side: the answers that have arrived, without waiting.
     pub(crate) fn drain(&self) -> Drained {
         let mut state = self.state();
         if !state.arrived.is_empty() {
+            let held = std::mem::take(&mut state.held);
+            state.claim.shrink(held);
             Drained::Ready(std::mem::take(&mut state.arrived))
         } else if state.pending.is_empty() {
             Drained::Idle
@@ -207,7 +268,8 @@ mod tests {
     use super::*;
 
     fn exchange() -> Exchange {
-        Exchange::new(Arc::default(), 100)
+        let shares = crate::shares::Shares::new(u64::MAX, None, None);
+        Exchange::new(Arc::default(), 100, 1000, shares.memory_claim(None))
     }
 
     #[test]
@@ -251,6 +313,27 @@ mod tests {
         assert!(got[0].outcome.as_ref().unwrap_err().contains("malformed JSON"), "{got:?}");
         assert!(got[1].outcome.as_ref().unwrap_err().contains("202 bytes; the limit is 100"), "{got:?}");
         assert_eq!(got[2].outcome, Ok("[1]".into()));
+    }
+
+    #[test]
+    fn results_waiting_for_the_program_count_against_its_memory_and_the_budget() {
+        let shares = crate::shares::Shares::new(250, None, None);
+        let x = Exchange::new(Arc::default(), 100, 200, shares.memory_claim(None));
+        x.register(1, (0..5).map(|i| (["a", "b", "c", "d", "e"][i], "t")));
+        let ninety = |id: &str| ToolResult::ok_json(id, format!("\"{}\"", "x".repeat(88)));
+        x.submit(vec![ninety("a"), ninety("b"), ninety("c")]).unwrap();
+        assert_eq!(shares.used(), 180, "two results wait, charged to the budget");
+        let Drained::Ready(got) = x.drain() else { panic!("answers arrived") };
+        assert!(got[..2].iter().all(|r| r.outcome.is_ok()), "{got:?}");
+        let dropped = got[2].outcome.as_ref().unwrap_err();
+        assert!(dropped.contains("(90 bytes) was dropped") && dropped.contains("180 bytes of results"), "{dropped}");
+        assert_eq!(shares.used(), 0, "taken results are no longer held");
+        // The budget (250) refuses what the limit (200) would allow once other work holds it.
+        let mut other = shares.memory_claim(None);
+        other.grow(200).unwrap();
+        x.submit(vec![ninety("d")]).unwrap();
+        let Drained::Ready(got) = x.drain() else { panic!("answers arrived") };
+        assert!(got[0].outcome.as_ref().unwrap_err().contains("memory budget"), "{got:?}");
     }
 
     #[test]

@@ -191,15 +191,16 @@ impl Broker {
                 let max = self.max_tool_calls;
                 return Err(HostTrap::raise(FailureKind::ToolCalls, format!("exceeded maximum tool calls ({max})")));
             }
-            let checked = if call.input.len() > self.max_input_bytes {
-                Err(format!(
+            let (checked, call) = if call.input.len() > self.max_input_bytes {
+                let refused = Err(format!(
                     "the input of tool {:?} is {} bytes; the limit is {}: pass less data per call (filter it first, or split it over several calls)",
                     label(&call.namespace, &call.name),
                     call.input.len(),
                     self.max_input_bytes
-                ))
+                ));
+                (refused, call)
             } else {
-                self.schemas.check(&call.namespace, &call.name, &call.input)
+                self.check_input(call).await
             };
             match checked {
                 Ok(()) => valid.push(call),
@@ -280,6 +281,30 @@ impl Broker {
             out.push(to_wit(r.id, r.outcome));
         }
         Ok(out)
+    }
+}
+
+impl Broker {
+    /// Checks a call's input against its tool's schema: here when that is cheap, else on the
+    /// blocking pool (`schema.rs` says why), holding the run slot meanwhile so that it counts
+    /// among its tenant's running work; the execution's deadline still ends it.
+    async fn check_input(&self, call: wit::ToolCall) -> (Result<(), String>, wit::ToolCall) {
+        if let Some(checked) = self.schemas.check_inline(&call.namespace, &call.name, &call.input) {
+            return (checked, call);
+        }
+        let schemas = self.schemas.clone();
+        let (id, namespace, name) = (call.id.clone(), call.namespace.clone(), call.name.clone());
+        let checking = tokio::task::spawn_blocking(move || {
+            let checked = schemas.check(&call.namespace, &call.name, &call.input);
+            (checked, call)
+        });
+        match checking.await {
+            Ok(done) => done,
+            Err(e) => {
+                let call = wit::ToolCall { id, namespace, name, input: String::new() };
+                (Err(format!("checking the input failed: {e}")), call)
+            }
+        }
     }
 }
 

@@ -52,4 +52,5 @@ pub use events::{Completion, Event, Failure, FailureKind, OutputStream, Stats, T
 pub use execution::{Control, Execution};
 pub use journal::{Entry, Journal, JournalTake, RecordedCall, RecordedResult};
 pub use request::{ExecutionRequest, Runtime, ToolDef};
+pub use schema::{INLINE_CHECK_STEPS, MAX_CHECK_STEPS, MAX_WIDEST, check_tool_schema};
 pub use session::{DEFAULT_IDLE_TIMEOUT, Dropped, Restored, Session, SessionRequest, SessionState};

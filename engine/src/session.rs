@@ -199,7 +199,12 @@ impl Session {
 
     /// Ends the session and frees its instance (an execution running in it is cancelled).
     pub fn close(&self) {
-        self.shared.end("closed".into());
+        self.close_because("closed");
+    }
+
+    /// [`Session::close`], with the reason its later uses are told (`ended (REASON)`).
+    pub fn close_because(&self, reason: impl Into<String>) {
+        self.shared.end(reason.into());
     }
 
     /// The session's memory limit and its executions' default limits.
@@ -268,15 +273,14 @@ impl Session {
     }
 
     /// The compiled input schemas of `tools`: the last execution's if its tools were the same.
-    pub(crate) fn schemas_for(&self, tools: &[ToolDef]) -> Result<Arc<Schemas>> {
-        let mut cached = self.shared.schemas.lock().unwrap();
-        if let Some((last, schemas)) = cached.as_ref()
+    pub(crate) async fn schemas_for(&self, tools: &[ToolDef]) -> Result<Arc<Schemas>> {
+        if let Some((last, schemas)) = self.shared.schemas.lock().unwrap().as_ref()
             && last.as_slice() == tools
         {
             return Ok(schemas.clone());
         }
-        let schemas = Arc::new(Schemas::compile(tools)?);
-        *cached = Some((tools.to_vec(), schemas.clone()));
+        let schemas = Schemas::compile_shared(tools).await?;
+        *self.shared.schemas.lock().unwrap() = Some((tools.to_vec(), schemas.clone()));
         Ok(schemas)
     }
 
@@ -327,7 +331,8 @@ pub(crate) struct Serve {
     pub(crate) shared: Arc<Shared>,
     pub(crate) commands: mpsc::UnboundedReceiver<Command>,
     pub(crate) idle_timeout: Duration,
-    pub(crate) snapshot_timeout: Duration,
+    /// The time and fuel a snapshot may take: a program's of the session.
+    pub(crate) budget: Budget,
     /// The engine stops accepting (ends idle sessions) or shuts down (ends all).
     pub(crate) closing: CancellationToken,
     pub(crate) shutdown: CancellationToken,
@@ -382,11 +387,18 @@ pub(crate) async fn serve(mut serve: Serve, mut store: Store<HostState>, sandbox
             Command::Snapshot { max_bytes, reply } => {
                 let instance = sandbox.as_ref().expect("a live session has its instance");
                 let result = take_snapshot(&serve, &mut store, instance, max_bytes).await;
-                let fatal = matches!(&result, Err(e) if e.kind() == ErrorKind::Engine);
+                // A trap stopped the instance: the session ends before the client hears why.
+                let stopped = match &result {
+                    Err(e) if matches!(e.kind(), ErrorKind::Engine | ErrorKind::Limit) => {
+                        serve.shared.end(format!("taking its snapshot stopped it: {}", e.message()));
+                        true
+                    }
+                    _ => false,
+                };
                 serve.shared.busy.store(false, Ordering::Release);
                 let _ = reply.send(result);
-                if fatal {
-                    break Some("taking its snapshot failed".into());
+                if stopped {
+                    break None;
                 }
             }
         }
@@ -405,7 +417,7 @@ async fn take_snapshot(
     max_bytes: u64,
 ) -> Result<SessionState> {
     let started = Instant::now();
-    let state = guest_call(store, serve.snapshot_timeout, &serve.shutdown, "taking the snapshot", |store| {
+    let state = guest_call(store, serve.budget, &serve.shutdown, "taking the snapshot", |store| {
         Box::pin(async move { sandbox.snapshot(store, max_bytes).await })
     })
     .await?
@@ -421,12 +433,24 @@ async fn take_snapshot(
 
 type GuestFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = wasmtime::Result<T>> + Send + 'a>>;
 
+/// The budget of work outside an execution (snapshot, restore): the session's own limits, as
+/// a program of it would have. Unlimited fuel once let a value's `__reduce__` loop for 8 s
+/// inside a snapshot on a server with fuel metering.
+#[derive(Clone, Copy)]
+pub(crate) struct Budget {
+    pub(crate) timeout: Duration,
+    /// The fuel each call starts with; `None` without fuel metering.
+    pub(crate) fuel: Option<u64>,
+}
+
 /// Calls into the live instance outside an execution (snapshot, restore): with a run slot, a
-/// fresh epoch deadline and unlimited fuel, raced against `timeout` and shutdown. A trap or a
-/// timeout is an [`ErrorKind::Engine`] error; the instance cannot be used after it.
+/// fresh epoch deadline and the session's fuel, raced against its time limit and shutdown.
+/// Memory growth past the limit fails (a `MemoryError` the guest answers in words) instead of
+/// trapping. Running out of time or fuel is an [`ErrorKind::Limit`] error, any other trap an
+/// [`ErrorKind::Engine`] one; either way the instance cannot be used after it.
 pub(crate) async fn guest_call<'a, T>(
     store: &'a mut Store<HostState>,
-    timeout: Duration,
+    budget: Budget,
     shutdown: &CancellationToken,
     what: &str,
     call: impl FnOnce(&'a mut Store<HostState>) -> GuestFuture<'a, T>,
@@ -434,15 +458,48 @@ pub(crate) async fn guest_call<'a, T>(
     let run_slot = store.data().broker.run_slot.clone();
     run_slot.acquire().await;
     store.set_epoch_deadline(1);
-    if store.get_fuel().is_ok() {
-        let _ = store.set_fuel(u64::MAX);
+    if let Some(fuel) = budget.fuel {
+        let _ = store.set_fuel(fuel);
     }
+    let soft = SoftLimit::on(store.data().limiter.soft());
+    let timeout = budget.timeout;
     let result = tokio::select! {
         biased;
         _ = shutdown.cancelled() => Err(Error::new(ErrorKind::Unavailable, "the engine is shutting down")),
-        _ = tokio::time::sleep(timeout) => Err(Error::engine(what, format!("timed out after {} ms", timeout.as_millis()))),
-        r = call(store) => r.map_err(|e| Error::engine(what, e)),
+        _ = tokio::time::sleep(timeout) => Err(Error::new(
+            ErrorKind::Limit,
+            format!("{what} did not finish within the session's time limit ({} ms)", timeout.as_millis()),
+        )),
+        r = call(store) => r.map_err(|trap| stopped(what, &trap)),
     };
+    drop(soft);
     run_slot.release();
     result
+}
+
+/// The limiter's soft mode while a guest call lasts, turned off however the call ends.
+struct SoftLimit(Arc<std::sync::atomic::AtomicBool>);
+
+impl SoftLimit {
+    fn on(switch: Arc<std::sync::atomic::AtomicBool>) -> Self {
+        switch.store(true, Ordering::Relaxed);
+        SoftLimit(switch)
+    }
+}
+
+impl Drop for SoftLimit {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
+}
+
+/// A trap of a guest call, in words.
+fn stopped(what: &str, trap: &wasmtime::Error) -> Error {
+    if let Some(wasmtime::Trap::OutOfFuel) = trap.downcast_ref::<wasmtime::Trap>() {
+        return Error::new(ErrorKind::Limit, format!("{what} ran out of the session's fuel"));
+    }
+    if let Some(crate::error::HostTrap { message, .. }) = trap.downcast_ref::<crate::error::HostTrap>() {
+        return Error::new(ErrorKind::Limit, format!("{what} stopped: {message}"));
+    }
+    Error::engine(what, trap)
 }

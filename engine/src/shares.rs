@@ -68,7 +68,24 @@ impl Shares {
 
     /// One execution's claim on the budget and, with a tenant, on its run slots.
     pub(crate) fn claim(self: &Arc<Self>, tenant: Option<&str>) -> (MemoryClaim, RunSlot) {
-        let share = tenant.map(|name| {
+        let share = self.share(tenant);
+        let slot = RunSlot {
+            gate: share.as_ref().and_then(|s| s.run.clone().map(|run| (run, s.clone()))),
+            permit: Arc::new(Mutex::new(None)),
+            ticks: Arc::new(std::sync::atomic::AtomicU32::new(0)),
+        };
+        (MemoryClaim { shares: self.clone(), share, charged: 0 }, slot)
+    }
+
+    /// A claim on the budget (and the tenant's share) alone: for memory the host holds on an
+    /// execution's behalf, such as tool results the program has not taken yet.
+    pub(crate) fn memory_claim(self: &Arc<Self>, tenant: Option<&str>) -> MemoryClaim {
+        MemoryClaim { shares: self.clone(), share: self.share(tenant), charged: 0 }
+    }
+
+    /// The tenant's share, counted as claimed once more.
+    fn share(&self, tenant: Option<&str>) -> Option<Arc<TenantShare>> {
+        tenant.map(|name| {
             let mut tenants = self.tenants.lock().unwrap();
             let share = tenants.entry(name.to_string()).or_insert_with(|| {
                 Arc::new(TenantShare {
@@ -81,13 +98,7 @@ impl Shares {
             });
             share.claims.fetch_add(1, Ordering::Relaxed);
             share.clone()
-        });
-        let slot = RunSlot {
-            gate: share.as_ref().and_then(|s| s.run.clone().map(|run| (run, s.clone()))),
-            permit: Arc::new(Mutex::new(None)),
-            ticks: Arc::new(std::sync::atomic::AtomicU32::new(0)),
-        };
-        (MemoryClaim { shares: self.clone(), share, charged: 0 }, slot)
+        })
     }
 }
 
@@ -127,6 +138,16 @@ impl MemoryClaim {
         }
         self.charged += delta;
         Ok(())
+    }
+
+    /// Gives `delta` bytes back (at most what is charged).
+    pub(crate) fn shrink(&mut self, delta: u64) {
+        let delta = delta.min(self.charged);
+        self.shares.used.fetch_sub(delta, Ordering::AcqRel);
+        if let Some(share) = &self.share {
+            share.used.fetch_sub(delta, Ordering::AcqRel);
+        }
+        self.charged -= delta;
     }
 }
 

@@ -83,6 +83,11 @@ pub struct ServeArgs {
     /// Paused executions per tenant before new ones are refused (default: no per-tenant cap).
     #[arg(long, env = "PTC_TENANT_MAX_PAUSED")]
     pub tenant_max_paused: Option<usize>,
+    /// HTTP requests in progress per tenant, each holding a connection (runs, MCP streams);
+    /// more get 429 (default: a quarter of --http-max-connections when API keys are set; none
+    /// in local mode; 0 = none).
+    #[arg(long, env = "PTC_TENANT_MAX_REQUESTS")]
+    pub tenant_max_requests: Option<usize>,
     /// Largest gRPC message, bytes, either way.
     #[arg(long, env = "PTC_GRPC_MAX_MESSAGE_BYTES", default_value_t = defaults().grpc_max_message_bytes)]
     pub grpc_max_message_bytes: usize,
@@ -102,6 +107,12 @@ pub struct ServeArgs {
     /// Seconds to send a whole HTTP request body.
     #[arg(long, env = "PTC_HTTP_BODY_TIMEOUT_SECS", default_value_t = defaults().http_limits.body_timeout.as_secs())]
     pub http_body_timeout_secs: u64,
+    /// Largest upload (`POST /upload`), bytes; it is also counted against the file quota.
+    #[arg(long, env = "PTC_HTTP_MAX_UPLOAD_BYTES", default_value_t = defaults().http_limits.max_upload_bytes)]
+    pub http_max_upload_bytes: u64,
+    /// Seconds to send a whole upload.
+    #[arg(long, env = "PTC_HTTP_UPLOAD_TIMEOUT_SECS", default_value_t = defaults().http_limits.upload_timeout.as_secs())]
+    pub http_upload_timeout_secs: u64,
     /// Largest tool call input, bytes (larger calls raise ToolError in the program).
     #[arg(long, env = "PTC_MAX_TOOL_INPUT_BYTES", default_value_t = defaults().engine.ceilings.max_tool_input_bytes)]
     pub max_tool_input_bytes: usize,
@@ -178,6 +189,14 @@ pub struct ServeArgs {
     /// session (where globals persist between calls).
     #[arg(long, env = "PTC_MCP_STATELESS", default_value_t = false)]
     pub mcp_stateless: bool,
+    /// MCP sessions of `/mcp` one tenant keeps open; opening one more ends its session idle
+    /// the longest.
+    #[arg(long, env = "PTC_MCP_MAX_SESSIONS_PER_TENANT", default_value_t = defaults().mcp_limits.max_per_tenant)]
+    pub mcp_max_sessions_per_tenant: usize,
+    /// Seconds an MCP session of `/mcp` may go without a request from its client before it
+    /// is ended (its streams close).
+    #[arg(long, env = "PTC_MCP_SESSION_IDLE_SECS", default_value_t = defaults().mcp_limits.idle.as_secs())]
+    pub mcp_session_idle_secs: u64,
     /// The runtime of `/mcp` programs: `python` or `python-data` (needs --python-data; figures
     /// they save in /mnt/data come back as images).
     #[arg(long, env = "PTC_MCP_RUNTIME", default_value = "python")]
@@ -208,6 +227,13 @@ pub struct ServeArgs {
     /// --token-secret on every node.
     #[arg(long, env = "PTC_REDIS_URL", hide_env_values = true)]
     pub redis_url: Option<String>,
+    /// MiB of journals one tenant's paused executions may keep in the cluster store; past it
+    /// an execution runs on unjournaled (only its own node can finish it).
+    #[arg(long, env = "PTC_JOURNAL_TENANT_MAX_MIB", default_value_t = defaults().journal_limits.tenant_bytes >> 20)]
+    pub journal_tenant_max_mib: u64,
+    /// MiB of journals all tenants together may keep in the cluster store.
+    #[arg(long, env = "PTC_JOURNAL_MAX_MIB", default_value_t = defaults().journal_limits.total_bytes >> 20)]
+    pub journal_max_mib: u64,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -319,6 +345,8 @@ impl ServeArgs {
         http.max_connections = self.http_max_connections.max(1);
         http.header_timeout = Duration::from_secs(self.http_header_timeout_secs.max(1));
         http.body_timeout = Duration::from_secs(self.http_body_timeout_secs.max(1));
+        http.max_upload_bytes = self.http_max_upload_bytes;
+        http.upload_timeout = Duration::from_secs(self.http_upload_timeout_secs.max(1));
         let files = &mut config.files;
         if let Some(dir) = &self.files_dir {
             files.dir = dir.clone();
@@ -333,6 +361,12 @@ impl ServeArgs {
         config.api_keys = ApiKeys::parse(&self.api_keys)?;
         config.tenant_limits.max_concurrent = self.tenant_max_concurrent;
         config.tenant_limits.max_paused = self.tenant_max_paused;
+        config.tenant_limits.max_requests = match self.tenant_max_requests {
+            Some(0) => None,
+            Some(n) => Some(n),
+            None if self.api_keys.is_empty() => None,
+            None => Some((config.http_limits.max_connections / 4).max(1)),
+        };
         config.grpc_max_message_bytes = self.grpc_max_message_bytes;
         config.grpc_max_returned_file_bytes = self.grpc_max_returned_file_bytes;
         config.shutdown_grace = Duration::from_secs(self.shutdown_grace_secs);
@@ -340,6 +374,8 @@ impl ServeArgs {
             config.mcp = crate::mcp::McpConfig::load(path)?;
         }
         config.mcp_stateless = self.mcp_stateless;
+        config.mcp_limits.max_per_tenant = self.mcp_max_sessions_per_tenant.max(1);
+        config.mcp_limits.idle = Duration::from_secs(self.mcp_session_idle_secs.max(1));
         let sessions = &mut config.sessions;
         sessions.max_per_tenant = self.max_sessions_per_tenant.max(1);
         sessions.max_idle_timeout = Duration::from_secs(self.max_session_idle_secs.max(1));
@@ -353,6 +389,8 @@ impl ServeArgs {
             config.peers = crate::cluster::Peers::parse(peers).map_err(|e| format!("--peers: {e}"))?;
         }
         config.redis_url = self.redis_url.clone().filter(|u| !u.is_empty());
+        config.journal_limits.tenant_bytes = self.journal_tenant_max_mib << 20;
+        config.journal_limits.total_bytes = self.journal_max_mib << 20;
         let clustered = config.redis_url.is_some() || !matches!(config.peers, crate::cluster::Peers::None);
         if clustered && config.token_secret.as_deref().is_none_or(str::is_empty) {
             return Err("a cluster (--peers or --redis-url) needs --token-secret, the same on every node: \

@@ -1,15 +1,20 @@
 //! HTTP connections with bounds: a connection limit, a header-read timeout (which is also the
 //! longest a keep-alive connection may sit idle between requests), a body timeout and size
-//! limit, and JSON answers for all of them.
+//! limit, each tenant's share of the requests in progress, and JSON answers for all of them;
+//! and, in local mode (no API keys), requests only from localhost.
 //!
-//! axum's own `serve` has none of these: 1,500 half-sent requests once stayed open against it.
+//! axum's own `serve` has none of these: 1,500 half-sent requests once stayed open against it,
+//! and 520 MCP streams of one tenant once held every connection while other tenants got 503.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Json;
 use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -37,6 +42,11 @@ pub struct HttpLimits {
     /// Open connections; more are answered 503 and closed. Default 512 (with 4 MiB bodies,
     /// at most 2 GiB of request bodies in memory at once).
     pub max_connections: usize,
+    /// Largest upload (`POST /upload`, the whole multipart body; streamed to disk, never held
+    /// in memory); larger ones get 413. Default 100 MiB, the default file quota.
+    pub max_upload_bytes: u64,
+    /// Time to send a whole upload. Default 300 s.
+    pub upload_timeout: Duration,
 }
 
 impl Default for HttpLimits {
@@ -47,8 +57,126 @@ impl Default for HttpLimits {
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
             max_connections: 512,
+            max_upload_bytes: 100 * 1024 * 1024,
+            upload_timeout: Duration::from_secs(300),
         }
     }
+}
+
+/// Requests in progress per tenant: each holds one of the server's connections (a program's
+/// run, an MCP stream) until its response has been sent whole.
+pub struct RequestShares {
+    /// `None`: no share (local mode, one tenant).
+    limit: Option<usize>,
+    keys: Arc<crate::auth::ApiKeys>,
+    counts: Mutex<HashMap<String, usize>>,
+}
+
+/// One request's place in its tenant's share, given back when its response is done.
+struct SharePermit {
+    shares: Arc<RequestShares>,
+    tenant: String,
+}
+
+impl Drop for SharePermit {
+    fn drop(&mut self) {
+        let mut counts = self.shares.counts.lock().unwrap();
+        if let Some(n) = counts.get_mut(&self.tenant) {
+            *n -= 1;
+            if *n == 0 {
+                counts.remove(&self.tenant);
+            }
+        }
+    }
+}
+
+impl RequestShares {
+    pub fn new(limit: Option<usize>, keys: Arc<crate::auth::ApiKeys>) -> Arc<Self> {
+        Arc::new(RequestShares { limit, keys, counts: Mutex::default() })
+    }
+
+    /// `tenant`'s requests in progress now.
+    pub fn in_progress(&self, tenant: &str) -> usize {
+        self.counts.lock().unwrap().get(tenant).copied().unwrap_or(0)
+    }
+
+    fn take(self: &Arc<Self>, tenant: &str, limit: usize) -> Option<SharePermit> {
+        let mut counts = self.counts.lock().unwrap();
+        let n = counts.entry(tenant.to_string()).or_default();
+        if *n >= limit {
+            return None;
+        }
+        *n += 1;
+        Some(SharePermit { shares: self.clone(), tenant: tenant.to_string() })
+    }
+}
+
+/// Holds a place in the caller's tenant share for as long as the request and its response
+/// last; past the share, 429 and the connection is closed (so that refused requests cannot
+/// keep connections either). Requests without a valid key pass to their handler, which
+/// answers 401.
+pub(crate) async fn tenant_share(State(shares): State<Arc<RequestShares>>, request: Request, next: Next) -> Response {
+    let Some(limit) = shares.limit else { return next.run(request).await };
+    let tenant = {
+        let header = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok());
+        shares.keys.tenant(crate::auth::presented_key(header("x-api-key"), header("authorization")))
+    };
+    let Ok(tenant) = tenant else { return next.run(request).await };
+    let Some(permit) = shares.take(&tenant, limit) else {
+        metrics::counter!("ptc_http_tenant_share_refused_total").increment(1);
+        return json_error(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!(
+                "Too many requests in progress for this API key: a key may have {limit} at once (each holds a \
+                 connection, MCP streams included); wait for some to finish or close idle MCP sessions"
+            ),
+        );
+    };
+    next.run(request).await.map(|body| {
+        use http_body_util::BodyExt;
+        Body::new(body.map_frame(move |frame| {
+            let _held = &permit;
+            frame
+        }))
+    })
+}
+
+/// Local mode (no API keys) answers only requests addressed to this machine (`Host`
+/// localhost, 127.0.0.1 or [::1]) and, when a browser sends an `Origin`, from a page of this
+/// machine. Otherwise any web page could run code here: a cross-site `POST /exec` with
+/// `Content-Type: text/plain` once ran, and with DNS rebinding its page could read the answer.
+pub(crate) async fn local_only(request: Request, next: Next) -> Response {
+    let headers = request.headers();
+    let host_ok = headers.get(header::HOST).and_then(|v| v.to_str().ok()).is_some_and(local_host);
+    let origin_ok = headers.get(header::ORIGIN).is_none_or(|v| v.to_str().ok().is_some_and(local_origin));
+    if host_ok && origin_ok {
+        return next.run(request).await;
+    }
+    json_error(
+        StatusCode::FORBIDDEN,
+        "This server runs without API keys (local mode) and answers only requests to localhost from this machine; \
+         start it with --api-keys to serve other hosts or web pages"
+            .to_string(),
+    )
+}
+
+/// `localhost`, `127.0.0.1` or `[::1]`, with or without a port.
+fn local_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or_default(),
+        None => {
+            host.rsplit_once(':').map_or(host, |(name, port)| if port.parse::<u16>().is_ok() { name } else { host })
+        }
+    };
+    matches!(name.to_ascii_lowercase().as_str(), "localhost" | "127.0.0.1" | "::1")
+}
+
+/// `http(s)://` and a local host (`null`, a file or sandboxed page, is not).
+fn local_origin(origin: &str) -> bool {
+    origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))
+        .is_some_and(|rest| !rest.contains('/') && local_host(rest))
 }
 
 fn json_error(status: StatusCode, error: String) -> Response {
@@ -152,4 +280,23 @@ pub async fn serve(listener: TcpListener, app: axum::Router, limits: HttpLimits,
     }
     tracker.close();
     tracker.wait().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_mode_knows_its_own_hosts_and_origins() {
+        for host in ["localhost", "localhost:8080", "127.0.0.1:1", "[::1]:8080", "LOCALHOST"] {
+            assert!(local_host(host), "{host}");
+        }
+        for host in ["evil.com", "evil.com:8080", "127.0.0.1.evil.com", "localhost.evil.com:80", "[::2]:80", ""] {
+            assert!(!local_host(host), "{host}");
+        }
+        assert!(local_origin("http://localhost:3000") && local_origin("https://127.0.0.1"));
+        for origin in ["http://evil.com", "null", "http://localhost.evil.com", "file://", "http://localhost/x"] {
+            assert!(!local_origin(origin), "{origin}");
+        }
+    }
 }

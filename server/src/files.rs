@@ -50,6 +50,15 @@ impl Default for FilesConfig {
     }
 }
 
+/// A file to copy into a run's session: from session `session_id` of the same tenant, found
+/// by `id` (as the API handed it out) when given, else by `name`; written as `name`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Import {
+    pub name: String,
+    pub session_id: String,
+    pub id: Option<String>,
+}
+
 /// A file of a session, as the API names it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct FileRef {
@@ -187,8 +196,38 @@ fn tenant_dir_name(tenant: &str) -> String {
     hex::encode(&Sha256::digest(tenant.as_bytes())[..12])
 }
 
-fn file_id(session_id: &str, name: &str) -> String {
-    hex::encode(&Sha256::digest(format!("{session_id}/{name}").as_bytes())[..12])
+/// How long the ids the API hands out are: LibreChat's download route takes only ids of 21
+/// characters of `[A-Za-z0-9_-]` (nanoid's), for sessions and files alike.
+pub const ID_CHARS: usize = 21;
+
+/// A file's id: derived from its session and name, so that it names the same file for as long
+/// as the file has that name (21 characters of base64url, 126 bits).
+pub(crate) fn file_id(session_id: &str, name: &str) -> String {
+    use base64::Engine as _;
+    let digest = Sha256::digest(format!("{session_id}/{name}").as_bytes());
+    let mut id = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&digest[..16]);
+    id.truncate(ID_CHARS);
+    id
+}
+
+/// A new session id the API hands out: 126 random bits as 21 characters of base64url.
+pub fn new_session_id() -> String {
+    use base64::Engine as _;
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).expect("the OS random source");
+    let mut id = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+    id.truncate(ID_CHARS);
+    id
+}
+
+/// A regular file of a session as the file endpoints list it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    pub id: String,
+    /// Its path beneath the session directory (`/mnt/data/NAME` in the sandbox).
+    pub name: String,
+    pub size: u64,
+    pub modified: Option<SystemTime>,
 }
 
 /// Session ids become directory names: only `[A-Za-z0-9_-]`, 1–128 characters.
@@ -522,22 +561,28 @@ impl FileStore {
         walk(&session.dir, self.walk_limit()).map_err(io_error("cannot list the session directory"))
     }
 
-    /// Copies `files` (name + session id of an earlier session of this tenant) into
-    /// `session`. Only regular files with one link are copied; the whole request is checked
-    /// against the quota before anything is written.
-    pub fn import(&self, session: &Session, files: &[(String, String)]) -> Result<(), FilesError> {
+    /// Copies `files` (an earlier session of this tenant's file, to a name) into `session`.
+    /// Only regular files with one link are copied; the whole request is checked against the
+    /// quota before anything is written.
+    pub fn import(&self, session: &Session, files: &[Import]) -> Result<(), FilesError> {
         let mut sources = Vec::with_capacity(files.len());
         let mut needed = Usage::default();
-        for (name, session_id) in files {
+        for Import { name, session_id, id } in files {
             let rel = safe_relative(name).ok_or_else(|| FilesError::Invalid(format!("invalid file name {name:?}")))?;
             if !valid_session_id(session_id) {
                 return Err(FilesError::Invalid(format!("invalid session_id {session_id:?} for file {name:?}")));
             }
-            if *session_id == session.id {
+            let not_found = || FilesError::Invalid(format!("file {name:?} not found in session {session_id:?}"));
+            // By id when it names a file of that session (the upload's name may differ from the
+            // one the model is shown), else by name.
+            let source = match id.as_deref().filter(|id| !id.is_empty()) {
+                Some(id) => self.find_in(&session.tenant_dir, session_id, id).unwrap_or_else(|| rel.clone()),
+                None => rel.clone(),
+            };
+            if *session_id == session.id && source == rel {
                 continue; // already there
             }
-            let not_found = || FilesError::Invalid(format!("file {name:?} not found in session {session_id:?}"));
-            let (parent, file_name) = split(&rel);
+            let (parent, file_name) = split(&source);
             let src_dir =
                 open_dir_beneath(&session.tenant_dir, &Path::new(session_id).join(parent)).map_err(|_| not_found())?;
             let file = src_dir.open_with(file_name, &read_nofollow()).map_err(|_| not_found())?;
@@ -587,6 +632,109 @@ impl FileStore {
             // At most the size checked against the quota, even if the source grows meanwhile.
             io::copy(&mut src.take(len), &mut dst).map_err(io_error("cannot copy a file"))?;
         }
+        let usage = self.scan(session)?.usage;
+        self.record(&session.tenant, &session.id, usage);
+        Ok(())
+    }
+
+    /// The path (beneath session `session_id` of the tenant whose directory is `tenant_dir`) of
+    /// the regular file whose id is `id`.
+    fn find_in(&self, tenant_dir: &Dir, session_id: &str, id: &str) -> Option<PathBuf> {
+        let dir = tenant_dir.open_dir_nofollow(session_id).ok()?;
+        let scan = walk(&dir, self.walk_limit()).ok()?;
+        scan.entries
+            .iter()
+            .filter(|(_, e)| e.kind == Kind::File)
+            .find(|(path, _)| path.to_str().is_some_and(|name| file_id(session_id, name) == id))
+            .map(|(path, _)| path.clone())
+    }
+
+    /// Session `session_id` of `tenant` if it exists (never created: a listing or a download
+    /// of another tenant's or an unknown session finds nothing).
+    pub fn existing_session(&self, tenant: &str, session_id: &str) -> Option<Session> {
+        if !valid_session_id(session_id) {
+            return None;
+        }
+        let tenant_dir = open_dir_beneath(&self.root, Path::new(&tenant_dir_name(tenant))).ok()?;
+        let dir = tenant_dir.open_dir_nofollow(session_id).ok()?;
+        let path = self.config.dir.join(tenant_dir_name(tenant)).join(session_id);
+        Some(Session { dir, tenant_dir, path, tenant: tenant.to_string(), id: session_id.to_string() })
+    }
+
+    /// The session's regular files (never links or special files), sorted by name.
+    pub fn list(&self, session: &Session) -> Result<Vec<Listed>, FilesError> {
+        let scan = self.scan(session)?;
+        let mut out: Vec<Listed> = scan
+            .entries
+            .iter()
+            .filter(|(_, e)| e.kind == Kind::File)
+            .filter_map(|(path, e)| {
+                let name = path.to_str()?.to_string();
+                Some(Listed { id: file_id(&session.id, &name), name, size: e.size, modified: e.modified })
+            })
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// The regular file of `session` whose id is `id`, opened for reading (without following a
+    /// link anywhere on its path), with its listing.
+    pub fn open_by_id(&self, session: &Session, id: &str) -> Option<(std::fs::File, Listed)> {
+        let rel = self.find_in(&session.tenant_dir, &session.id, id)?;
+        let (file, size) = open_regular(&session.dir, &rel)?;
+        let modified = file.metadata().ok().and_then(|m| m.modified().ok()).map(|t| t.into_std());
+        let name = rel.to_str()?.to_string();
+        Some((file.into_std(), Listed { id: id.to_string(), name, size, modified }))
+    }
+
+    /// How many more bytes, and whether one more file, `session` may take within the tenant's
+    /// quota now.
+    pub fn room(&self, session: &Session) -> Result<(u64, bool), FilesError> {
+        let scan = self.scan(session)?;
+        let usage = self.tenant_usage_with(&session.tenant, &session.id, scan.usage);
+        Ok((self.config.quota_bytes.saturating_sub(usage.bytes), usage.files < self.config.quota_files))
+    }
+
+    /// A new file `name` in `session` for an upload to write (whatever stood there, a link
+    /// included, is replaced, never written through); `Err` names a bad name or what is in
+    /// the way.
+    pub fn create(&self, session: &Session, name: &str) -> Result<std::fs::File, FilesError> {
+        let rel = safe_relative(name).ok_or_else(|| FilesError::Invalid(format!("invalid file name {name:?}")))?;
+        let (parent, file_name) = split(&rel);
+        let invalid = |e: io::Error| FilesError::Invalid(format!("cannot write {}: {e}", rel.display()));
+        let dir = create_dir_beneath(&session.dir, parent).map_err(invalid)?;
+        match dir.symlink_metadata(file_name) {
+            Ok(meta) if meta.is_dir() => {
+                return Err(FilesError::Invalid(format!("cannot write {}: a directory has that name", rel.display())));
+            }
+            Ok(_) => dir.remove_file_or_symlink(file_name).map_err(io_error("cannot replace a file"))?,
+            Err(_) => {}
+        }
+        let mut options = OpenOptions::new();
+        options.write(true).create_new(true).follow(FollowSymlinks::No);
+        Ok(dir.open_with(file_name, &options).map_err(invalid)?.into_std())
+    }
+
+    /// Removes a whole session directory (an upload that kept nothing) and forgets its usage.
+    pub fn remove_session(&self, session: &Session) {
+        // cap-std removes links as links: nothing outside the session is touched.
+        let _ = session.tenant_dir.remove_dir_all(&session.id);
+        if let Some(sessions) = self.usage.lock().unwrap().get_mut(&tenant_dir_name(&session.tenant)) {
+            sessions.remove(&session.id);
+        }
+    }
+
+    /// Removes file `name` of `session` (an upload that broke a bound), if it is there.
+    pub fn remove(&self, session: &Session, name: &str) {
+        let Some(rel) = safe_relative(name) else { return };
+        let (parent, file_name) = split(&rel);
+        if let Ok(dir) = open_dir_beneath(&session.dir, parent) {
+            let _ = dir.remove_file_or_symlink(file_name);
+        }
+    }
+
+    /// Counts `session` as it is now in its tenant's usage (after an upload).
+    pub fn refresh(&self, session: &Session) -> Result<(), FilesError> {
         let usage = self.scan(session)?.usage;
         self.record(&session.tenant, &session.id, usage);
         Ok(())

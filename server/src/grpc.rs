@@ -17,6 +17,7 @@ use super::auth::{ApiKeys, presented_key};
 use super::sessions::{OpenOptions, SessionError, Sessions};
 use super::tenants::{Admission, Refusal, Tenants};
 use crate::files::{FileStore, FilesError};
+use crate::proto::sandbox_server::SandboxServer;
 use crate::proto::{self, client_message, sandbox_server, server_message};
 use crate::run_files::RunFiles;
 use ptc_engine::{Engine, ErrorKind, Event, ExecutionRequest, Runtime};
@@ -35,6 +36,50 @@ pub struct SandboxService {
     pub max_returned_file_bytes: u64,
 }
 
+/// The service with two message limits: session snapshots (`SnapshotSession`'s answer,
+/// `OpenSession`'s snapshot) carry up to `--max-snapshot-bytes`, every other call
+/// `--grpc-max-message-bytes`. One limit for all would either refuse snapshots between 16 and
+/// 64 MiB that the server itself took (tonic: `OUT_OF_RANGE`), or let every tool result grow
+/// to the snapshot limit.
+#[derive(Clone)]
+pub struct Limited {
+    small: SandboxServer<SandboxService>,
+    large: SandboxServer<SandboxService>,
+}
+
+/// The calls that carry a whole session's state.
+const SNAPSHOT_CALLS: [&str; 2] = ["/ptc.v1.Sandbox/SnapshotSession", "/ptc.v1.Sandbox/OpenSession"];
+
+impl Limited {
+    /// `service` with `max_message_bytes` for its calls and `max_snapshot_message_bytes` (at
+    /// least as large) for the snapshot calls.
+    pub fn new(service: SandboxService, max_message_bytes: usize, max_snapshot_message_bytes: usize) -> Self {
+        let large = max_snapshot_message_bytes.max(max_message_bytes);
+        let server = |limit| {
+            SandboxServer::new(service.clone()).max_decoding_message_size(limit).max_encoding_message_size(limit)
+        };
+        Limited { small: server(max_message_bytes), large: server(large) }
+    }
+}
+
+impl tonic::server::NamedService for Limited {
+    const NAME: &'static str = <SandboxServer<SandboxService> as tonic::server::NamedService>::NAME;
+}
+
+impl tonic::codegen::Service<tonic::codegen::http::Request<tonic::body::Body>> for Limited {
+    type Response = tonic::codegen::http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = tonic::codegen::BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, _cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: tonic::codegen::http::Request<tonic::body::Body>) -> Self::Future {
+        if SNAPSHOT_CALLS.contains(&request.uri().path()) { self.large.call(request) } else { self.small.call(request) }
+    }
+}
+
 pub fn status_from(err: ptc_engine::Error) -> Status {
     let message = err.message().to_string();
     match err.kind() {
@@ -43,6 +88,7 @@ pub fn status_from(err: ptc_engine::Error) -> Status {
         ErrorKind::Unavailable => Status::unavailable(message),
         ErrorKind::InvalidToolResult | ErrorKind::Finished => Status::failed_precondition(message),
         ErrorKind::SessionBusy => Status::aborted(message),
+        ErrorKind::Limit => Status::resource_exhausted(message),
         _ => Status::internal(message),
     }
 }
@@ -214,9 +260,11 @@ impl sandbox_server::Sandbox for SandboxService {
         &self,
         request: Request<proto::DescribeToolsRequest>,
     ) -> Result<Response<proto::DescribeToolsResponse>, Status> {
-        self.tenant(&request)?;
+        let tenant = self.tenant(&request)?;
         let tools = proto::tool_defs(request.into_inner().tools).map_err(Status::invalid_argument)?;
-        let d = self.engine.describe_tools(&tools).await.map_err(status_from)?;
+        // Rendering runs guest code: admitted like an execution of the tenant's.
+        let _admission = self.tenants.admit(&tenant, None).map_err(refusal_status)?;
+        let d = self.engine.describe_tools(&tools, Some(&tenant)).await.map_err(status_from)?;
         Ok(Response::new(proto::DescribeToolsResponse {
             tools: d
                 .tools

@@ -70,6 +70,8 @@ pub struct ServerConfig {
     /// Run every `execute_code` of `/mcp` in a fresh sandbox instead of one live session per
     /// MCP session. Default false.
     pub mcp_stateless: bool,
+    /// MCP sessions of `/mcp` per tenant, and how long one may sit idle.
+    pub mcp_limits: mcp::McpLimits,
     /// The runtime of every `/mcp` program. Default `python`; `python-data` needs
     /// [`EngineConfig::python_data`].
     pub mcp_runtime: ptc_engine::Runtime,
@@ -83,6 +85,8 @@ pub struct ServerConfig {
     /// The shared store of a cluster (`redis://…`): journals of paused executions, so that
     /// another node can finish them. Default none.
     pub redis_url: Option<String>,
+    /// Bytes of journals in the shared store, per tenant and in all.
+    pub journal_limits: cluster::JournalLimits,
 }
 
 impl Default for ServerConfig {
@@ -109,11 +113,13 @@ impl Default for ServerConfig {
             mcp: mcp::McpConfig::default(),
             sessions: sessions::SessionLimits::default(),
             mcp_stateless: false,
+            mcp_limits: mcp::McpLimits::default(),
             mcp_runtime: ptc_engine::Runtime::Python,
             http_runtime: ptc_engine::Runtime::Python,
             node_id: cluster::default_node_id(),
             peers: cluster::Peers::None,
             redis_url: None,
+            journal_limits: cluster::JournalLimits::default(),
         }
     }
 }
@@ -150,6 +156,14 @@ pub struct RunningServer {
     pub tenants: Arc<Tenants>,
     /// Live sessions (gRPC and MCP).
     pub sessions: Arc<sessions::Sessions>,
+    /// The MCP front end of `/mcp` (its handlers, downstream servers, parked executions).
+    pub mcp: Arc<mcp::Shared>,
+    /// The MCP sessions of `/mcp`.
+    pub mcp_sessions: Arc<mcp::McpSessions>,
+    /// The downstream MCP servers' connections.
+    pub downstream: Arc<mcp::Downstream>,
+    /// HTTP requests in progress per tenant.
+    pub requests: Arc<conn::RequestShares>,
     shutdown: CancellationToken,
     /// The listeners, the sweeper and the shutdown sequence.
     tasks: TaskTracker,
@@ -232,9 +246,9 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     };
     let store: Arc<dyn cluster::Store> = match &config.redis_url {
         Some(url) => Arc::new(
-            cluster::RedisStore::connect(url)
+            cluster::RedisStore::connect(url, config.journal_limits)
                 .await
-                .map_err(|e| anyhow::anyhow!("cannot reach the cluster store at {url}: {e}"))?,
+                .map_err(|e| anyhow::anyhow!("the cluster store's URL {url:?} is not one: {e}"))?,
         ),
         None => Arc::new(cluster::MemoryStore::default()),
     };
@@ -258,16 +272,16 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     let tasks = TaskTracker::new();
 
     let stop = stop_serving.clone();
+    // A snapshot message holds the state and files (at most --max-snapshot-bytes together),
+    // the names of what was kept and dropped, and its seal: 1 MiB covers all but the state.
+    let snapshot_message_bytes =
+        usize::try_from(config.sessions.max_snapshot_bytes).unwrap_or(usize::MAX).saturating_add(1 << 20);
     tasks.spawn(async move {
         let result = tonic::transport::Server::builder()
             .add_service(health_service)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
-            .add_service(
-                SandboxServer::new(service)
-                    .max_decoding_message_size(config.grpc_max_message_bytes)
-                    .max_encoding_message_size(config.grpc_max_message_bytes),
-            )
+            .add_service(grpc::Limited::new(service, config.grpc_max_message_bytes, snapshot_message_bytes))
             // Without TCP_NODELAY every small message waits out delayed ACKs (~40 ms a round).
             .serve_with_incoming_shutdown(
                 tonic::transport::server::TcpIncoming::from(grpc_listener).with_nodelay(Some(true)),
@@ -280,9 +294,27 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     });
 
     let (stop, limits) = (stop_serving.clone(), config.http_limits.clone());
-    let app = http::router(http_state.clone()).merge(mcp::router(mcp_shared, keys, stop_serving.clone()));
+    let (mcp_router, mcp_sessions) =
+        mcp::router(mcp_shared.clone(), keys.clone(), stop_serving.clone(), config.mcp_limits);
+    let mut app = http::router(http_state.clone()).merge(mcp_router);
+    if keys.is_empty() {
+        app = app.layer(axum::middleware::from_fn(conn::local_only));
+    }
+    let requests = conn::RequestShares::new(config.tenant_limits.max_requests, keys);
+    let app = app.layer(axum::middleware::from_fn_with_state(requests.clone(), conn::tenant_share));
     tasks.spawn(conn::serve(http_listener, app, limits, stop));
     tasks.spawn(http::sweep(http_state.clone(), stop_serving.clone()));
+    tasks.spawn(mcp_sessions.clone().run_sweeper(stop_serving.clone()));
+    let (idle, stop) = (downstream.clone(), stop_serving.clone());
+    tasks.spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(60));
+        loop {
+            tokio::select! {
+                _ = tick.tick() => idle.close_idle().await,
+                _ = stop.cancelled() => return,
+            }
+        }
+    });
 
     let stop = stop_serving.clone();
     let ready = shutdown.clone();
@@ -298,6 +330,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     // clients, then close the listeners.
     let (signal, eng, grace, http) = (shutdown.clone(), engine.clone(), config.shutdown_grace, http_state.clone());
     let registry = sessions.clone();
+    let downstream_servers = downstream.clone();
     tasks.spawn(async move {
         signal.cancelled().await;
         tracing::info!(grace = ?grace, live = eng.live_instances(), "shutting down");
@@ -309,7 +342,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
             eng.drained().await;
         }
         http.clear();
-        downstream.close().await;
+        downstream_servers.close().await;
         request_tasks.close();
         if tokio::time::timeout(FINAL_EVENTS_GRACE, request_tasks.wait()).await.is_err() {
             tracing::warn!("some clients did not take their final events in time");
@@ -326,6 +359,10 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         engine,
         tenants,
         sessions,
+        mcp: mcp_shared,
+        mcp_sessions,
+        downstream,
+        requests,
         shutdown,
         tasks,
     })

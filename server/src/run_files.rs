@@ -30,13 +30,12 @@ pub(crate) struct RunFiles {
 }
 
 impl RunFiles {
-    /// The session directory, with `imports` (name, session id) from earlier sessions of the
-    /// tenant copied in.
+    /// The session directory, with `imports` from earlier sessions of the tenant copied in.
     pub(crate) async fn prepare(
         files: &Arc<FileStore>,
         tenant: &str,
         session_id: &str,
-        imports: Vec<(String, String)>,
+        imports: Vec<crate::files::Import>,
     ) -> Result<Arc<Self>, FilesError> {
         let (files, tenant, session_id) = (files.clone(), tenant.to_string(), session_id.to_string());
         tokio::task::spawn_blocking(move || {

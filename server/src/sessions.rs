@@ -94,6 +94,7 @@ impl From<ptc_engine::Error> for SessionError {
             ErrorKind::Busy => SessionError::TooMany(m),
             ErrorKind::Finished => SessionError::NotFound(m),
             ErrorKind::Unavailable => SessionError::Unavailable(m),
+            ErrorKind::Limit => SessionError::TooMany(m),
             _ => SessionError::Internal(m),
         }
     }
@@ -159,7 +160,14 @@ pub struct Sessions {
     key: Vec<u8>,
     files: Option<Arc<FileStore>>,
     map: Mutex<HashMap<(String, String), Entry>>,
+    /// Why sessions that are gone from `map` ended, so that their next use says so rather than
+    /// "no session": the most recent [`ENDED_KEPT`], each for [`ENDED_FOR`].
+    ended: Mutex<HashMap<(String, String), (String, Instant)>>,
 }
+
+/// How many ended sessions' reasons are kept, and for how long.
+const ENDED_KEPT: usize = 4096;
+const ENDED_FOR: Duration = Duration::from_secs(3600);
 
 /// A sealed snapshot's contents, once its seal checks out.
 struct Unsealed {
@@ -175,7 +183,14 @@ impl Sessions {
     /// `key` seals snapshots (derive it from the token secret so that servers sharing the
     /// secret accept each other's snapshots); with `files`, each session gets a `/mnt/data`.
     pub fn new(engine: Engine, limits: SessionLimits, key: Vec<u8>, files: Option<Arc<FileStore>>) -> Arc<Self> {
-        Arc::new(Sessions { engine, limits, key, files, map: Mutex::new(HashMap::new()) })
+        Arc::new(Sessions {
+            engine,
+            limits,
+            key,
+            files,
+            map: Mutex::new(HashMap::new()),
+            ended: Mutex::new(HashMap::new()),
+        })
     }
 
     /// The file store sessions keep their files in.
@@ -248,6 +263,7 @@ impl Sessions {
             session.close();
             return Err(exists(&id));
         }
+        self.ended.lock().unwrap().remove(&key);
         map.insert(key, Entry { live: live.clone(), last_used: Instant::now() });
         drop(map);
         metrics::counter!("ptc_sessions_opened_total").increment(1);
@@ -258,7 +274,17 @@ impl Sessions {
     /// taken or every session of the tenant is running.
     fn make_room(&self, tenant: &str, id: &str) -> Result<(), SessionError> {
         let mut map = self.map.lock().unwrap();
-        map.retain(|_, e| !e.live.session.is_ended());
+        let mut gone = Vec::new();
+        map.retain(|key, e| {
+            let ended = e.live.session.ended_error();
+            if let Some(error) = &ended {
+                gone.push((key.clone(), error.message().to_string()));
+            }
+            ended.is_none()
+        });
+        for (key, why) in gone {
+            self.remember_ended(key, why);
+        }
         if map.contains_key(&(tenant.to_string(), id.to_string())) {
             return Err(exists(id));
         }
@@ -275,7 +301,13 @@ impl Sessions {
             Some(key) => {
                 if let Some(e) = map.remove(&key) {
                     tracing::info!(tenant, session = %key.1, "ending the tenant's longest idle session for a new one");
-                    e.live.session.close();
+                    e.live.session.close_because(format!(
+                        "this API key opened more than {} sessions, and it was the one idle the longest",
+                        self.limits.max_per_tenant
+                    ));
+                    if let Some(error) = e.live.session.ended_error() {
+                        self.remember_ended(key, error.message().to_string());
+                    }
                 }
                 Ok(())
             }
@@ -310,11 +342,27 @@ impl Sessions {
                 }
                 Some(ended) => {
                     map.remove(&key);
+                    self.remember_ended(key, ended.message().to_string());
                     Err(ended.into())
                 }
             },
-            None => Err(not_found(id)),
+            None => match self.ended.lock().unwrap().get(&key) {
+                Some((why, _)) => Err(SessionError::NotFound(why.clone())),
+                None => Err(not_found(id)),
+            },
         }
+    }
+
+    /// Keeps why session `key` ended, for its next use (bounded: see [`ENDED_KEPT`]).
+    fn remember_ended(&self, key: (String, String), why: String) {
+        let mut ended = self.ended.lock().unwrap();
+        ended.retain(|_, (_, at)| at.elapsed() < ENDED_FOR);
+        if ended.len() >= ENDED_KEPT
+            && let Some(oldest) = ended.iter().min_by_key(|(_, (_, at))| *at).map(|(k, _)| k.clone())
+        {
+            ended.remove(&oldest);
+        }
+        ended.insert(key, (why, Instant::now()));
     }
 
     /// How many sessions of `tenant` are open.
@@ -324,11 +372,15 @@ impl Sessions {
 
     /// Ends session `id` of `tenant`; false if there was none.
     pub fn close(&self, tenant: &str, id: &str) -> bool {
-        let removed = self.map.lock().unwrap().remove(&(tenant.to_string(), id.to_string()));
+        let key = (tenant.to_string(), id.to_string());
+        let removed = self.map.lock().unwrap().remove(&key);
         match removed {
             Some(e) => {
                 let alive = !e.live.session.is_ended();
                 e.live.session.close();
+                if let Some(error) = e.live.session.ended_error() {
+                    self.remember_ended(key, error.message().to_string());
+                }
                 alive
             }
             None => false,

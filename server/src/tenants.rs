@@ -15,6 +15,10 @@ pub struct TenantLimits {
     /// Executions paused waiting for tool results per tenant; a new one is refused while a
     /// tenant has this many.
     pub max_paused: Option<usize>,
+    /// HTTP requests in progress per tenant (each holds one of the server's connections: a
+    /// run, an MCP stream); more get 429. `ptc-engine serve` sets a quarter of
+    /// `--http-max-connections` when API keys are set.
+    pub max_requests: Option<usize>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -132,7 +136,7 @@ mod tests {
 
     #[test]
     fn limits_and_request_ids() {
-        let tenants = Tenants::new(TenantLimits { max_concurrent: Some(2), max_paused: Some(10) });
+        let tenants = Tenants::new(TenantLimits { max_concurrent: Some(2), max_paused: Some(10), max_requests: None });
         let a = tenants.admit("t", Some("r1")).unwrap();
         assert!(matches!(tenants.admit("t", Some("r1")), Err(Refusal::DuplicateRequest(_))));
         let _b = tenants.admit("t", None).unwrap();

@@ -189,7 +189,7 @@ fn serve_runs_as_an_unprivileged_user_that_owns_only_its_files_dir() {
     }
     let body = r#"{"code": "open('/mnt/data/out.txt', 'w').write('hi')\nprint('wrote')", "session_id": "s1"}"#;
     let request = format!(
-        "POST /exec HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "POST /exec HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", http)).unwrap();

@@ -253,7 +253,7 @@ pub async fn http_connections(addr: SocketAddr) {
     let mut half = Vec::new();
     for _ in 0..4 {
         let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-        s.write_all(b"POST /exec HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+        s.write_all(b"POST /exec HTTP/1.1\r\nHost: 127.0.0.1\r\n").await.unwrap();
         half.push(s);
     }
     // Past the limit, a connection is answered 503 with a JSON error and closed.
@@ -272,7 +272,7 @@ pub async fn http_connections(addr: SocketAddr) {
     // A body that never arrives: 408 with a JSON error.
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     s.write_all(
-        b"POST /exec HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"code\":",
+        b"POST /exec HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"code\":",
     )
     .await
     .unwrap();

@@ -7,6 +7,7 @@ pub mod grpc;
 pub mod http;
 pub mod node;
 pub mod python;
+pub mod redis;
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -189,9 +190,11 @@ pub fn limits_with_timeout(timeout: Duration) -> Limits {
     Limits::default().with_timeout(timeout)
 }
 
-/// Waits (bounded) until `f` holds, for state that settles asynchronously after an event.
+/// Waits (bounded) until `f` holds, for state that settles asynchronously after an event: at
+/// most 10 s, since on two cores shared by the whole suite a removal spawned on the blocking
+/// pool once took longer than 2 s.
 pub async fn eventually(what: &str, f: impl Fn() -> bool) {
-    for _ in 0..200 {
+    for _ in 0..1000 {
         if f() {
             return;
         }

@@ -105,8 +105,21 @@ class Live:
         return [n for n in self.globals if n not in self.bound and not (n.startswith("__") and n.endswith("__"))]
 
     def snapshot(self, max_bytes, injected=()):
-        """(bytes, kept names, module names, [(name, reason)] not kept)."""
-        modules, sources, plain, dependent, dropped = {}, [], {}, {}, []
+        """(bytes, kept names, module names, [(name, reason)] not kept).
+
+        Bounded: every pickle is written to a sink that stops it once it passes `max_bytes`
+        (the probes of single values only count their bytes), so a state too large is refused
+        before it is copied whole, and running out of the session's memory on the way is
+        refused in words too; the session and its globals stay either way."""
+        try:
+            return self._snapshot(max_bytes, injected)
+        except MemoryError:
+            raise SnapshotTooLarge(
+                "there is not enough memory left in this session to pickle its state: delete large globals "
+                "(del name) or keep them in files, then snapshot again") from None
+
+    def _snapshot(self, max_bytes, injected):
+        modules, sources, plain, dependent, dropped, sizes = {}, [], {}, {}, [], {}
         previous = self.enter()
         try:
             for name in self.state_names():
@@ -124,30 +137,36 @@ class Live:
                     else:
                         sources.append((name, source))
                     continue
-                probe = _Probe(io.BytesIO(), protocol=pickle.HIGHEST_PROTOCOL)
+                sink = _Sink(max_bytes, keep=False)
+                probe = _Probe(sink, protocol=pickle.HIGHEST_PROTOCOL)
                 try:
                     probe.dump(value)
+                except SnapshotTooLarge:
+                    raise _too_large(max_bytes, {**sizes, name: sink.size}) from None
                 except Exception as e:
                     dropped.append((name, f"{type(value).__name__} cannot be pickled "
                                           f"({type(e).__name__}: {e}): create it again"))
                     continue
+                sizes[name] = sink.size
                 (dependent if probe.uses_session else plain)[name] = value
             # Restored in this order: modules, values that need nothing of the session's own
             # (`dataclass`, a constant), the session's functions and classes (whose
             # decorators, bases and defaults may use those values), then the values that are
             # instances of those classes or refer to those functions. Each group is one
             # pickle, so references shared between its values stay shared.
-            plain_payload = pickle.dumps(plain, protocol=pickle.HIGHEST_PROTOCOL)
-            dependent_payload = pickle.dumps(dependent, protocol=pickle.HIGHEST_PROTOCOL)
+            try:
+                plain_payload = _pickled(plain, max_bytes)
+                dependent_payload = _pickled(dependent, max_bytes - len(plain_payload))
+            except SnapshotTooLarge:
+                raise _too_large(max_bytes, sizes) from None
         finally:
             self.leave(previous)
         state = {"format": FORMAT, "python": list(sys.version_info[:2]), "modules": modules,
                  "plain": plain_payload, "sources": sources, "dependent": dependent_payload}
-        blob = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
-        if len(blob) > max_bytes:
-            raise SnapshotTooLarge(
-                f"the session's state is {len(blob)} bytes pickled; the limit is {max_bytes}: "
-                "delete large globals (del name) or keep them in files, then snapshot again")
+        try:
+            blob = _pickled(state, max_bytes)
+        except SnapshotTooLarge:
+            raise _too_large(max_bytes, sizes) from None
         kept = list(modules) + list(plain) + [n for n, _ in sources] + list(dependent)
         return blob, kept, list(modules.values()), dropped
 
@@ -192,6 +211,41 @@ class Live:
             return
         self.globals.update(data)
         kept += list(data)
+
+
+class _Sink:
+    """The file a pickle is written to: keeps (or, for a probe, only counts) what is written,
+    and stops the pickle with SnapshotTooLarge once it passes `limit` bytes."""
+
+    def __init__(self, limit, keep=True):
+        self.limit = limit
+        self.size = 0
+        self.buffer = io.BytesIO() if keep else None
+
+    def write(self, data):
+        n = memoryview(data).nbytes
+        self.size += n
+        if self.size > self.limit:
+            raise SnapshotTooLarge()
+        if self.buffer is not None:
+            self.buffer.write(data)
+        return n
+
+
+def _pickled(value, limit):
+    sink = _Sink(limit)
+    pickle.Pickler(sink, protocol=pickle.HIGHEST_PROTOCOL).dump(value)
+    return sink.buffer.getvalue()
+
+
+def _too_large(limit, sizes):
+    """What a model reads when the state does not fit: the limit and the largest globals."""
+    largest = sorted(sizes.items(), key=lambda kv: -kv[1])[:3]
+    named = ", ".join(f"{n} ({s} bytes{' or more' if s > limit else ''})" for n, s in largest if s)
+    return SnapshotTooLarge(
+        f"the session's state pickles to more than {limit} bytes, the most a snapshot may hold"
+        + (f"; the largest globals: {named}" if named else "")
+        + ": delete large globals (del name) or keep them in files, then snapshot again")
 
 
 class _Probe(pickle.Pickler):

@@ -6,9 +6,18 @@ properties (`?` marks optional ones), arrays their items, enums and consts their
 (`#/$defs/...`, `#/definitions/...`) are followed, a cycle or a missing target is `dict`.
 Objects deeper than `depth` levels are `dict`: the compact form keeps every parameter's own
 properties (two levels of names), the stub goes deeper.
+
+Rendering is bounded: each `Shapes` takes at most `MAX_STEPS` steps (a `$ref` followed, a
+fragment rendered), and what is left past them is `Any`. A chain of 21 `anyOf`s through
+`$ref`s, each branch naming the next link, once took 60 s of CPU to render, doubling at every
+link.
 """
 
 import json
+
+# Steps one Shapes may take: the tools of the real servers in `toolsets` (GitHub, Notion,
+# Playwright, ...) take at most 45 each.
+MAX_STEPS = 2000
 
 _SCALARS = {"string": "str", "integer": "int", "number": "float", "boolean": "bool", "null": "None"}
 _COMBINATORS = ("anyOf", "oneOf")
@@ -29,10 +38,19 @@ class Shapes:
         self.depth = depth
         # Stubs: Literal["a", "b"] and quoted keys, valid Python; compact: "a"|"b" and bare keys.
         self.literal = literal
+        self.steps = 0
+
+    def _spent(self):
+        """Counts a step; True once the budget is used up."""
+        self.steps += 1
+        return self.steps > MAX_STEPS
 
     def resolve(self, schema, seen=frozenset()):
-        """Follows `$ref` (with the referring schema's other keys); `(None, seen)` on a cycle."""
+        """Follows `$ref` (with the referring schema's other keys); `(None, seen)` on a cycle
+        (or once the budget is spent)."""
         while isinstance(schema, dict) and isinstance(schema.get("$ref"), str):
+            if self._spent():
+                return None, seen
             ref = schema["$ref"]
             if ref in seen or not ref.startswith("#/"):
                 return None, seen
@@ -49,7 +67,7 @@ class Shapes:
     def properties(self, schema, seen=frozenset()):
         """(properties, required) of an object schema, `$ref`s followed and `allOf` merged."""
         schema, seen = self.resolve(schema, seen)
-        if not isinstance(schema, dict):
+        if not isinstance(schema, dict) or self._spent():
             return {}, set()
         props = dict(schema.get("properties") or {}) if isinstance(schema.get("properties"), dict) else {}
         req = {r for r in schema.get("required") or [] if isinstance(r, str)}
@@ -60,6 +78,8 @@ class Shapes:
         return props, req
 
     def render(self, schema, level=1, seen=frozenset()):
+        if self._spent():
+            return "Any"
         schema, seen = self.resolve(schema, seen)
         if schema is None:
             return "dict"

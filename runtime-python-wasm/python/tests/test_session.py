@@ -7,6 +7,7 @@ from helpers import ScriptedHost
 from ptc_runtime import run_program
 from ptc_runtime import runner
 from ptc_runtime.runner import INJECTED
+from ptc_runtime import session
 from ptc_runtime.session import Live, SnapshotTooLarge
 
 TOOLS = [("add", "Adds.", {"type": "object", "properties": {"a": {}, "b": {}}})]
@@ -96,10 +97,48 @@ class SessionTest(unittest.TestCase):
         self.assertIn("area", kept3)
 
     def test_snapshot_over_the_limit_says_what_to_do(self):
-        self.run_in("big = 'x' * 100000")
+        self.run_in("big = 'x' * 100000\nsmall = [1, 2]")
         with self.assertRaises(SnapshotTooLarge) as e:
             runner.live_session().snapshot(1000, INJECTED)
-        self.assertIn("delete large globals", str(e.exception))
+        message = str(e.exception)
+        self.assertIn("more than 1000 bytes", message)
+        self.assertIn("big (", message)
+        self.assertIn("delete large globals", message)
+
+    def test_a_state_too_large_is_never_pickled_whole(self):
+        # Two globals that fit one by one but not together: refused while pickling them.
+        self.run_in("a = b'x' * 600\nb = b'y' * 600")
+        written = []
+        real = session._Sink.write
+
+        def counting(sink, data):
+            written.append(memoryview(data).nbytes)
+            return real(sink, data)
+
+        session._Sink.write = counting
+        try:
+            with self.assertRaises(SnapshotTooLarge):
+                runner.live_session().snapshot(1000, INJECTED)
+        finally:
+            session._Sink.write = real
+        self.assertLess(sum(written), 4 * 1000, "every sink stops at the limit")
+
+    def test_running_out_of_memory_while_pickling_keeps_the_session(self):
+        self.run_in("keep = 41")
+        real = session._pickled
+
+        def starved(value, limit):
+            raise MemoryError
+
+        session._pickled = starved
+        try:
+            with self.assertRaises(SnapshotTooLarge) as e:
+                runner.live_session().snapshot(1 << 20, INJECTED)
+        finally:
+            session._pickled = real
+        self.assertIn("not enough memory left", str(e.exception))
+        _, out, _ = self.run_in("print(keep + 1)")
+        self.assertEqual(out, "42\n")
 
     def test_restore_refuses_garbage(self):
         with self.assertRaises(ValueError):

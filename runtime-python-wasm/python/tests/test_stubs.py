@@ -76,3 +76,38 @@ class StubTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+def _chain(links):
+    """`links` definitions, each an anyOf whose two branches name the next one: 2**links paths."""
+    defs = {}
+    for i in range(links):
+        nxt = {"type": "string"} if i == links - 1 else {"$ref": f"#/$defs/d{i + 1}"}
+        defs[f"d{i}"] = {"anyOf": [nxt, dict(nxt)]}
+    return {"$defs": defs, "type": "object", "properties": {"x": {"$ref": "#/$defs/d0"}}, "required": ["x"]}
+
+
+class BoundedRenderingTest(unittest.TestCase):
+    def test_a_chain_that_doubles_at_every_link_renders_within_the_budget(self):
+        from ptc_runtime import shapes
+
+        calls = []
+        real = shapes.Shapes._spent
+
+        def counting(self):
+            calls.append(1)
+            return real(self)
+
+        shapes.Shapes._spent = counting
+        try:
+            described, stub = describe([spec(_chain(21), name="chain")])
+        finally:
+            shapes.Shapes._spent = real
+        # Three renderings (the line, the stub, its docs) and the properties, each bounded.
+        self.assertLess(len(calls), 5 * (shapes.MAX_STEPS + 1))
+        self.assertTrue(described[0][2].startswith("chain(x: "), described)
+        compile(stub, "<stub>", "exec")
+
+    def test_a_short_chain_still_renders_whole(self):
+        described, _ = describe([spec(_chain(3), name="chain")])
+        self.assertEqual(described[0][2], "chain(x: str)")

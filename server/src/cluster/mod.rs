@@ -16,7 +16,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
-pub use store::{MemoryStore, RedisStore, Saved, Store, StoreError};
+pub use store::{JournalLimits, MemoryStore, RedisStore, Saved, Saving, Store, StoreError};
 
 /// Set on a forwarded request, naming the node that forwarded it.
 pub const FORWARDED_HEADER: &str = "x-ptc-forwarded-by";
@@ -134,6 +134,12 @@ impl Cluster {
     /// Whether paused executions are journaled (the store outlives this node).
     pub fn durable(&self) -> bool {
         self.store.durable()
+    }
+
+    /// Whether a new execution is journaled now: the store outlives this node and answers
+    /// (while it does not, executions run unjournaled rather than wait for it).
+    pub fn journaling(&self) -> bool {
+        self.store.durable() && self.store.available()
     }
 
     /// POSTs `body` (JSON) to `path` on `node`, with the client's credentials from `headers`,

@@ -75,11 +75,23 @@ impl From<ToolSpec> for ToolDef {
     }
 }
 
-/// A file of an earlier session of the same tenant, to copy into this run's `/mnt/data`.
+/// A file of an earlier session of the same tenant, to copy into this run's `/mnt/data`, as
+/// LibreChat sends it: `{id, session_id, name}`, or (its newer releases) `{id, storage_session_id,
+/// name, kind, resource_id, version?}`, whose extra fields name LibreChat's own owner of the
+/// file and are not needed here (the tenant owns its sessions).
 #[derive(Debug, Deserialize)]
 pub(crate) struct FileSpec {
     pub name: String,
+    #[serde(alias = "storage_session_id")]
     pub session_id: String,
+    #[serde(default)]
+    pub id: Option<String>,
+}
+
+impl From<FileSpec> for crate::files::Import {
+    fn from(f: FileSpec) -> Self {
+        crate::files::Import { name: f.name, session_id: f.session_id, id: f.id }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -130,6 +142,17 @@ impl<T: DeserializeOwned> FromRequest<Arc<HttpState>> for ApiJson<T> {
 
     async fn from_request(req: Request, state: &Arc<HttpState>) -> Result<Self, Response> {
         let (parts, body) = req.into_parts();
+        // Only JSON: a browser may send a `text/plain` body to another site without asking it
+        // first, never `application/json`.
+        let json =
+            parts.headers.get(axum::http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|ct| {
+                let essence = ct.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+                essence == "application/json" || essence.ends_with("+json")
+            });
+        if !json {
+            let message = "the request body must be JSON sent with `Content-Type: application/json`";
+            return Err(ApiError::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, message).into_response());
+        }
         let bytes = read_body(&state.limits, &parts.headers, body).await?;
         // One parse straight into `T`; its error says whether the text or the shape was wrong.
         serde_json::from_slice(&bytes).map(ApiJson).map_err(|e| {
@@ -169,6 +192,10 @@ impl ApiError {
 
     pub(crate) fn bad_request(error: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, error)
+    }
+
+    pub(crate) fn message(&self) -> &str {
+        &self.1
     }
 }
 

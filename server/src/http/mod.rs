@@ -10,6 +10,7 @@
 //! says what happened and what to do; 4xx is kept for malformed requests, auth and tokens.
 
 pub(crate) mod api;
+mod files;
 mod paused;
 
 use std::collections::HashMap;
@@ -17,17 +18,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Json;
+use axum::extract::DefaultBodyLimit;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use ptc_engine::Runtime;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::auth::ApiKeys;
-use crate::cluster::{Cluster, ForwardError, JournalHeader};
+use crate::cluster::{Cluster, ForwardError, JournalHeader, Saving};
 use crate::conn::HttpLimits;
 use crate::files::FileStore;
 use crate::run_files::RunFiles;
@@ -119,14 +121,23 @@ pub async fn sweep(state: Arc<HttpState>, stop: CancellationToken) {
 }
 
 pub fn router(state: Arc<HttpState>) -> axum::Router {
+    // The whole multipart body, with room for its parts' headers.
+    let upload_limit = DefaultBodyLimit::max(
+        usize::try_from(state.limits.max_upload_bytes).unwrap_or(usize::MAX).saturating_add(64 << 10),
+    );
     axum::Router::new()
         .route("/exec/programmatic", post(programmatic))
         .route("/exec/programmatic/cancel", post(cancel))
         .route("/exec", post(exec))
+        .route("/upload", post(files::upload).layer(upload_limit))
+        .route("/upload/batch", post(files::upload_batch).layer(upload_limit))
+        .route("/files/{session_id}", get(files::list))
+        .route("/download/{session_id}/{file_id}", get(files::download))
         .fallback(|| async {
             ApiError::new(
                 StatusCode::NOT_FOUND,
-                "Not found: this server answers POST /exec, /exec/programmatic and /exec/programmatic/cancel",
+                "Not found: this server answers POST /exec, /exec/programmatic, /exec/programmatic/cancel, /upload and \
+                 /upload/batch, and GET /files/{session_id} and /download/{session_id}/{file_id}",
             )
         })
         .with_state(state)
@@ -244,15 +255,15 @@ async fn initial(
         Some(name) => name.parse().map_err(|e: ptc_engine::Error| ApiError::bad_request(e.message()))?,
     };
     let limits = limits(&state.engine, options.timeout)?;
-    let session_id = options.session_id.filter(|s| !s.is_empty()).unwrap_or_else(crate::token::random_hex::<12>);
-    let imports = options.files.unwrap_or_default().into_iter().map(|f| (f.name, f.session_id)).collect();
+    let session_id = options.session_id.filter(|s| !s.is_empty()).unwrap_or_else(crate::files::new_session_id);
+    let imports = options.files.unwrap_or_default().into_iter().map(Into::into).collect();
     let request_id = headers.get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok());
     let admission = state.tenants.admit(&tenant, request_id)?;
     let run = RunFiles::prepare(&state.files, &tenant, &session_id, imports).await?;
     let expires_at_ms = now_ms() + limits.timeout.as_millis() as u64;
     let ttl = limits.timeout;
     // With a shared store, the run is journaled so that another node can finish it.
-    let journal = (state.cluster.durable() && runtime == Runtime::Python).then(Journal::new);
+    let journal = (state.cluster.journaling() && runtime == Runtime::Python).then(Journal::new);
     let header = journal.as_ref().map(|j| {
         let header = JournalHeader {
             code: code.clone(),
@@ -285,7 +296,7 @@ async fn initial(
     {
         tracing::warn!("recording request id {request_id:?}: {e}");
     }
-    if cluster.durable() {
+    if cluster.journaling() {
         let _ = cluster.store.add_usage(&tenant, "executions", 1).await;
     }
     match advance(&mut execution).await {
@@ -389,11 +400,14 @@ async fn resume(
     // A token resumes once across the cluster: another node may have replayed this round.
     if paused.journaled {
         let ttl = Duration::from_millis(paused.expires_at_ms.saturating_sub(now_ms()).max(1));
-        match state.cluster.store.claim(&paused.id, paused.round, &state.cluster.node, ttl).await {
+        let claimant = format!("{} {}", state.cluster.node, crate::token::random_hex::<8>());
+        match state.cluster.store.claim(&paused.id, paused.round, &claimant, ttl).await {
             Ok(true) => {}
             Ok(false) => return Err(ApiError::bad_request("Invalid continuation token")),
-            // Unreachable, nobody can replay it either: this node's lock is enough.
-            Err(e) => tracing::warn!("claiming a round: {e}"),
+            // The store cannot be reached from here: this node's lock on the paused execution
+            // makes the round single-use here. A node that does reach the store could still
+            // replay the same round from the journal saved before (README: "Tokens resume once").
+            Err(e) => tracing::warn!("claiming a round: {e}; resuming it under this node's lock alone"),
         }
     }
     let ordered: Vec<ToolResult> = pending.iter().filter_map(|p| answers.remove(p)).collect();
@@ -554,8 +568,15 @@ async fn pause(state: &HttpState, mut paused: Paused, calls: Vec<ToolCall>) -> R
             None => {
                 let segment = serde_json::to_vec(&take.entries).expect("entries serialise");
                 let header = paused.header.as_deref();
-                let saved = cluster.store.save(&paused.id, header, &segment, &cluster.node, paused.round, ttl).await;
-                saved.map_err(|e| e.to_string())
+                let (id, tenant, node, round) = (&paused.id, &paused.tenant, &cluster.node, paused.round);
+                match cluster.store.save(id, tenant, header, &segment, node, round, ttl).await {
+                    Ok(Saving::Saved) => Ok(()),
+                    Ok(Saving::Refused(why)) => {
+                        metrics::counter!("ptc_journal_refused_total").increment(1);
+                        Err(why)
+                    }
+                    Err(e) => Err(e.to_string()),
+                }
             }
         };
         match saved {

@@ -26,6 +26,21 @@ pub struct ServerSpec {
     pub transport: Transport,
     pub callable: Callable,
     pub call_timeout: Duration,
+    pub isolation: Isolation,
+}
+
+/// Whether tenants share a server's process (or connection), or each gets its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Isolation {
+    /// One process (connection) for all tenants (`"isolation": "shared"`, the default): a call
+    /// that crashes or wedges it fails the other tenants' calls in flight too (with a message
+    /// that says the server stopped and will be restarted: retry).
+    #[default]
+    Shared,
+    /// One process (connection) per tenant (`"isolation": "tenant"`), started on the tenant's
+    /// first use and stopped after it sat unused for a while: one tenant's crash or state never
+    /// reaches another's.
+    Tenant,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -95,6 +110,8 @@ struct RawServer {
     allow: Option<Vec<String>>,
     deny: Option<Vec<String>>,
     timeout_ms: Option<u64>,
+    /// `"shared"` (default) or `"tenant"`: see [`Isolation`].
+    isolation: Option<String>,
     /// Desktop clients' switch; a disabled server is skipped.
     #[serde(default)]
     disabled: bool,
@@ -174,7 +191,16 @@ fn server(name: &str, raw: RawServer) -> Result<ServerSpec, String> {
         Some(ms) => Duration::from_millis(ms),
         None => DEFAULT_CALL_TIMEOUT,
     };
-    Ok(ServerSpec { transport, callable, call_timeout })
+    let isolation = match raw.isolation.as_deref() {
+        None | Some("shared") => Isolation::Shared,
+        Some("tenant") => Isolation::Tenant,
+        Some(other) => {
+            return Err(format!(
+                "unknown \"isolation\" {other:?}: use \"shared\" (one process for all tenants) or \"tenant\" (one per tenant)"
+            ));
+        }
+    };
+    Ok(ServerSpec { transport, callable, call_timeout, isolation })
 }
 
 #[cfg(test)]
@@ -205,6 +231,9 @@ mod tests {
         assert_eq!(web.call_timeout, Duration::from_secs(5));
         assert!(web.callable.allows("search", None, false) && !web.callable.allows("fetch", None, false));
         assert!(!config.servers["gh"].callable.allows("delete_repo", Some(true), true));
+        assert_eq!(config.servers["gh"].isolation, Isolation::Shared);
+        let tenant = McpConfig::parse(r#"{"mcpServers": {"a": {"command": "x", "isolation": "tenant"}}}"#).unwrap();
+        assert_eq!(tenant.servers["a"].isolation, Isolation::Tenant);
     }
 
     #[test]
@@ -229,5 +258,8 @@ mod tests {
         assert!(err(r#"{"mcpServers": {"a": {"url": "http://y", "headers": {"a b": "c"}}}}"#).contains("header name"));
         assert!(err(r#"{"mcpServers": {"--": {"command": "x"}}}"#).contains("letter or digit"));
         assert!(err(r#"{"servers": {}}"#).contains("not a valid MCP servers file"));
+        assert!(
+            err(r#"{"mcpServers": {"a": {"command": "x", "isolation": "pod"}}}"#).contains("unknown \"isolation\"")
+        );
     }
 }

@@ -1,11 +1,16 @@
 //! The downstream MCP servers whose tools programs call: one client connection each, made on
 //! first use, listed with pagination, re-listed after `notifications/tools/list_changed`, and
 //! made again after a crash (a stdio server is restarted on the next call).
+//!
+//! A server with `"isolation": "tenant"` has one connection (one process, for a stdio server)
+//! per tenant instead of one for all: made on the tenant's first use, closed once unused for
+//! [`IDLE_INSTANCE`], at most [`MAX_INSTANCES`] per server (past that, the one unused longest
+//! is closed first).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use process_wrap::tokio::{CommandWrap, KillOnDrop, ProcessGroup};
 use rmcp::model::{CallToolRequestParams, ClientConfig, Implementation, Tool};
@@ -16,13 +21,25 @@ use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
 use serde_json::Value;
 use tokio::sync::broadcast;
 
-use super::config::{CONNECT_TIMEOUT, McpConfig, ServerSpec, Transport};
+use super::config::{CONNECT_TIMEOUT, Isolation, McpConfig, ServerSpec, Transport};
 use super::convert;
+
+/// How long a tenant's own instance of a server may sit unused before it is closed.
+pub const IDLE_INSTANCE: Duration = Duration::from_secs(600);
+/// Tenants' own instances of one server alive at once.
+pub const MAX_INSTANCES: usize = 64;
 
 /// Every configured server. Cheap to share; connections are made lazily.
 pub struct Downstream {
-    servers: Vec<Arc<Server>>,
+    servers: Vec<Entry>,
     changed: broadcast::Sender<()>,
+}
+
+/// One configured server and its instances: one for all tenants (key ""), or one per tenant.
+struct Entry {
+    name: String,
+    spec: ServerSpec,
+    instances: Mutex<HashMap<String, Arc<Server>>>,
 }
 
 /// One server's tools as last listed, with which of them programs may call.
@@ -43,6 +60,8 @@ pub struct ListedTool {
 pub struct Server {
     pub name: String,
     spec: ServerSpec,
+    /// When a call or a listing last used it (per-tenant instances are closed when idle).
+    last_used: Mutex<Instant>,
     /// The live connection; replaced when its transport has closed.
     conn: tokio::sync::Mutex<Option<RunningService<RoleClient, Client>>>,
     /// Tools as last listed; `None` before the first listing or after a change notification.
@@ -77,16 +96,7 @@ impl Downstream {
         let servers = config
             .servers
             .iter()
-            .map(|(name, spec)| {
-                Arc::new(Server {
-                    name: name.clone(),
-                    spec: spec.clone(),
-                    conn: tokio::sync::Mutex::new(None),
-                    tools: Mutex::new(None),
-                    stale: Arc::new(AtomicBool::new(true)),
-                    changed: changed.clone(),
-                })
-            })
+            .map(|(name, spec)| Entry { name: name.clone(), spec: spec.clone(), instances: Mutex::default() })
             .collect();
         Arc::new(Downstream { servers, changed })
     }
@@ -96,15 +106,47 @@ impl Downstream {
         self.changed.subscribe()
     }
 
-    pub fn server(&self, name: &str) -> Option<&Arc<Server>> {
-        self.servers.iter().find(|s| s.name == name)
+    /// The instance of server `name` that `tenant`'s calls go to (made if needed).
+    pub fn server(&self, name: &str, tenant: Option<&str>) -> Option<Arc<Server>> {
+        let entry = self.servers.iter().find(|s| s.name == name)?;
+        Some(self.instance(entry, tenant))
     }
 
-    /// Every server's tools, listed concurrently (connecting where needed).
-    pub async fn listings(&self) -> Vec<Listing> {
+    fn instance(&self, entry: &Entry, tenant: Option<&str>) -> Arc<Server> {
+        let key = match entry.spec.isolation {
+            Isolation::Shared => "",
+            Isolation::Tenant => tenant.unwrap_or(crate::auth::LOCAL_TENANT),
+        };
+        let mut instances = entry.instances.lock().unwrap();
+        if let Some(server) = instances.get(key) {
+            *server.last_used.lock().unwrap() = Instant::now();
+            return server.clone();
+        }
+        if !key.is_empty() && instances.len() >= MAX_INSTANCES {
+            let oldest = instances.iter().min_by_key(|(_, s)| *s.last_used.lock().unwrap()).map(|(k, _)| k.clone());
+            if let Some(server) = oldest.and_then(|k| instances.remove(&k)) {
+                tracing::info!(server = %entry.name, "closing the instance unused longest for another tenant's");
+                tokio::spawn(async move { server.close().await });
+            }
+        }
+        let server = Arc::new(Server {
+            name: entry.name.clone(),
+            spec: entry.spec.clone(),
+            last_used: Mutex::new(Instant::now()),
+            conn: tokio::sync::Mutex::new(None),
+            tools: Mutex::new(None),
+            stale: Arc::new(AtomicBool::new(true)),
+            changed: self.changed.clone(),
+        });
+        instances.insert(key.to_string(), server.clone());
+        server
+    }
+
+    /// Every server's tools as `tenant` sees them, listed concurrently (connecting where needed).
+    pub async fn listings(&self, tenant: Option<&str>) -> Vec<Listing> {
         let mut tasks = tokio::task::JoinSet::new();
-        for (i, server) in self.servers.iter().enumerate() {
-            let server = server.clone();
+        for (i, entry) in self.servers.iter().enumerate() {
+            let server = self.instance(entry, tenant);
             tasks.spawn(async move { (i, server.listing().await) });
         }
         let mut out: Vec<Option<Listing>> = vec![None; self.servers.len()];
@@ -119,11 +161,34 @@ impl Downstream {
             .collect()
     }
 
+    /// Closes tenants' own instances unused for [`IDLE_INSTANCE`].
+    pub async fn close_idle(&self) {
+        let mut idle = Vec::new();
+        for entry in &self.servers {
+            entry.instances.lock().unwrap().retain(|key, server| {
+                let keep = key.is_empty() || server.last_used.lock().unwrap().elapsed() < IDLE_INSTANCE;
+                if !keep {
+                    idle.push(server.clone());
+                }
+                keep
+            });
+        }
+        for server in idle {
+            server.close().await;
+        }
+    }
+
+    /// Instances alive now (one per shared server in use, one per tenant for the others).
+    pub fn instances(&self) -> usize {
+        self.servers.iter().map(|e| e.instances.lock().unwrap().len()).sum()
+    }
+
     /// Closes every connection (stdio servers are stopped, their process groups killed).
     pub async fn close(&self) {
-        for server in &self.servers {
-            if let Some(conn) = server.conn.lock().await.take() {
-                let _ = conn.cancel().await;
+        for entry in &self.servers {
+            let instances: Vec<Arc<Server>> = entry.instances.lock().unwrap().drain().map(|(_, s)| s).collect();
+            for server in instances {
+                server.close().await;
             }
         }
     }
@@ -132,6 +197,12 @@ impl Downstream {
 impl Server {
     pub fn call_timeout(&self) -> Duration {
         self.spec.call_timeout
+    }
+
+    async fn close(&self) {
+        if let Some(conn) = self.conn.lock().await.take() {
+            let _ = conn.cancel().await;
+        }
     }
 
     async fn listing(&self) -> Listing {
@@ -198,6 +269,7 @@ impl Server {
 
     /// Calls `tool` with `arguments`; `Err` is the message of the program's `ToolError`.
     pub async fn call(&self, tool: &str, arguments: Value) -> Result<Value, String> {
+        *self.last_used.lock().unwrap() = Instant::now();
         let label = format!("{}.{tool}", self.name);
         let peer = self.peer().await?;
         let mut params = CallToolRequestParams::new(tool.to_string());

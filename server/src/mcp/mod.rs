@@ -6,6 +6,7 @@
 pub mod config;
 pub mod convert;
 pub mod downstream;
+pub mod http_sessions;
 pub mod service;
 
 use std::sync::Arc;
@@ -22,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use crate::auth::{ApiKeys, presented_key};
 pub use config::McpConfig;
 pub use downstream::Downstream;
+pub use http_sessions::{McpLimits, McpSessions};
 pub use service::{CodeMode, McpTenant, Shared};
 
 /// Serves one MCP client on stdin/stdout until it disconnects; the downstream servers are
@@ -35,20 +37,30 @@ pub async fn serve_stdio(shared: Arc<Shared>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `/mcp` (Streamable HTTP). Every request needs an API key when keys are configured; its
-/// tenant's executions count against the tenant's caps. Without keys (local mode) only
+/// `/mcp` (Streamable HTTP), and its MCP sessions (to sweep and count). Every request needs an
+/// API key when keys are configured; its tenant's executions count against the tenant's caps,
+/// and its MCP sessions are its own (`http_sessions.rs`). Without keys (local mode) only
 /// localhost Host headers are served, against DNS rebinding from a browser.
-pub fn router(shared: Arc<Shared>, keys: Arc<ApiKeys>, stop: CancellationToken) -> axum::Router {
+pub fn router(
+    shared: Arc<Shared>,
+    keys: Arc<ApiKeys>,
+    stop: CancellationToken,
+    limits: McpLimits,
+) -> (axum::Router, Arc<McpSessions>) {
     let mut config = StreamableHttpServerConfig::default().with_cancellation_token(stop);
     if !keys.is_empty() {
         config = config.disable_allowed_hosts();
     }
-    let service = StreamableHttpService::new(
-        move || Ok(CodeMode::new(shared.clone())),
-        LocalSessionManager::default().into(),
-        config,
-    );
-    axum::Router::new().nest_service("/mcp", service).layer(axum::middleware::from_fn_with_state(keys, authenticate))
+    let mut manager = LocalSessionManager::default();
+    manager.session_config.keep_alive = Some(limits.idle);
+    let manager = Arc::new(manager);
+    let sessions = McpSessions::new(manager.clone(), limits);
+    let service = StreamableHttpService::new(move || Ok(CodeMode::new(shared.clone())), manager, config);
+    let router = axum::Router::new()
+        .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn_with_state(sessions.clone(), http_sessions::bind))
+        .layer(axum::middleware::from_fn_with_state(keys, authenticate));
+    (router, sessions)
 }
 
 async fn authenticate(State(keys): State<Arc<ApiKeys>>, mut request: Request, next: Next) -> Response {

@@ -11,12 +11,13 @@
 #![allow(deprecated)]
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ptc_engine::{
     Engine, Event, Execution, ExecutionRequest, FailureKind, Limits, OutputStream, Runtime, ToolCallRecord, ToolDef,
-    ToolResult,
+    ToolDescription, ToolResult,
 };
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CreateMessageRequest,
@@ -62,6 +63,13 @@ pub struct Shared {
     pub limits: Limits,
     /// Executions waiting for their client to sample (protocol 2026-07-28), by handle.
     parked: Mutex<HashMap<String, Run>>,
+    /// Whether each downstream tool's input schema can be checked (`check_tool_schema`), by
+    /// (server, tool), with the schema it was decided for (a listing shares it until the
+    /// server's tools change).
+    schema_checks: Mutex<HashMap<(String, String), SchemaCheck>>,
+    /// The last rendering of the callable tools' signatures, for `execute_code`'s description:
+    /// every client lists the tools, and rendering them takes an instance.
+    described: Mutex<Option<(Vec<ToolDef>, Arc<ToolDescription>)>>,
     /// `Some`: programs keep their globals (variables, imports, functions) and `/mnt/data`
     /// (if the registry keeps files) in live sessions of this registry: one per MCP session,
     /// or (protocol 2026-07-28 over HTTP, which has no MCP sessions) those a program names
@@ -72,6 +80,10 @@ pub struct Shared {
     tasks: TaskTracker,
     /// The Python every program runs in.
     pub runtime: Runtime,
+    /// Handlers alive (one per MCP session over HTTP, per request at protocol 2026-07-28) and
+    /// their listeners for tool changes: what an ended session must not leave behind.
+    handlers: Arc<AtomicUsize>,
+    listeners: Arc<AtomicUsize>,
 }
 
 impl Shared {
@@ -85,9 +97,81 @@ impl Shared {
         runtime: Runtime,
     ) -> Arc<Self> {
         let parked = Mutex::new(HashMap::new());
-        Arc::new(Shared { engine, downstream, tenants, limits, parked, sessions, tasks, runtime })
+        Arc::new(Shared {
+            engine,
+            downstream,
+            tenants,
+            limits,
+            parked,
+            schema_checks: Mutex::default(),
+            described: Mutex::default(),
+            sessions,
+            tasks,
+            runtime,
+            handlers: Arc::default(),
+            listeners: Arc::default(),
+        })
     }
 }
+
+impl Shared {
+    /// MCP handlers alive now.
+    pub fn handlers(&self) -> usize {
+        self.handlers.load(Ordering::Acquire)
+    }
+
+    /// Listeners for tool changes alive now (one per MCP session that initialized).
+    pub fn listeners(&self) -> usize {
+        self.listeners.load(Ordering::Acquire)
+    }
+
+    /// Why `tool`'s input schema cannot be used (too costly to check, invalid), if it cannot.
+    fn schema_problem(&self, server: &str, tool: &Tool) -> Option<String> {
+        let key = (server.to_string(), tool.name.to_string());
+        if let Some((schema, problem)) = self.schema_checks.lock().unwrap().get(&key)
+            && Arc::ptr_eq(schema, &tool.input_schema)
+        {
+            return problem.clone();
+        }
+        let problem = ptc_engine::check_tool_schema(&tool_def(server, tool)).err().map(|e| e.message().to_string());
+        self.schema_checks.lock().unwrap().insert(key, (tool.input_schema.clone(), problem.clone()));
+        problem
+    }
+
+    /// The signatures of `defs`, rendered once for as long as the tools stay the same; a
+    /// rendering is admitted like an execution of `tenant`.
+    async fn described(&self, defs: &[ToolDef], tenant: Option<&str>) -> Result<Arc<ToolDescription>, String> {
+        if let Some((last, described)) = self.described.lock().unwrap().as_ref()
+            && last.as_slice() == defs
+        {
+            return Ok(described.clone());
+        }
+        let described = self.describe_admitted(defs, tenant).await?;
+        let described = Arc::new(described);
+        *self.described.lock().unwrap() = Some((defs.to_vec(), described.clone()));
+        Ok(described)
+    }
+
+    /// Renders `defs` in an instance, admitted like one of `tenant`'s executions.
+    async fn describe_admitted(&self, defs: &[ToolDef], tenant: Option<&str>) -> Result<ToolDescription, String> {
+        let _admission = match (&self.tenants, tenant) {
+            (Some(tenants), Some(tenant)) => Some(tenants.admit(tenant, None).map_err(|r| r.message().to_string())?),
+            _ => None,
+        };
+        self.engine
+            .describe_tools(defs, tenant)
+            .await
+            .map_err(|e| format!("the downstream tools cannot be offered to programs: {}", e.message()))
+    }
+}
+
+/// The tenant an MCP request runs for (HTTP; `None` on stdio).
+fn tenant_of(extensions: &rmcp::model::Extensions) -> Option<String> {
+    extensions.get::<axum::http::request::Parts>().and_then(|p| p.extensions.get::<McpTenant>()).map(|t| t.0.clone())
+}
+
+/// A downstream tool's input schema, and why it cannot be used (`None`: it can).
+type SchemaCheck = (Arc<JsonObject>, Option<String>);
 
 /// How the programs of one connection keep state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,6 +205,23 @@ pub struct CodeMode {
     /// This MCP session's live session, opened by its first `execute_code`; the lock also
     /// runs its programs one after another. Dropped (and so closed) with the MCP session.
     live: Arc<tokio::sync::Mutex<Option<Held>>>,
+    /// Cancelled when the last clone of the handler goes, which rmcp drops when the MCP session
+    /// ends: what the session's own tasks (the tool-change listener) stop on. A listener that
+    /// waited on the broadcast alone outlived its session, ~6.5 KiB each for good.
+    ended: Arc<Ended>,
+}
+
+struct Ended {
+    token: tokio_util::sync::CancellationToken,
+    handlers: Arc<AtomicUsize>,
+}
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        self.token.cancel();
+        self.handlers.fetch_sub(1, Ordering::AcqRel);
+        metrics::gauge!("ptc_mcp_handlers").decrement(1.0);
+    }
 }
 
 /// The callable tools as a program sees them, and what the model is told about them.
@@ -132,13 +233,19 @@ struct Catalog {
 
 impl CodeMode {
     pub fn new(shared: Arc<Shared>) -> Self {
-        CodeMode { shared, live: Arc::default() }
+        metrics::gauge!("ptc_mcp_handlers").increment(1.0);
+        shared.handlers.fetch_add(1, Ordering::AcqRel);
+        let handlers = shared.handlers.clone();
+        let ended = Arc::new(Ended { token: tokio_util::sync::CancellationToken::new(), handlers });
+        CodeMode { shared, live: Arc::default(), ended }
     }
 
     /// The callable tools, and with `describe` also execute_code's description (which costs
-    /// an instance to render the signatures, so an execution does without it).
-    async fn catalog(&self, describe: bool, mode: Mode) -> Result<Catalog, String> {
-        let listings = self.shared.downstream.listings().await;
+    /// an instance to render the signatures, so an execution does without it). A tool whose
+    /// input schema this server cannot check (`check_tool_schema`) is set aside as not callable,
+    /// with the reason, rather than failing every program.
+    async fn catalog(&self, describe: bool, mode: Mode, tenant: Option<&str>) -> Result<Catalog, String> {
+        let listings = self.shared.downstream.listings(tenant).await;
         let mut defs = Vec::new();
         let mut not_callable = Vec::new();
         let mut unavailable = Vec::new();
@@ -147,7 +254,10 @@ impl CodeMode {
                 Ok(tools) => {
                     for t in tools {
                         match t.not_callable {
-                            None => defs.push(tool_def(server, &t.tool)),
+                            None => match self.shared.schema_problem(server, &t.tool) {
+                                None => defs.push(tool_def(server, &t.tool)),
+                                Some(why) => not_callable.push(format!("{server}.{} ({why})", t.tool.name)),
+                            },
                             Some(why) => not_callable.push(format!("{server}.{} ({why})", t.tool.name)),
                         }
                     }
@@ -158,12 +268,7 @@ impl CodeMode {
         if !describe {
             return Ok(Catalog { defs, description: String::new() });
         }
-        let described = self
-            .shared
-            .engine
-            .describe_tools(&defs)
-            .await
-            .map_err(|e| format!("the downstream tools cannot be offered to programs: {}", e.message()))?;
+        let described = self.shared.described(&defs, tenant).await?;
         let mut text = intro(self.shared.runtime);
         text.push_str(&self.state_text(mode));
         text.push_str("\n\nTools (call as `await server.tool(...)`):\n");
@@ -212,7 +317,7 @@ impl CodeMode {
         }
     }
 
-    async fn describe(&self, args: &JsonObject) -> Result<CallToolResult, McpError> {
+    async fn describe(&self, args: &JsonObject, tenant: Option<&str>) -> Result<CallToolResult, McpError> {
         let names: Option<Vec<String>> = match args.get("names") {
             None | Some(Value::Null) => None,
             Some(v) => Some(serde_json::from_value(v.clone()).map_err(|_| {
@@ -222,7 +327,7 @@ impl CodeMode {
                 )
             })?),
         };
-        let catalog = self.catalog(false, Mode::Fresh).await.map_err(|e| McpError::internal_error(e, None))?;
+        let catalog = self.catalog(false, Mode::Fresh, tenant).await.map_err(|e| McpError::internal_error(e, None))?;
         let qualified = |d: &ToolDef| format!("{}.{}", d.namespace.as_deref().unwrap_or_default(), d.name);
         let chosen: Vec<ToolDef> = match &names {
             None => catalog.defs.clone(),
@@ -240,12 +345,10 @@ impl CodeMode {
                 catalog.defs.iter().filter(|d| names.contains(&qualified(d))).cloned().collect()
             }
         };
-        let described = self
-            .shared
-            .engine
-            .describe_tools(&chosen)
-            .await
-            .map_err(|e| McpError::internal_error(e.message().to_string(), None))?;
+        let described = match self.shared.describe_admitted(&chosen, tenant).await {
+            Ok(described) => described,
+            Err(why) => return Ok(CallToolResult::error(vec![ContentBlock::text(why)])),
+        };
         Ok(CallToolResult::success(vec![ContentBlock::text(described.stub)]))
     }
 
@@ -254,16 +357,19 @@ impl CodeMode {
         request: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let tenant = ctx
-            .extensions
-            .get::<axum::http::request::Parts>()
-            .and_then(|p| p.extensions.get::<McpTenant>())
-            .map(|t| t.0.clone());
+        let tenant = tenant_of(&ctx.extensions);
         // A retried call (protocol 2026-07-28) carries the sampled answers to the program's
-        // llm_query calls and the handle of its parked execution.
+        // llm_query calls and the handle of its parked execution. Another tenant's handle is
+        // as unknown as one that never existed, and leaves the execution parked.
         if let Some(handle) = &request.request_state {
-            let parked = self.shared.parked.lock().unwrap().remove(handle);
-            let Some(mut run) = parked.filter(|r| r.tenant == tenant) else {
+            let parked = {
+                let mut parked = self.shared.parked.lock().unwrap();
+                match parked.get(handle) {
+                    Some(run) if run.tenant == tenant => parked.remove(handle),
+                    _ => None,
+                }
+            };
+            let Some(mut run) = parked else {
                 return Err(McpError::invalid_params(
                     "this execution is no longer waiting (it ended, timed out, or was already resumed); run the program again",
                     None,
@@ -300,7 +406,7 @@ impl CodeMode {
             },
         }
         let timeout_limit = limits.timeout;
-        let mut catalog = match self.catalog(false, Mode::Fresh).await {
+        let mut catalog = match self.catalog(false, Mode::Fresh, tenant.as_deref()).await {
             Ok(c) => c,
             Err(e) => return Ok(failed_before_start(e).into()),
         };
@@ -507,9 +613,8 @@ impl CodeMode {
                                 }
                                 continue;
                             }
-                            let downstream = self.shared.downstream.clone();
+                            let server = call.namespace.as_deref().and_then(|ns| self.shared.downstream.server(ns, run.tenant.as_deref()));
                             run.calls.spawn(async move {
-                                let server = call.namespace.as_deref().and_then(|ns| downstream.server(ns)).cloned();
                                 let outcome = match server {
                                     Some(server) => server.call(&call.name, call.input_value()).await,
                                     None => Err(format!("no downstream server for tool {:?}", call.name)),
@@ -568,11 +673,21 @@ impl CodeMode {
         let mut parked = self.shared.parked.lock().unwrap();
         // Executions that ended early (cancelled, shut down) do not count against the cap.
         parked.retain(|_, r| !r.exec.control().is_finished());
-        if parked.len() >= MAX_PARKED {
+        let mine = parked.values().filter(|r| r.tenant == run.tenant).count();
+        let full = if mine >= MAX_PARKED_PER_TENANT {
+            Some(format!(
+                "{mine} executions of this key already wait for their clients to answer llm_query (the limit)"
+            ))
+        } else if parked.len() >= MAX_PARKED {
+            Some(format!("{MAX_PARKED} executions already wait for their clients to answer llm_query"))
+        } else {
+            None
+        };
+        if let Some(full) = full {
             drop(parked);
             run.exec.cancel();
             return failed_before_start(format!(
-                "{MAX_PARKED} executions already wait for their clients to answer llm_query; try again later"
+                "{full}; answer or cancel those first, or try again later (this program was not run to its end)"
             ))
             .into();
         }
@@ -783,8 +898,10 @@ struct Run {
 }
 
 /// Executions parked at once for clients' sampling (each is also a paused execution the
-/// engine's and the tenant's caps count).
+/// engine's and the tenant's caps count), and of them one tenant's: one tenant once took all
+/// 1,000 places for 300 s each, and every other tenant's `llm_query` failed meanwhile.
 const MAX_PARKED: usize = 1000;
+const MAX_PARKED_PER_TENANT: usize = 100;
 
 const LLM_QUERY: &str = "llm_query";
 
@@ -1005,7 +1122,7 @@ impl ServerHandler for CodeMode {
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let mode = self.mode(&ctx);
-        let description = match self.catalog(true, mode).await {
+        let description = match self.catalog(true, mode, tenant_of(&ctx.extensions).as_deref()).await {
             Ok(catalog) => catalog.description,
             Err(e) => format!("{}\n\nNo tools can be offered now: {e}", intro(self.shared.runtime)),
         };
@@ -1043,7 +1160,10 @@ impl ServerHandler for CodeMode {
     ) -> Result<CallToolResponse, McpError> {
         let result = match request.name.as_ref() {
             "execute_code" => return self.execute(request, ctx).await,
-            "describe_tools" => self.describe(&request.arguments.unwrap_or_default()).await?,
+            "describe_tools" => {
+                let tenant = tenant_of(&ctx.extensions);
+                self.describe(&request.arguments.unwrap_or_default(), tenant.as_deref()).await?
+            }
             other => {
                 return Err(McpError::invalid_params(
                     format!("unknown tool {other:?}; this server has execute_code and describe_tools"),
@@ -1055,14 +1175,27 @@ impl ServerHandler for CodeMode {
     }
 
     async fn on_initialized(&self, ctx: NotificationContext<RoleServer>) {
-        // A downstream tool list changed: so did execute_code's description.
+        // A downstream tool list changed: so did execute_code's description. Until the MCP
+        // session ends (its handler is dropped), whatever the downstream servers do.
         let mut changes = self.shared.downstream.subscribe();
+        let ended = self.ended.token.clone();
+        let peer = ctx.peer;
+        let listeners = self.shared.listeners.clone();
+        listeners.fetch_add(1, Ordering::AcqRel);
+        metrics::gauge!("ptc_mcp_listeners").increment(1.0);
         tokio::spawn(async move {
-            while changes.recv().await.is_ok() {
-                if ctx.peer.notify_tool_list_changed().await.is_err() {
-                    break;
+            loop {
+                tokio::select! {
+                    _ = ended.cancelled() => break,
+                    changed = changes.recv() => {
+                        if changed.is_err() || peer.notify_tool_list_changed().await.is_err() {
+                            break;
+                        }
+                    }
                 }
             }
+            listeners.fetch_sub(1, Ordering::AcqRel);
+            metrics::gauge!("ptc_mcp_listeners").decrement(1.0);
         });
     }
 

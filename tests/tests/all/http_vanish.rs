@@ -13,7 +13,7 @@ async fn a_vanished_http_client_frees_the_running_instance() {
     let body = serde_json::json!({"code": "while True: pass", "timeout": 60000}).to_string();
     let mut s = tokio::net::TcpStream::connect(server.http_addr).await.unwrap();
     let head = format!(
-        "POST /exec/programmatic HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "POST /exec/programmatic HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );
     s.write_all(head.as_bytes()).await.unwrap();

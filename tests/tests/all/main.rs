@@ -5,6 +5,7 @@
 
 mod batching;
 mod bounds;
+mod cluster_store;
 mod contained;
 mod data_dir;
 mod deploy;
@@ -19,14 +20,18 @@ mod http_tokens;
 mod http_vanish;
 mod journal;
 mod librechat;
+mod librechat_files;
 mod lifecycle;
 mod limits;
 mod mcp;
+mod mcp_tenants;
 mod names;
 mod python_client;
 mod python_data;
 mod reservation;
+mod session_edges;
 mod sessions;
 mod stdlib;
+mod tenant_bounds;
 mod tool_calls;
 mod tool_errors;

@@ -19,7 +19,7 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::json;
 
-const MCP_SDK: &str = "mcp==2.3.0";
+pub(crate) const MCP_SDK: &str = "mcp==2.3.0";
 
 /// Everything the scenarios need: the SDK, the npm servers, a files root, the notes server
 /// over HTTP, and the config naming all three downstream servers.
@@ -174,19 +174,19 @@ async fn the_http_endpoint_refuses_unknown_keys_in_words_a_client_can_act_on() {
 }
 
 /// rmcp (the official Rust SDK) as a client of protocol 2025-06-18 over Streamable HTTP.
-async fn older_client(addr: std::net::SocketAddr, key: &str) -> RunningService<RoleClient, ClientConfig> {
+pub(crate) async fn older_client(addr: std::net::SocketAddr, key: &str) -> RunningService<RoleClient, ClientConfig> {
     let mut info = ClientConfig::default();
     info.protocol_version = ProtocolVersion::V_2025_06_18;
     let config = StreamableHttpClientTransportConfig::with_uri(format!("http://{addr}/mcp")).auth_header(key);
     info.serve(StreamableHttpClientTransport::from_config(config)).await.expect("the MCP handshake")
 }
 
-async fn execute(client: &RunningService<RoleClient, ClientConfig>, code: &str) -> CallToolResult {
+pub(crate) async fn execute(client: &RunningService<RoleClient, ClientConfig>, code: &str) -> CallToolResult {
     let args = json!({"code": code}).as_object().unwrap().clone();
     client.call_tool(CallToolRequestParams::new("execute_code").with_arguments(args)).await.expect("execute_code")
 }
 
-fn stdout(result: &CallToolResult) -> String {
+pub(crate) fn stdout(result: &CallToolResult) -> String {
     result.structured_content.as_ref().and_then(|s| s["stdout"].as_str()).unwrap_or_default().to_string()
 }
 

@@ -174,6 +174,6 @@ async fn a_snapshot_restores_into_a_new_session_with_what_it_could_keep() {
     assert_eq!(f.kind(), ErrorKind::InvalidRequest);
     assert!(f.message().contains("could not be restored"), "{}", f.message());
     let too_big = session.snapshot(100).await.unwrap_err();
-    assert!(too_big.message().contains("the limit is 100"), "{}", too_big.message());
+    assert!(too_big.message().contains("more than 100 bytes"), "{}", too_big.message());
     assert!(!session.is_ended(), "a refused snapshot leaves the session alive");
 }

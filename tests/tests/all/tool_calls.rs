@@ -110,7 +110,7 @@ async fn output_is_streamed_as_it_is_produced() {
 async fn describe_tools_gives_names_signatures_and_stub() {
     let mut tools = standard_tools();
     tools.push(ptc_engine::ToolDef::new("for"));
-    let d = engine().describe_tools(&tools).await.unwrap();
+    let d = engine().describe_tools(&tools, None).await.unwrap();
     let sigs: Vec<_> = d.tools.iter().map(|t| (t.python_name.as_str(), t.signature.as_str())).collect();
     assert_eq!(
         sigs,
@@ -121,8 +121,10 @@ async fn describe_tools_gives_names_signatures_and_stub() {
         ]
     );
     assert!(d.stub.contains("async def get_weather(city: str, days: int = ...):"), "{}", d.stub);
-    let err =
-        engine().describe_tools(&[ptc_engine::ToolDef::new("a-b"), ptc_engine::ToolDef::new("a b")]).await.unwrap_err();
+    let err = engine()
+        .describe_tools(&[ptc_engine::ToolDef::new("a-b"), ptc_engine::ToolDef::new("a b")], None)
+        .await
+        .unwrap_err();
     assert!(err.message().contains("both become the Python name 'a_b'"), "{err}");
 }
 

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use ptc_tests::binary::{Process, free_port, serving};
@@ -17,28 +17,6 @@ use serde_json::{Value, json};
 
 const KEY: &str = "key-a";
 const SECRET: &str = "a-secret-every-node-shares";
-
-/// A `redis-server` on a free port, in memory only.
-fn redis() -> (Process, u16) {
-    let port = free_port();
-    let child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("redis-server (Debian package redis-server; .ci/run installs it)");
-    let process = Process(child);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
-            let mut reply = [0u8; 7];
-            if s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut reply).is_ok() && &reply == b"+PONG\r\n" {
-                return (process, port);
-            }
-        }
-        assert!(Instant::now() < deadline, "redis-server did not answer");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 /// The status of `GET url` (plain HTTP/1.1 on loopback).
 fn http_get_status(url: &str) -> u16 {
@@ -274,7 +252,7 @@ async fn three_nodes_and_redis_lose_no_execution() {
     let bin = tokio::task::spawn_blocking(ptc_tests::binary::release).await.unwrap();
     let base = std::env::temp_dir().join(format!("ptc-cluster-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&base);
-    let (_redis, redis_port) = redis();
+    let (_redis, redis_port) = ptc_tests::redis::start(None);
     let mut cluster = Cluster::new(bin, base.join("files"), redis_port);
 
     // 1. 200 paused executions, every request to a random node.
