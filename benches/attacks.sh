@@ -2,8 +2,10 @@
 # Another tenant's latency under one tenant's attacks (`just attacks [serve flags]`): tenant b's
 # `print(1)` over the HTTP API of the release binary, alone and while tenant a
 #   1. sends tool inputs that are costly to check against their schema (two programs, each
-#      CALLS (default 20) inputs of 10,000 rows against an `anyOf` of 200 objects, then one of
-#      4,000 rows);
+#      CALLS (default 20) inputs of ROWS (default 10,000) rows that match none of an `anyOf` of
+#      200 objects, then one of 4,000 rows that match its last); and inputs of CHAIN_ROWS
+#      (default 20) values against a schema whose checks multiply; keep them small against a
+#      server without the bounds;
 #   2. holds HTTP requests open (600 at once, each a 30 s busy loop), as 520 MCP streams of
 #      one tenant once held every connection.
 # Prints medians and maxima for each.
@@ -12,6 +14,8 @@ cd "$(dirname "$0")/.."
 BIN=${BIN:-target/release/ptc-engine}
 HTTP=${HTTP_PORT:-18282}
 CALLS=${CALLS:-20}
+ROWS=${ROWS:-10000}
+CHAIN_ROWS=${CHAIN_ROWS:-20}
 [ -x "$BIN" ] || cargo build --release -p ptc-server --bin ptc-engine
 PTC_LOG=error "$BIN" serve --grpc-addr 127.0.0.1:0 --metrics-addr 127.0.0.1:0 --http-addr "127.0.0.1:$HTTP" \
     --api-keys a:ka,b:kb "$@" >/dev/null 2>&1 &
@@ -35,30 +39,48 @@ PY
 }
 report "alone" "$(for _ in $(seq 10); do run_b; done)"
 
-body=$(CALLS=$CALLS python3 - <<'PY'
+# Two programs of tenant a calling `rows` with `big` CALLS times and `near` once.
+attack() {
+    for _ in 1 2; do
+        curl -s -o /dev/null -H 'X-API-Key: ka' -H 'content-type: application/json' -d "$1" \
+            "localhost:$HTTP/exec/programmatic" &
+        pids+=($!)
+    done
+    sleep 0.5
+    report "$2" "$(for _ in $(seq 10); do run_b; done)"
+    wait "${pids[@]}" 2>/dev/null || true
+    pids=()
+}
+tool_program() {
+    SCHEMA=$1 BIG=$2 NEAR=$3 CALLS=$CALLS python3 - <<'PY'
 import json, os
-branches = [{"type": "object", "required": [f"k{i}"]} for i in range(200)]
-schema = {"type": "object", "properties": {"rows": {"type": "array", "items": {"anyOf": branches}}}}
-code = """big = [{'k199': 1}] * 10_000
-near = [{'k199': 1}] * 4_000
-for _ in range(CALLS):
+code = f"""big = {os.environ['BIG']}
+near = {os.environ['NEAR']}
+for _ in range({os.environ['CALLS']}):
     try:
         await rows(rows=big)
     except ToolError as e:
         pass
-await rows(rows=near)""".replace("CALLS", os.environ["CALLS"])
-print(json.dumps({"code": code, "tools": [{"name": "rows", "parameters": schema}]}))
+await rows(rows=near)"""
+print(json.dumps({"code": code, "tools": [{"name": "rows", "parameters": json.loads(os.environ['SCHEMA'])}]}))
 PY
-)
-for _ in 1 2; do
-    curl -s -o /dev/null -H 'X-API-Key: ka' -H 'content-type: application/json' -d "$body" \
-        "localhost:$HTTP/exec/programmatic" &
-    pids+=($!)
-done
-sleep 0.5
-report "costly schema checks ($CALLS a program)" "$(for _ in $(seq 10); do run_b; done)"
-wait "${pids[@]}" 2>/dev/null || true
-pids=()
+}
+anyof=$(python3 -c '
+import json
+branches = [{"type": "object", "required": [f"k{i}"]} for i in range(200)]
+print(json.dumps({"type": "object", "properties": {"rows": {"type": "array", "items": {"anyOf": branches}}}}))')
+attack "$(tool_program "$anyof" "[{'none': 1}] * $ROWS" "[{'k199': 1}] * 4_000")" \
+    "costly inputs ($CALLS of $ROWS rows a program)"
+# 21 `anyOf`s through `$ref`s, each naming the next twice: 2^21 ways to check one value.
+chain=$(python3 -c '
+import json
+defs = {}
+for i in range(21):
+    nxt = {"type": "string"} if i == 20 else {"$ref": f"#/$defs/d{i + 1}"}
+    defs[f"d{i}"] = {"anyOf": [nxt, dict(nxt)]}
+print(json.dumps({"$defs": defs, "type": "object", "properties": {"rows": {"type": "array", "items": {"$ref": "#/$defs/d0"}}}}))')
+attack "$(tool_program "$chain" "[1] * $CHAIN_ROWS" "[1]")" \
+    "a schema whose checks multiply ($CALLS of $CHAIN_ROWS values a program)"
 
 for _ in $(seq 600); do
     curl -s -o /dev/null -H 'X-API-Key: ka' -H 'content-type: application/json' \

@@ -18,13 +18,21 @@ pub struct Reply {
     pub text: String,
 }
 
-/// POSTs raw bytes with `headers`; the reply body is parsed as JSON when it is JSON.
-pub async fn post_raw(addr: SocketAddr, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Reply {
+/// What one raw exchange brought back.
+#[derive(Debug)]
+pub struct Raw {
+    pub status: u16,
+    /// The status line and headers, as text.
+    pub head: String,
+    /// The body (de-chunked).
+    pub text: String,
+}
+
+/// Sends one request with exactly `headers` (and `Content-Length`, `Connection: close`) and
+/// reads the whole answer.
+pub async fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Raw {
     let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let mut head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nUser-Agent: LibreChat/1.0\r\nContent-Length: {}\r\nConnection: close\r\n",
-        body.len()
-    );
+    let mut head = format!("{method} {path} HTTP/1.1\r\nContent-Length: {}\r\nConnection: close\r\n", body.len());
     for (k, v) in headers {
         head.push_str(&format!("{k}: {v}\r\n"));
     }
@@ -36,11 +44,20 @@ pub async fn post_raw(addr: SocketAddr, path: &str, headers: &[(&str, &str)], bo
     let _ = s.read_to_end(&mut raw).await;
     let raw = String::from_utf8_lossy(&raw).into_owned();
     let status = raw.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let (headers_text, mut text) =
-        raw.split_once("\r\n\r\n").map(|(h, b)| (h.to_string(), b.to_string())).unwrap_or_default();
-    if headers_text.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+    let (head, mut text) = raw.split_once("\r\n\r\n").map(|(h, b)| (h.to_string(), b.to_string())).unwrap_or_default();
+    if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
         text = dechunk(&text);
     }
+    Raw { status, head, text }
+}
+
+/// POSTs raw bytes as JSON, as LibreChat does, with `headers` besides; the reply body is
+/// parsed as JSON when it is JSON.
+pub async fn post_raw(addr: SocketAddr, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Reply {
+    let host = addr.to_string();
+    let mut all = vec![("Host", host.as_str()), ("Content-Type", "application/json"), ("User-Agent", "LibreChat/1.0")];
+    all.extend_from_slice(headers);
+    let Raw { status, text, .. } = request(addr, "POST", path, &all, body).await;
     let body = serde_json::from_str(&text).unwrap_or(Value::Null);
     Reply { status, body, text }
 }

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::process::Command;
 
 use ptc_tests::grpc::{config, serve};
-use ptc_tests::http::post;
+use ptc_tests::http::{post, request};
 use serde_json::{Value, json};
 
 #[tokio::test]
@@ -101,48 +101,32 @@ fn valid_png(bytes: &[u8]) -> bool {
 
 /// A multipart upload of `files` (name, bytes) to `path` with `key`: (status, body).
 async fn upload(addr: SocketAddr, path: &str, key: &str, files: &[(&str, &[u8])]) -> (u16, Value) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let boundary = "ptc-test-boundary-7MA4YWxkTrZu0gW";
     let mut body = Vec::new();
     body.extend_from_slice(
         format!("--{boundary}\r\nContent-Disposition: form-data; name=\"entity_id\"\r\n\r\nagent_x\r\n").as_bytes(),
     );
     for (name, bytes) in files {
-        body.extend_from_slice(
-            format!("--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\nContent-Type: application/octet-stream\r\n\r\n")
-                .as_bytes(),
+        let part = format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\n\
+             Content-Type: application/octet-stream\r\n\r\n"
         );
+        body.extend_from_slice(part.as_bytes());
         body.extend_from_slice(bytes);
         body.extend_from_slice(b"\r\n");
     }
     body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nX-API-Key: {key}\r\nContent-Type: multipart/form-data; boundary={boundary}\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(head.as_bytes()).await.unwrap();
-    let _ = s.write_all(&body).await;
-    let mut reply = Vec::new();
-    let _ = s.read_to_end(&mut reply).await;
-    let reply = String::from_utf8_lossy(&reply).into_owned();
-    let status = reply.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let json = reply.split_once("\r\n\r\n").and_then(|(_, b)| serde_json::from_str(b).ok()).unwrap_or(Value::Null);
-    (status, json)
+    let (host, content_type) = (addr.to_string(), format!("multipart/form-data; boundary={boundary}"));
+    let headers = [("Host", host.as_str()), ("X-API-Key", key), ("Content-Type", content_type.as_str())];
+    let reply = request(addr, "POST", path, &headers, &body).await;
+    (reply.status, serde_json::from_str(&reply.text).unwrap_or(Value::Null))
 }
 
 /// `GET path` with `key`: (status, body as text).
 async fn get(addr: SocketAddr, path: &str, key: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let head = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nX-API-Key: {key}\r\nConnection: close\r\n\r\n");
-    s.write_all(head.as_bytes()).await.unwrap();
-    let mut reply = Vec::new();
-    let _ = s.read_to_end(&mut reply).await;
-    let reply = String::from_utf8_lossy(&reply).into_owned();
-    let status = reply.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    (status, reply.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default())
+    let host = addr.to_string();
+    let reply = request(addr, "GET", path, &[("Host", host.as_str()), ("X-API-Key", key)], b"").await;
+    (reply.status, reply.text)
 }
 
 #[tokio::test]

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use ptc_server::mcp::McpConfig;
 use ptc_tests::grpc::{config, serve};
-use ptc_tests::http::{Reply, post_raw};
+use ptc_tests::http::{Reply, post_raw, request};
 use ptc_tests::{eventually, python};
 use serde_json::json;
 
@@ -33,19 +33,17 @@ async fn mcp_post(addr: std::net::SocketAddr, key: &str, session: Option<&str>, 
 
 /// A new MCP session of `key` (a raw initialize, as any client sends it): its id.
 async fn open_session(addr: std::net::SocketAddr, key: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let body = initialize().to_string();
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let head = format!(
-        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\nContent-Type: application/json\r\n\
-         Accept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(head.as_bytes()).await.unwrap();
-    let mut reply = String::new();
-    let _ = s.read_to_string(&mut reply).await;
-    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
-    let line = reply.lines().find(|l| l.to_ascii_lowercase().starts_with("mcp-session-id:")).expect("a session id");
+    let (host, auth) = (addr.to_string(), format!("Bearer {key}"));
+    let headers = [
+        ("Host", host.as_str()),
+        ("Authorization", auth.as_str()),
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+    ];
+    let reply = request(addr, "POST", "/mcp", &headers, initialize().to_string().as_bytes()).await;
+    assert_eq!(reply.status, 200, "{reply:?}");
+    let line =
+        reply.head.lines().find(|l| l.to_ascii_lowercase().starts_with("mcp-session-id:")).expect("a session id");
     line.split_once(':').unwrap().1.trim().to_string()
 }
 
@@ -89,15 +87,9 @@ async fn an_mcp_session_is_its_keys_alone_and_nothing_of_it_stays_once_it_ends()
 }
 
 async fn raw_delete(addr: std::net::SocketAddr, key: &str, session: &str) -> u16 {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let head = format!(
-        "DELETE /mcp HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\nMcp-Session-Id: {session}\r\nConnection: close\r\n\r\n"
-    );
-    s.write_all(head.as_bytes()).await.unwrap();
-    let mut reply = String::new();
-    let _ = s.read_to_string(&mut reply).await;
-    reply.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0)
+    let (host, auth) = (addr.to_string(), format!("Bearer {key}"));
+    let headers = [("Host", host.as_str()), ("Authorization", auth.as_str()), ("Mcp-Session-Id", session)];
+    request(addr, "DELETE", "/mcp", &headers, b"").await.status
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -210,7 +210,7 @@ async fn without_api_keys_only_localhost_and_json_are_answered() {
     server.wait().await;
 }
 
-/// One request with exactly these headers (no Host unless given): (status, body).
+/// One request with exactly these headers (no Host unless given): (status, whole answer).
 async fn raw(
     addr: SocketAddr,
     method: &str,
@@ -219,21 +219,8 @@ async fn raw(
     content_type: &str,
     body: &[u8],
 ) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    head.push_str("\r\n");
-    s.write_all(head.as_bytes()).await.unwrap();
-    s.write_all(body).await.unwrap();
-    let mut reply = Vec::new();
-    let _ = s.read_to_end(&mut reply).await;
-    let reply = String::from_utf8_lossy(&reply).into_owned();
-    let status = reply.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    (status, reply)
+    let mut all = vec![("Content-Type", content_type)];
+    all.extend_from_slice(headers);
+    let reply = ptc_tests::http::request(addr, method, path, &all, body).await;
+    (reply.status, format!("{}\r\n\r\n{}", reply.head, reply.text))
 }
