@@ -43,3 +43,8 @@ signatures:
     python3 -m venv target/bench-venvs/tokens
     target/bench-venvs/tokens/bin/pip install --quiet tokenizers anthropic==0.34.2
     target/bench-venvs/tokens/bin/python benches/signatures/tokens.py
+
+# Python client and FastMCP code mode: the same 10-call program in Monty and in ptc-engine, and the
+# client's own cost per tool round against raw grpcio (release binary; medians of alternating runs).
+bench-python *ARGS:
+    benches/python/run.sh {{ARGS}}

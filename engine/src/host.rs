@@ -189,7 +189,7 @@ impl Broker {
             self.calls += 1;
             if self.calls > self.max_tool_calls {
                 let max = self.max_tool_calls;
-                return Err(HostTrap::raise(FailureKind::ToolCalls, format!("exceeded maximum tool calls ({max})")));
+                return Err(HostTrap::raise(FailureKind::ToolCalls, format!("Exceeded maximum tool calls ({max})")));
             }
             let (checked, call) = if call.input.len() > self.max_input_bytes {
                 let refused = Err(format!(

@@ -24,6 +24,7 @@ import _host
 from ptc_runtime import prepare, run_program
 from ptc_runtime.runner import INJECTED, live_session
 from ptc_runtime.streams import Stream
+from ptc_runtime.wire import json_text
 
 # What programs import most, imported in the snapshot (the rest of the standard library and
 # the other packages load from the zip at run time, at their own cost).
@@ -35,7 +36,8 @@ PRELOADED = (
 
 
 def _call(frame):
-    return json.loads(_host.call(json.dumps(frame, ensure_ascii=False).encode()))
+    # json_text: a lone surrogate in a message cannot be encoded as UTF-8; escaped, it can.
+    return json.loads(_host.call(json_text(frame).encode()))
 
 
 def _wait_for_tools(calls, timeout_ms):

@@ -19,6 +19,7 @@ from ptc_runtime import run_program, describe, prepare  # noqa: E402
 from ptc_runtime.runner import INJECTED, live_session  # noqa: E402
 from ptc_runtime.stubs import parse_tools  # noqa: E402
 from ptc_runtime.streams import Stream  # noqa: E402
+from ptc_runtime.wire import plain_text  # noqa: E402
 
 
 def _wait_for_tools(calls, timeout_ms):
@@ -41,14 +42,14 @@ def _outcome(o):
         "exit": wit_world.FailureKind.EXIT,
         "invalid-tools": wit_world.FailureKind.INVALID_TOOLS,
     }.get(o.kind, wit_world.FailureKind.INTERNAL)
-    return wit_world.Outcome_Failed(wit_world.Failure(kind, o.message, o.traceback, o.exit_code))
+    return wit_world.Outcome_Failed(wit_world.Failure(kind, plain_text(o.message), plain_text(o.traceback), o.exit_code))
 
 
 def _internal(e):
     import traceback
     tb = "".join(traceback.format_exception(e))
     return wit_world.Outcome_Failed(
-        wit_world.Failure(wit_world.FailureKind.INTERNAL, f"{type(e).__name__}: {e}", tb, None))
+        wit_world.Failure(wit_world.FailureKind.INTERNAL, plain_text(f"{type(e).__name__}: {e}"), plain_text(tb), None))
 
 
 class WitWorld(wit_world.WitWorld):
@@ -72,23 +73,23 @@ class WitWorld(wit_world.WitWorld):
     def snapshot(self, max_bytes):
         try:
             data, kept, modules, dropped = live_session().snapshot(max_bytes, INJECTED)
-            return wit_world.SessionState(data, kept, modules, [wit_world.Dropped(n, r) for n, r in dropped])
+            return wit_world.SessionState(data, kept, modules, [wit_world.Dropped(n, plain_text(r)) for n, r in dropped])
         except BaseException as e:
-            raise Err(f"{e}")
+            raise Err(plain_text(f"{e}"))
 
     def restore(self, data):
         try:
             kept, dropped = live_session().restore(bytes(data))
-            return wit_world.Restored(kept, [wit_world.Dropped(n, r) for n, r in dropped])
+            return wit_world.Restored(kept, [wit_world.Dropped(n, plain_text(r)) for n, r in dropped])
         except BaseException as e:
-            raise Err(f"{e}")
+            raise Err(plain_text(f"{e}"))
 
     def describe_tools(self, tools):
         try:
             described, stub = describe(parse_tools(_defs(tools)))
             return wit_world.Description([wit_world.DescribedTool(*d) for d in described], stub)
         except BaseException as e:
-            raise Err(f"{e}")
+            raise Err(plain_text(f"{e}"))
 
 
 # Build the first (and, in an instance, only) run's event loop now and warm the run path up,

@@ -715,6 +715,23 @@ impl FileStore {
         Ok(dir.open_with(file_name, &options).map_err(invalid)?.into_std())
     }
 
+    /// Writes `files` (name, bytes) into `session`, replacing files of those names (never
+    /// writing through a link), after checking the tenant's quota for all of them together.
+    pub fn put(&self, session: &Session, files: &[(String, Vec<u8>)]) -> Result<(), FilesError> {
+        if files.is_empty() {
+            return Ok(());
+        }
+        let bytes = files.iter().map(|(_, b)| b.len() as u64).sum();
+        self.check_room(session, Usage { bytes, files: files.len() as u64 }, "these files")?;
+        for (name, content) in files {
+            let mut file = self.create(session, name)?;
+            file.write_all(content).map_err(io_error("cannot write a file"))?;
+        }
+        let usage = self.scan(session)?.usage;
+        self.record(&session.tenant, &session.id, usage);
+        Ok(())
+    }
+
     /// Removes a whole session directory (an upload that kept nothing) and forgets its usage.
     pub fn remove_session(&self, session: &Session) {
         // cap-std removes links as links: nothing outside the session is touched.

@@ -159,12 +159,13 @@ impl sandbox_server::Sandbox for SandboxService {
         request.runtime = runtime;
         request.session_id = session_id.clone();
         let return_files = start.return_files.then_some(self.max_returned_file_bytes);
+        let inputs: Vec<(String, Vec<u8>)> = start.files.into_iter().map(|f| (f.name, f.content)).collect();
         let (execution, files) = match &session_id {
-            None if return_files.is_some() => {
+            None if return_files.is_some() || !inputs.is_empty() => {
                 let store = self.sessions.file_store().ok_or_else(|| {
-                    Status::failed_precondition("this server keeps no files: run without return_files")
+                    Status::failed_precondition("this server keeps no files: run without return_files and files")
                 })?;
-                let run = RunFiles::own(store, &tenant).await.map_err(|e| session_status(e.into()))?;
+                let run = RunFiles::own(store, &tenant, inputs).await.map_err(|e| session_status(e.into()))?;
                 request.data_dir = Some(run.session.path.clone());
                 (self.engine.start(request).await.map_err(status_from)?, Some((store.clone(), run)))
             }
@@ -178,6 +179,12 @@ impl sandbox_server::Sandbox for SandboxService {
                     }
                     other => other.map_err(session_status)?,
                 };
+                if !inputs.is_empty() {
+                    let (Some(store), Some(dir)) = (self.sessions.file_store(), &live.files) else {
+                        return Err(Status::failed_precondition("this server keeps no files: run without files"));
+                    };
+                    RunFiles::put(store, dir, inputs).await.map_err(|e| session_status(e.into()))?;
+                }
                 let files = self.sessions.resume_files(&live).await.map_err(|e| session_status(e.into()))?;
                 let execution =
                     self.engine.execute_in(&live.session, request).await.map_err(|e| session_status(e.into()))?;

@@ -82,16 +82,40 @@ impl RunFiles {
             .unwrap_or_else(|e| Err(FilesError::Io(format!("preparing files: {e}"))))
     }
 
-    /// An empty `/mnt/data` for one execution outside any session, under the tenant's quota,
-    /// deleted when the run is over and its files were read.
-    pub(crate) async fn own(files: &Arc<FileStore>, tenant: &str) -> Result<Arc<Self>, FilesError> {
+    /// A `/mnt/data` for one execution outside any session, holding `inputs` (name, bytes),
+    /// under the tenant's quota, deleted when the run is over and its files were read.
+    pub(crate) async fn own(
+        files: &Arc<FileStore>,
+        tenant: &str,
+        inputs: Vec<(String, Vec<u8>)>,
+    ) -> Result<Arc<Self>, FilesError> {
         let (store, tenant) = (files.clone(), tenant.to_string());
         tokio::task::spawn_blocking(move || {
             let session = store.open_live(&tenant)?;
-            Ok(Arc::new(Self::fields(Arc::new(session), Scan::default(), Some(store))))
+            if let Err(e) = store.put(&session, &inputs) {
+                store.remove_live(&session);
+                return Err(e);
+            }
+            let before = if inputs.is_empty() { Scan::default() } else { store.scan(&session)? };
+            Ok(Arc::new(Self::fields(Arc::new(session), before, Some(store))))
         })
         .await
         .unwrap_or_else(|e| Err(FilesError::Io(format!("preparing files: {e}"))))
+    }
+
+    /// Writes `inputs` (name, bytes) into a live session's `/mnt/data` before its next run.
+    pub(crate) async fn put(
+        files: &Arc<FileStore>,
+        session: &Arc<Session>,
+        inputs: Vec<(String, Vec<u8>)>,
+    ) -> Result<(), FilesError> {
+        if inputs.is_empty() {
+            return Ok(());
+        }
+        let (store, session) = (files.clone(), session.clone());
+        tokio::task::spawn_blocking(move || store.put(&session, &inputs))
+            .await
+            .unwrap_or_else(|e| Err(FilesError::Io(format!("writing files: {e}"))))
     }
 
     fn new(session: Arc<Session>, before: Scan) -> Arc<Self> {

@@ -3,12 +3,16 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use sha2::{Digest, Sha256};
+
 /// `target/test-venvs/<name>` with `packages` installed (once); returns the venv directory.
+/// A package may be a local directory (`/path/to/project[extra]`): it is installed as pip
+/// installs a project (built, not editable), and again whenever a file in it changes.
 pub fn venv(name: &str, packages: &[&str]) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("target").join("test-venvs");
     let dir = root.join(name);
     let stamp = dir.join(".installed");
-    let wanted = packages.join(" ");
+    let wanted = packages.iter().map(|p| stamped(p)).collect::<Vec<_>>().join(" ");
     if std::fs::read_to_string(&stamp).ok().as_deref() == Some(wanted.as_str()) {
         return dir;
     }
@@ -31,6 +35,35 @@ pub fn venv(name: &str, packages: &[&str]) -> PathBuf {
     assert!(ok, "pip install {wanted}");
     std::fs::write(&stamp, &wanted).unwrap();
     dir
+}
+
+/// `package`, and for a local directory a digest of its files, so that a change reinstalls it.
+fn stamped(package: &str) -> String {
+    let path = Path::new(package.split('[').next().unwrap_or(package));
+    if !path.is_dir() {
+        return package.to_string();
+    }
+    let mut files = Vec::new();
+    let mut stack = vec![path.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let name = entry.file_name();
+            let skip =
+                matches!(name.to_str(), Some("__pycache__" | ".mypy_cache" | ".pytest_cache" | "build" | "dist"));
+            match entry.file_type() {
+                Ok(t) if t.is_dir() && !skip => stack.push(entry.path()),
+                Ok(t) if t.is_file() => files.push(entry.path()),
+                _ => {}
+            }
+        }
+    }
+    files.sort();
+    let mut digest = Sha256::new();
+    for file in files {
+        digest.update(file.strip_prefix(path).unwrap().to_string_lossy().as_bytes());
+        digest.update(std::fs::read(&file).unwrap());
+    }
+    format!("{package}#{:x}", digest.finalize())
 }
 
 pub(crate) struct FileLock(PathBuf);

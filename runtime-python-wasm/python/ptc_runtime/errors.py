@@ -1,10 +1,12 @@
 """Exceptions the runtime shows to user code and to its caller."""
 
 
-class ToolError(Exception):
+class ToolError(RuntimeError):
     """A tool call failed: the client reported an error, or the input broke the tool's schema.
 
     `tool` is the tool's original name and `message` the client's text; user code can catch it.
+    A `RuntimeError`, as the code modes that run on Monty raise for a failed tool (strands'
+    programs catch `except RuntimeError`), so their programs run here unchanged.
     """
 
     def __init__(self, message, tool=None, call_id=None):

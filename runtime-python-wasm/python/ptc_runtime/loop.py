@@ -14,6 +14,7 @@ import math
 import time
 
 from .errors import ToolError
+from .wire import is_utf8
 
 
 class Deadlock(RuntimeError):
@@ -50,6 +51,11 @@ class Broker:
             payload = json.dumps(args, allow_nan=False, ensure_ascii=False)
         except (TypeError, ValueError) as e:
             raise TypeError(f"arguments to tool {label!r} must be JSON-serialisable: {e}") from None
+        if not is_utf8(payload):
+            raise TypeError(
+                f"arguments to tool {label!r} hold text that is not valid Unicode (a lone surrogate such as "
+                "'\\ud800', which no JSON parser takes): drop or replace it"
+            )
         self._seq += 1
         call_id = f"call_{self._seq}"
         fut = loop.create_future()

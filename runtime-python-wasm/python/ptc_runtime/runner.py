@@ -6,6 +6,7 @@ import builtins
 import inspect
 import json
 import linecache
+import math
 import os
 import sys
 import traceback
@@ -16,6 +17,7 @@ from .errors import InvalidTools, ToolError
 from .loop import BatchingEventLoop, Broker
 from .session import Live
 from .stubs import bind_tools, parse_tools, where_is
+from .wire import json_text
 
 FILENAME = "<code>"
 
@@ -168,8 +170,14 @@ def _is_program(filename):
 
 
 def _describe(exc):
-    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-    return text.splitlines()[-1] if text else type(exc).__name__
+    """The failure's headline: `Type: message`, the whole message (it may span lines) without
+    the notes, which the traceback shows; for a SyntaxError, its last line (the lines before
+    it quote the source)."""
+    parts = traceback.format_exception_only(type(exc), exc)
+    if isinstance(exc, SyntaxError):
+        text = "".join(parts).strip()
+        return text.splitlines()[-1] if text else type(exc).__name__
+    return parts[0].strip() if parts and parts[0].strip() else type(exc).__name__
 
 
 def _failure(kind, exc, exit_code=None):
@@ -197,10 +205,42 @@ def _exit_outcome(exc):
 
 
 def _to_json(value):
+    """The return value as JSON; a part with no JSON form becomes its `repr` (a non-finite
+    float too), a set a list and a key that is not text its JSON text or `repr`, so the rest
+    keeps its shape (`[nan, 1.5]` returns `["nan", 1.5]`)."""
     try:
-        return json.dumps(value, allow_nan=False, ensure_ascii=False)
-    except (TypeError, ValueError):
-        return json.dumps(repr(value), ensure_ascii=False)
+        return json_text(value, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        pass
+    try:
+        return json_text(_jsonable(value, 0))
+    except (TypeError, ValueError, RecursionError) as e:
+        return json_text(f"<{type(value).__name__} with no JSON form: {e}>")
+
+
+def _jsonable(value, depth):
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        # JSON has no bound, but Python will not write an int of more than 4300 digits.
+        return value if value.bit_length() <= 14_000 else f"<int of {value.bit_length()} bits>"
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if depth >= 64:
+        return repr(value)
+    if isinstance(value, dict):
+        return {_key(k): _jsonable(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_jsonable(v, depth + 1) for v in value]
+    return repr(value)
+
+
+def _key(key):
+    if isinstance(key, str):
+        return key
+    if key is None or isinstance(key, (bool, int)) or (isinstance(key, float) and math.isfinite(key)):
+        return json.dumps(key)
+    return repr(key)
 
 
 # What every program finds in its globals besides its tools.
@@ -299,6 +339,17 @@ def _evaluate(code, filename, namespace, loop, specs):
             loop.run_until_complete(result)
         return Outcome(True)
     except _Return as r:
+        if inspect.iscoroutine(r.value):
+            # A tool (or async function) called without `await`: it never ran, and its
+            # repr as the result would look like success.
+            name = getattr(r.value, "__qualname__", "a coroutine")
+            r.value.close()
+            return Outcome(
+                False,
+                kind="python-error",
+                message=f"TypeError: the program's result is {name}(...) called without `await`, so it never ran: "
+                f"write `await {name}(...)`",
+            )
         return Outcome(True, value_json=_to_json(r.value))
     except SystemExit as e:
         return _exit_outcome(e)

@@ -337,7 +337,7 @@ def stub_text(specs):
         '# `{"a": str, "b?": int}` is a dict with key a and optional key b.',
         "from typing import Any, Literal",
         "",
-        "class ToolError(Exception): ...",
+        "class ToolError(RuntimeError): ...",
         "",
     ]
     spaces = {}

@@ -5,6 +5,7 @@ import unittest
 
 from helpers import ScriptedHost
 from ptc_runtime import run_program
+from ptc_runtime.wire import plain_text
 
 TOOLS = [("get-weather", "Weather.", {"type": "object", "properties": {"city": {"type": "string"}}}),
          ("add", "Adds.", {"type": "object", "properties": {"a": {}, "b": {}}})]
@@ -91,6 +92,41 @@ class RunnerTest(unittest.TestCase):
         self.assertIn('line 2, in <module>', o.traceback)
         self.assertNotIn("ptc_runtime", o.traceback)
         self.assertNotIn("stubs.py", o.traceback)
+
+    def test_tool_error_is_a_runtime_error_as_monty_code_modes_raise(self):
+        code = "try:\n    await get_weather(city='Nowhere')\nexcept RuntimeError as e:\n    print(type(e).__name__, e)\n"
+        o, out, _, _ = run(code)
+        self.assertTrue(o.ok, o)
+        self.assertEqual(out, "ToolError no such city\n")
+
+    def test_the_headline_is_the_whole_message_without_notes(self):
+        o, _, _, _ = run("e = ValueError('first line\\nsecond line')\ne.add_note('a hint')\nraise e")
+        self.assertEqual(o.message, "ValueError: first line\nsecond line")
+        self.assertIn("a hint", o.traceback)
+
+    def test_a_return_value_keeps_its_shape_where_parts_have_no_json_form(self):
+        o, _, _, _ = run("return [float('nan'), 1.5, {1: {2}, (3,): b'x'}, object]")
+        self.assertEqual(json.loads(o.value_json), ["nan", 1.5, {"1": [2], "(3,)": "b'x'"}, "<class 'object'>"])
+
+    def test_text_with_a_lone_surrogate_crosses_escaped_or_is_refused_in_words(self):
+        o, _, _, host = run("try:\n    await get_weather(city='\\ud800')\nexcept TypeError as e:\n    print(e)\nreturn '\\udc00'")
+        self.assertEqual(json.loads(o.value_json), "\udc00")
+        self.assertEqual(host.rounds, [])
+        o.value_json.encode("utf-8")
+        o, _, _, _ = run("raise ValueError('\\ud800')")
+        # The boundary (app.py) writes a message's lone surrogate as its escape.
+        self.assertEqual(plain_text(o.message), "ValueError: \\ud800")
+
+    def test_an_int_too_long_to_write_is_named(self):
+        o, _, _, _ = run("return [10**5000, 1]")
+        self.assertEqual(json.loads(o.value_json), ["<int of 16610 bits>", 1])
+
+    def test_a_tool_call_returned_without_await_is_an_error_not_a_result(self):
+        o, _, err, host = run("return add(a=1, b=2)")
+        self.assertFalse(o.ok)
+        self.assertEqual(o.message, "TypeError: the program's result is add(...) called without `await`, so it never ran: write `await add(...)`")
+        self.assertEqual(host.rounds, [])
+        self.assertNotIn("never awaited", err)
 
     def test_syntax_error(self):
         o, _, _, _ = run("x = (\n")

@@ -106,7 +106,7 @@ async fn tool_call_limit() {
     let exec = start_with("await asyncio.gather(*[add(a=i, b=0) for i in range(6)])", standard_tools(), limits).await;
     let f = drive(exec, standard_handler).await.failed();
     assert_eq!(f.kind, FailureKind::ToolCalls);
-    assert_eq!(f.message, "exceeded maximum tool calls (5)");
+    assert_eq!(f.message, "Exceeded maximum tool calls (5)");
 }
 
 #[tokio::test]

@@ -1,9 +1,101 @@
-//! The example Python client (examples/python, grpcio) against a real server.
+//! Python clients against a real server: the raw grpcio example (examples/python), and the
+//! client library (clients/python) with its framework integrations, whose pytest suites and
+//! mypy run in venvs made from PyPI with each framework's pinned release.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use ptc_tests::grpc::{config, serve};
+
+/// What the library's own tests and type check need, beside the library.
+const TEST_TOOLS: &[&str] = &[
+    "pytest==9.2.0",
+    "pytest-asyncio==1.5.0",
+    "mypy==2.4.1",
+    "grpcio-tools==1.85.1",
+    "types-protobuf==7.35.1.20260906",
+];
+
+/// The frameworks, pinned: the integrations subclass or follow their code-mode internals.
+/// Strands needs a venv of its own (strands-agents 1.62 wants mcp<2.2, FastMCP 4.1 mcp>=2.3).
+const FRAMEWORKS: &[&str] = &[
+    "fastmcp==4.1.6",
+    "pydantic-ai-harness[code-mode]==0.62.0",
+    "pydantic-monty==1.4.0",
+    "agent-framework-core==1.23.0",
+    "langchain-core==1.8.1",
+    "langchain==1.5.2",
+];
+const STRANDS: &[&str] = &["strands-agents==1.62.0"];
+
+fn library() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../clients/python").canonicalize().unwrap()
+}
+
+/// Installs the library with `extras` and `packages` (and the test tools) in the venv `name`,
+/// starts a server, and runs `pytest` and `mypy` (with these arguments) in the library's
+/// directory against it; fails the test with their output if either fails.
+async fn library_suite(
+    name: &'static str,
+    extras: &str,
+    packages: &'static [&'static str],
+    pytest: &'static [&'static str],
+    mypy: &'static [&'static str],
+) {
+    let package = format!("{}[{extras}]", library().display());
+    let venv = tokio::task::spawn_blocking(move || {
+        let all: Vec<&str> =
+            [package.as_str()].into_iter().chain(packages.iter().copied()).chain(TEST_TOOLS.iter().copied()).collect();
+        ptc_tests::python::venv(name, &all)
+    })
+    .await
+    .unwrap();
+    let server = serve(config(&["acme:secret"])).await;
+    let grpc = server.grpc_addr.to_string();
+    tokio::task::spawn_blocking(move || {
+        for (tool, args) in [("pytest", pytest), ("mypy", mypy)] {
+            let out = Command::new(venv.join("bin").join("python"))
+                .args(["-m", tool])
+                .args(args)
+                .current_dir(library())
+                .env("PTC_ENGINE_URL", format!("http://{grpc}"))
+                .env("PTC_ENGINE_API_KEY", "secret")
+                .env("PYTHONDONTWRITEBYTECODE", "1")
+                .env("MYPY_CACHE_DIR", venv.join("mypy-cache"))
+                .output()
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{tool} {}\nstdout:\n{stdout}\nstderr:\n{stderr}", args.join(" "));
+        }
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_library_and_its_fastmcp_pydantic_ai_agent_framework_and_langchain_integrations() {
+    library_suite(
+        "ptc-client",
+        "fastmcp,pydantic-ai,agent-framework,langchain",
+        FRAMEWORKS,
+        &["-q", "-p", "no:cacheprovider", "tests", "--ignore=tests/integrations/test_strands.py"],
+        &["src/ptc_engine", "--exclude", "integrations/strands\\.py"],
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_library_strands_integration() {
+    library_suite(
+        "ptc-client-strands",
+        "strands",
+        STRANDS,
+        &["-q", "-p", "no:cacheprovider", "tests/integrations/test_strands.py"],
+        &["src/ptc_engine/integrations/strands.py"],
+    )
+    .await;
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn example_python_client_runs_a_program_with_python_tools() {

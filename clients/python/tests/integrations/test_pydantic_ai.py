@@ -1,0 +1,135 @@
+"""Pydantic AI harness' code mode with `PtcCodeMode`, driven by Pydantic AI's own deterministic
+`FunctionModel`: the model "writes" programs, the agent's tools run on the host through the
+harness' nested ToolManager, and what the program printed and returned comes back to the model."""
+
+import asyncio
+
+import pytest
+from pydantic_ai import Agent
+from pydantic_ai.messages import ModelResponse, RetryPromptPart, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.models.function import FunctionModel
+from pydantic_ai.exceptions import UserError
+
+from ptc_engine.integrations.pydantic_ai import PtcCodeMode
+
+
+def scripted(*programs):
+    """A model that sends each program as a `run_code` call in turn, then says "done"; it
+    keeps what it was shown."""
+    seen = {"returns": [], "tools": None}
+
+    def model(messages, info):
+        seen["tools"] = info.function_tools
+        for part in messages[-1].parts:
+            if isinstance(part, (ToolReturnPart, RetryPromptPart)):
+                seen["returns"].append(part.content)
+        step = sum(1 for m in messages if isinstance(m, ModelResponse))
+        if step < len(programs):
+            program = programs[step]
+            args = program if isinstance(program, dict) else {"code": program}
+            return ModelResponse(parts=[ToolCallPart("run_code", args)])
+        return ModelResponse(parts=[TextPart("done")])
+
+    return FunctionModel(model), seen
+
+
+def agent_with(model, url, key, **options):
+    agent = Agent(model, capabilities=[PtcCodeMode(sandbox=url, api_key=key, **options)])
+    both = {"double": asyncio.Event(), "label": asyncio.Event()}
+
+    async def meet(me):
+        both[me].set()
+        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in both.values())), 10)
+
+    @agent.tool_plain
+    async def double(x: int) -> int:
+        """Double x."""
+        await meet("double")
+        return x * 2
+
+    @agent.tool_plain
+    def record(value: int) -> int:
+        """Records a value."""
+        return value
+
+    @agent.tool_plain
+    async def label(x: int) -> str:
+        """A label for x."""
+        await meet("label")
+        return f"#{x}"
+
+    return agent
+
+
+async def test_a_program_gathers_two_tools_and_its_output_and_value_come_back(url, key):
+    code = "import asyncio\na, b = await asyncio.gather(double(x=2), label(x=5))\nprint('computed')\n[a, b]"
+    model, seen = scripted(code)
+    result = await agent_with(model, url, key).run("go")
+    assert result.output == "done"
+    assert seen["returns"] == [{"output": "computed\n", "result": [4, "#5"]}]
+    # The nested calls are in the history as the harness records them.
+    returned = [p for m in result.all_messages() for p in m.parts if isinstance(p, ToolReturnPart)]
+    assert returned[0].metadata["code_mode"] is True
+    assert sorted(p.tool_name for p in returned[0].metadata["tool_calls"].values()) == ["double", "label"]
+
+
+async def test_the_model_is_told_it_has_cpython_and_async_tools(url, key):
+    model, seen = scripted()
+    await agent_with(model, url, key).run("go")
+    (run_code,) = seen["tools"]
+    assert run_code.name == "run_code"
+    assert "CPython 3.14" in run_code.description and "Monty" not in run_code.description
+    assert "async def double(*, x: int) -> int" in run_code.description
+
+
+async def test_state_lasts_across_calls_until_restart(url, key):
+    model, seen = scripted(
+        "class Counter:\n    n = 0\nc = Counter()\nc.n += 1\nc.n",
+        "c.n += 1\nc.n",
+        {"code": "'c' in globals()", "restart": True},
+    )
+    await agent_with(model, url, key).run("go")
+    assert seen["returns"] == [1, 2, False]
+
+
+async def test_errors_come_back_as_retries_with_the_traceback(url, key):
+    model, seen = scripted(
+        "print('before')\nraise ValueError('boom')",
+        "await double(x='not a number')",
+        "def broken(:\n  pass",
+    )
+    await agent_with(model, url, key).run("go")
+    runtime, bad_input, syntax = seen["returns"]
+    assert runtime.startswith("Runtime error:\n[stdout before error]\nbefore\n") and "ValueError: boom" in runtime
+    assert 'line 2, in <module>' in runtime
+    assert "ToolError" in bad_input and "x" in bad_input, bad_input
+    assert syntax.startswith("Syntax error in code:"), syntax
+
+
+async def test_a_stopped_program_resets_the_session_and_says_so(url, key):
+    model, seen = scripted("x = 1", "import time\nwhile True: time.sleep(0.01)", "'x' in globals()")
+    await agent_with(model, url, key, timeout=1.5).run("go")
+    stopped = seen["returns"][1]
+    assert "session was reset" in stopped, stopped
+    assert seen["returns"][2] is False
+
+
+async def test_the_nested_call_budget_is_the_harness_and_the_calls_made_are_listed(url, key):
+    model, seen = scripted("for i in range(10):\n    await record(value=i)")
+    await agent_with(model, url, key, max_tool_calls=3).run("go")
+    message = seen["returns"][0]
+    assert "allows 3 nested tool calls" in message, message
+    assert "3 nested tool calls started" in message and "record({'value': 0})" in message, message
+
+
+async def test_more_rounds_than_the_servers_default(url, key):
+    model, seen = scripted("t = 0\nfor i in range(30):\n    t += await record(value=i)\nt")
+    await agent_with(model, url, key).run("go")
+    assert seen["returns"] == [sum(range(30))]
+
+
+def test_monty_only_options_and_impossible_timeouts_are_refused_with_what_to_use():
+    with pytest.raises(UserError, match="configure Monty"):
+        PtcCodeMode(resource_limits={"max_duration_secs": 5})
+    with pytest.raises(ValueError, match="between 1 and 300 seconds"):
+        PtcCodeMode(timeout=0.2)

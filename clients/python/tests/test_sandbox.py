@@ -1,0 +1,287 @@
+"""The client against a real server: tools from plain functions, rounds answered concurrently,
+results and failures as Python values and typed errors, sessions, snapshots, files, streaming,
+cancellation, the sync twin, and bad input named."""
+
+import asyncio
+import dataclasses
+import socket
+from typing import Literal, Optional
+
+from typing_extensions import TypedDict
+
+import pydantic
+import pytest
+
+import ptc_engine
+from ptc_engine import Limits, Output, Sandbox, Tool, ToolCalls, tool
+
+
+async def get_weather(city: str, units: Literal["c", "f"] = "c") -> dict:
+    """The weather in a city.
+
+    Args:
+        city: The city's name.
+        units: Celsius or Fahrenheit.
+    """
+    return {"city": city, "temp": 21 if units == "c" else 70}
+
+
+def add(a: int, b: int) -> int:
+    """Adds two integers."""
+    return a + b
+
+
+async def test_a_program_calls_sync_and_async_tools_and_its_output_comes_back(sb):
+    code = "w = await get_weather(city='Oslo')\nprint(w['temp'], await add(a=2, b=3))\nreturn w"
+    result = await sb.run(code, tools=[get_weather, add])
+    assert result.stdout == "21 5\n"
+    assert result.return_value == {"city": "Oslo", "temp": 21}
+    assert [c.name for c in result.tool_calls] == ["get_weather", "add"]
+    assert result.tool_calls[1].input == {"a": 2, "b": 3} and result.tool_calls[1].result == 5
+    assert result.stats.round_trips == 2 and result.stats.wall_time_s > 0
+    assert result.execution_id
+
+
+async def test_the_calls_of_one_round_are_answered_concurrently(sb):
+    # Each waits for the other: answered one after another, they would never finish.
+    ready = {"left": asyncio.Event(), "right": asyncio.Event()}
+
+    async def left() -> str:
+        ready["left"].set()
+        await asyncio.wait_for(ready["right"].wait(), 10)
+        return "L"
+
+    async def right() -> str:
+        ready["right"].set()
+        await asyncio.wait_for(ready["left"].wait(), 10)
+        return "R"
+
+    result = await sb.run("print(await asyncio.gather(left(), right()))", tools=[left, right])
+    assert result.stdout == "['L', 'R']\n"
+    assert result.stats.round_trips == 1
+
+
+class Address(TypedDict):
+    street: str
+    zip: str
+
+
+class Order(pydantic.BaseModel):
+    sku: str
+    quantity: int = 1
+
+
+@dataclasses.dataclass
+class Receipt:
+    sku: str
+    total: float
+
+
+def place(order: Order, ship_to: Address, note: Optional[str] = None, priority: Literal["low", "high"] = "low") -> Receipt:
+    """Places an order.
+
+    Args:
+        order: What to buy.
+        ship_to: Where to send it.
+        note: A note for the courier.
+        priority: How fast.
+    """
+    assert isinstance(order, Order), "the handler gets the model, not a dict"
+    return Receipt(sku=order.sku, total=9.5 * order.quantity)
+
+
+async def test_schemas_come_from_type_hints_and_docstrings_and_values_convert(sb):
+    t = Tool.from_function(place)
+    assert t.description == "Places an order."
+    props = t.parameters["properties"]
+    assert set(t.parameters["required"]) == {"order", "ship_to"}
+    assert props["priority"]["enum"] == ["low", "high"] and props["note"]["description"] == "A note for the courier."
+    assert "title" not in props["order"]
+    described = await sb.describe([place])
+    assert described.tools[0].signature.startswith("place(order: {sku: str, quantity?: int}, ship_to: {street: str, zip: str}")
+    code = "r = await place(order={'sku': 'x1', 'quantity': 2}, ship_to={'street': 's', 'zip': '1'})\nprint(r)"
+    result = await sb.run(code, tools=[place])
+    assert result.stdout == "{'sku': 'x1', 'total': 19.0}\n"
+    # The server checks inputs against the schema before a call leaves the sandbox.
+    result = await sb.run(
+        "try:\n    await place(order={'sku': 1}, ship_to={})\nexcept ToolError as e:\n    print(e)", tools=[place]
+    )
+    assert "invalid input for tool" in result.stdout, result.stdout
+
+
+async def test_a_failing_tool_is_a_tool_error_and_bad_return_values_are_refused_in_words(sb):
+    def boom() -> None:
+        raise RuntimeError("the backend is down")
+
+    def raw() -> bytes:
+        return b"\x00\x01"
+
+    @tool(name="socket_tool")
+    def sock() -> object:
+        return socket.socket()
+
+    code = (
+        "for f in (boom, raw, socket_tool):\n    try:\n        await f()\n    except ToolError as e:\n        print(e)"
+    )
+    result = await sb.run(code, tools=[boom, raw, sock])
+    lines = result.stdout.splitlines()
+    assert lines[0] == "RuntimeError: the backend is down"
+    assert lines[1].startswith("tool 'raw' returned bytes, which have no JSON form"), lines[1]
+    assert lines[2].startswith("tool 'socket_tool' returned a value that is not JSON"), lines[2]
+
+
+async def test_failures_raise_one_error_type_per_kind_with_what_a_model_needs(sb):
+    with pytest.raises(ptc_engine.PythonError) as e:
+        await sb.run("print('before')\nx = 1 / 0")
+    assert "ZeroDivisionError" in str(e.value) and "line 2" in str(e.value)
+    assert e.value.result.stdout == "before\n" and e.value.kind == "python_error"
+    with pytest.raises(ptc_engine.ExecutionTimeout) as e:
+        await sb.run("while True:\n    pass", timeout=1)
+    assert "timeout" in str(e.value).lower()
+    with pytest.raises(ptc_engine.MemoryLimitError):
+        await sb.run("x = bytearray(200 << 20)", limits=Limits(max_memory_bytes=64 << 20))
+    with pytest.raises(ptc_engine.ProgramExit) as e:
+        await sb.run("import sys\nsys.exit(3)")
+    assert e.value.result.exit_code == 3
+    with pytest.raises(ptc_engine.RoundTripLimit):
+        await sb.run("for i in range(5):\n    await add(a=i, b=0)", tools=[add], limits=Limits(max_round_trips=2))
+    with pytest.raises(ptc_engine.InvalidRequest, match="unknown runtime"):
+        await sb.run("pass", runtime="python-7")
+
+
+async def test_sessions_keep_state_snapshots_restore_it_and_files_come_and_go(sb):
+    async with sb.session() as s:
+        await s.run("rows = [1, 2, 3]\ndef total():\n    return sum(rows)")
+        result = await s.run("print(total())")
+        assert result.stdout == "6\n"
+        await s.run("open('/mnt/data/notes.txt', 'w').write('kept')")
+        snap = await s.snapshot(include_files=True)
+        assert "rows" in snap.kept and snap.files == ["notes.txt"]
+    restored = await sb.session(snapshot=snap)
+    try:
+        assert set(restored.restored) >= {"rows", "total"} and restored.files == ["notes.txt"]
+        result = await restored.run("print(total(), open('/mnt/data/notes.txt').read())")
+        assert result.stdout == "6 kept\n"
+        # Files in, and the files a run writes back out.
+        result = await restored.run(
+            "print(open('/mnt/data/in.csv').read())\nopen('/mnt/data/out.txt', 'w').write('done')",
+            files={"in.csv": "a,b\n1,2\n"},
+            return_files=True,
+        )
+        assert result.stdout == "a,b\n1,2\n\n"
+        assert result.files == {"out.txt": b"done"}, result.files
+    finally:
+        await restored.close()
+    with pytest.raises(ptc_engine.SessionNotFound, match="has ended"):
+        await restored.run("pass")
+    # Outside a session too: a /mnt/data of the execution's own.
+    result = await sb.run(
+        "data = open('/mnt/data/x.bin', 'rb').read()\nopen('/mnt/data/y.bin', 'wb').write(data[::-1])",
+        files={"x.bin": b"\x01\x02\x03"},
+        return_files=True,
+    )
+    assert result.files == {"y.bin": b"\x03\x02\x01"}
+
+
+async def test_output_streams_as_it_is_printed(sb):
+    seen = []
+    result = await sb.run(
+        "import sys\nprint('one', flush=True)\nawait add(a=1, b=1)\nprint('two', file=sys.stderr)",
+        tools=[add],
+        on_output=seen.append,
+    )
+    assert "".join(o.text for o in seen if o.stream == "stdout") == "one\n"
+    assert any(o.stream == "stderr" and "two" in o.text for o in seen)
+    assert result.stderr == "two\n"
+    events = [e async for e in sb.stream("print(await add(a=2, b=2))", tools=[add])]
+    assert isinstance(events[0], ToolCalls) and events[0].calls[0].input == {"a": 2, "b": 2}
+    assert any(isinstance(e, Output) and e.text == "4\n" for e in events)
+    assert isinstance(events[-1], ptc_engine.Finished) and events[-1].result.stdout == "4\n"
+
+
+async def test_cancelling_the_callers_task_cancels_the_execution_on_the_server(sb):
+    async with sb.session() as s:
+        task = asyncio.ensure_future(s.run("while True:\n    pass"))
+        await asyncio.sleep(1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # A cancelled execution stops its session's sandbox mid-program: the session says so.
+        for _ in range(50):
+            try:
+                await s.run("pass")
+            except ptc_engine.SessionBusy:
+                await asyncio.sleep(0.1)
+                continue
+            except ptc_engine.SessionNotFound as e:
+                assert "cancelled" in str(e)
+                break
+        else:
+            pytest.fail("the cancelled execution kept running")
+
+
+async def test_one_connection_serves_many_executions_at_once(sb):
+    results = await asyncio.gather(*[sb.run(f"print(await add(a={i}, b=1))", tools=[add]) for i in range(30)])
+    assert [r.stdout for r in results] == [f"{i + 1}\n" for i in range(30)]
+
+
+def test_the_sync_twin_works_in_scripts_and_inside_a_running_loop(url, key):
+    with Sandbox(url, api_key=key) as sb:
+        assert sb.run_sync("print(await add(a=40, b=2))", tools=[add]).stdout == "42\n"
+
+        async def notebook_cell():
+            # A notebook's cell already runs in an event loop.
+            return sb.run_sync("print(await get_weather(city='Rome'))", tools=[get_weather]).stdout
+
+        assert asyncio.run(notebook_cell()) == "{'city': 'Rome', 'temp': 21}\n"
+        assert sb.describe_sync([add]).tools[0].signature == "add(a: int, b: int)"
+
+
+async def test_bad_input_is_named(url, key, sb):
+    with pytest.raises(ptc_engine.InvalidToolError, match=r"\*args"):
+        Tool.from_function(lambda *args: None, name="spread")
+    with pytest.raises(ptc_engine.InvalidToolError, match="no JSON Schema"):
+
+        def takes_socket(s: socket.socket) -> None: ...
+
+        Tool.from_function(takes_socket)
+    # A schema whose checks multiply: the server refuses it, naming the tool.
+    defs = {}
+    for i in range(21):
+        nxt = {"type": "string"} if i == 20 else {"$ref": f"#/$defs/d{i + 1}"}
+        defs[f"d{i}"] = {"anyOf": [nxt, dict(nxt)]}
+    chain = Tool("chain", handler=lambda **kw: None, parameters={"$defs": defs, "properties": {"x": {"$ref": "#/$defs/d0"}}})
+    with pytest.raises(ptc_engine.InvalidRequest, match="'chain'|\"chain\".*too costly"):
+        await sb.run("pass", tools=[chain])
+    # Nobody listening there, and a wrong key.
+    async with Sandbox("http://127.0.0.1:9", api_key=key) as nowhere:
+        with pytest.raises(ptc_engine.ServerUnavailable, match="cannot reach the ptc-engine server at http://127.0.0.1:9"):
+            await nowhere.run("pass")
+    if key:
+        async with Sandbox(url, api_key="not-a-key") as wrong:
+            with pytest.raises(ptc_engine.AuthenticationError, match="refused the API key"):
+                await wrong.run("pass")
+
+
+def test_a_sandbox_used_under_many_asyncio_runs_keeps_no_dead_channels(url, key):
+    # As frameworks that run each call under asyncio.run use it: one channel per loop, and
+    # those of ended loops dropped.
+    sb = Sandbox(url, api_key=key)
+    for i in range(3):
+        assert asyncio.run(sb.run(f"return {i}")).return_value == i
+    assert len(sb._stubs) == 1
+
+
+async def test_text_the_wire_cannot_carry_is_escaped_not_a_crash(sb):
+    # A lone surrogate in a result, a message or a tool's input used to trap the sandbox.
+    async def echo(s: str) -> str:
+        return s
+
+    code = "try:\n    await echo(s='\\ud800')\nexcept TypeError as e:\n    print(e)\nreturn ['\\udc00', 10**5000]"
+    result = await sb.run(code, tools=[echo])
+    assert "hold text that is not valid Unicode" in result.stdout and not result.tool_calls
+    assert result.return_value == ["\udc00", "<int of 16610 bits>"]
+    with pytest.raises(ptc_engine.PythonError, match=r"ValueError: \\ud800"):
+        await sb.run("raise ValueError('\\ud800')")
+    with pytest.raises(ptc_engine.PythonError, match=r"called without `await`, so it never ran: write `await echo\(...\)`"):
+        await sb.run("return echo(s='x')", tools=[echo])
