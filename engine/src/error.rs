@@ -5,6 +5,8 @@
 
 use std::fmt;
 
+use crate::events::FailureKind;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ErrorKind {
@@ -84,12 +86,12 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{message}")]
 pub(crate) struct HostTrap {
-    pub(crate) kind: crate::FailureKind,
+    pub(crate) kind: FailureKind,
     pub(crate) message: String,
 }
 
 impl HostTrap {
-    pub(crate) fn raise(kind: crate::FailureKind, message: impl Into<String>) -> wasmtime::Error {
+    pub(crate) fn raise(kind: FailureKind, message: impl Into<String>) -> wasmtime::Error {
         wasmtime::Error::new(HostTrap { kind, message: message.into() })
     }
 }

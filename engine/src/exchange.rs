@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::MIB;
+use crate::config::MIB;
 use crate::error::{Error, ErrorKind, Result};
 use crate::events::ToolResult;
 use crate::shares::MemoryClaim;

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
@@ -15,7 +15,9 @@ use crate::events::{Completion, Event, Failure, FailureKind, OutputStream, Stats
 use crate::exchange::Exchange;
 use crate::guest::{Guest, Pre};
 use crate::host::HostState;
+use crate::journal::{Journal, JournalTake, Recorder};
 use crate::output::Output;
+use crate::warm::Refill;
 
 /// The client's side of one execution. Dropping it cancels the execution and frees the instance.
 pub struct Execution {
@@ -65,7 +67,7 @@ pub struct Control {
     pub(crate) exchange: Arc<Exchange>,
     pub(crate) cancel: CancellationToken,
     /// A journaled execution's recorder ([`crate::ExecutionRequest::journal`]).
-    pub(crate) journal: Option<Arc<crate::journal::Recorder>>,
+    pub(crate) journal: Option<Arc<Recorder>>,
 }
 
 impl Control {
@@ -109,7 +111,7 @@ impl Control {
     /// What a journaled execution recorded since the last take (all of it, the first time):
     /// call it at each pause and keep the entries, in order, after those of the request's
     /// [`crate::Journal`]. `None` for an execution that is not journaled.
-    pub fn take_journal(&self) -> Option<crate::JournalTake> {
+    pub fn take_journal(&self) -> Option<JournalTake> {
         self.journal.as_ref().map(|j| j.take())
     }
 }
@@ -120,7 +122,7 @@ pub(crate) struct Job {
     pub(crate) code: String,
     pub(crate) tools: Vec<bindings::ToolDef>,
     pub(crate) deadline: tokio::time::Instant,
-    pub(crate) timeout: std::time::Duration,
+    pub(crate) timeout: Duration,
     pub(crate) fuel: Option<u64>,
     pub(crate) output: Output,
     pub(crate) events: UnboundedSender<Event>,
@@ -129,8 +131,8 @@ pub(crate) struct Job {
     pub(crate) started: Instant,
     /// The execution slot of a fresh instance; a session holds its own.
     pub(crate) _permit: Option<OwnedSemaphorePermit>,
-    /// The engine whose warm instances to top up once this execution has ended.
-    pub(crate) refill: Option<crate::Engine>,
+    /// Tops the engine's warm instances up once this execution has ended.
+    pub(crate) refill: Option<Refill>,
     /// The engine's count of executions under way (see `Engine::fill_warm`).
     pub(crate) running: Arc<AtomicUsize>,
 }
@@ -173,8 +175,8 @@ pub(crate) async fn drive(mut job: Job, mut store: Store<HostState>, warm: Optio
     let refill = job.refill.take();
     drop(store);
     drop(job);
-    if let Some(engine) = refill {
-        engine.fill_warm().await;
+    if let Some(refill) = refill {
+        refill.run().await;
     }
 }
 
@@ -190,40 +192,11 @@ pub(crate) async fn run(
 ) -> (Event, Option<Guest>) {
     let mut instantiate_time = None;
     let _running = Running::new(&job.running);
-    let ending = {
-        let run = async {
-            let run_slot = store.data().broker.run_slot.acquire();
-            run_slot.await;
-            let sandbox = match instance {
-                Some(sandbox) => sandbox,
-                None => {
-                    let t0 = Instant::now();
-                    let sandbox = job.pre.instantiate(&mut *store).await?;
-                    instantiate_time = Some(t0.elapsed());
-                    sandbox
-                }
-            };
-            let outcome = sandbox.execute(&mut *store, &job.code, &job.tools, session).await?;
-            Ok((outcome, sandbox))
-        };
-        tokio::select! {
-            biased;
-            _ = job.cancel.cancelled() => Ending::Cancelled,
-            _ = job.shutdown.cancelled() => Ending::Shutdown,
-            _ = tokio::time::sleep_until(job.deadline) => Ending::Timeout,
-            r = run => match r {
-                Ok((outcome, sandbox)) => Ending::Returned(outcome, sandbox),
-                Err(trap) => {
-                    let (kind, message) = classify(&trap);
-                    Ending::Trapped(kind, message)
-                }
-            },
-        }
-    };
+    let ending = race(job, store, instance, session, &mut instantiate_time).await;
     store.data().broker.exchange.finish();
     // A replay that ended without repeating all of its first run did not repeat it.
     let ending = match (ending, store.data().broker.journal.as_ref().and_then(|j| j.divergence())) {
-        (Ending::Returned(..), Some(why)) => Ending::Trapped(FailureKind::Diverged, crate::Journal::diverged(&why)),
+        (Ending::Returned(..), Some(why)) => Ending::Trapped(FailureKind::Diverged, Journal::diverged(&why)),
         (ending, _) => ending,
     };
     // A trap that is the program's doing (a C-stack overflow) printed nothing: say it on stderr,
@@ -232,27 +205,62 @@ pub(crate) async fn run(
         job.output.write(OutputStream::Stderr, format!("{message}\n").as_bytes());
     }
     job.output.flush();
+    let (event, kept) = final_event(job, store, ending, instantiate_time.unwrap_or_default());
+    record_metrics(&event);
+    (event, kept)
+}
 
-    let data = store.data();
-    let (stdout_bytes, stderr_bytes) = job.output.sizes();
-    let mut stats = Stats {
-        wall_time: job.started.elapsed(),
-        instantiate_time: instantiate_time.unwrap_or_default(),
-        round_trips: data.broker.rounds,
-        tool_calls: data.broker.calls,
-        fuel_consumed: None,
-        peak_memory_bytes: data.limiter.peak,
-        stdout_bytes,
-        stderr_bytes,
-        output_truncated: false,
+/// Runs the program (instantiating first without an `instance`) against the execution's
+/// cancellation, the engine's shutdown and the deadline; whichever comes first ends it.
+async fn race(
+    job: &Job,
+    store: &mut Store<HostState>,
+    instance: Option<Guest>,
+    session: bool,
+    instantiate_time: &mut Option<Duration>,
+) -> Ending {
+    let run = async {
+        let run_slot = store.data().broker.run_slot.acquire();
+        run_slot.await;
+        let sandbox = match instance {
+            Some(sandbox) => sandbox,
+            None => {
+                let t0 = Instant::now();
+                let sandbox = job.pre.instantiate(&mut *store).await?;
+                *instantiate_time = Some(t0.elapsed());
+                sandbox
+            }
+        };
+        let outcome = sandbox.execute(&mut *store, &job.code, &job.tools, session).await?;
+        Ok((outcome, sandbox))
     };
-    if let Some(initial) = job.fuel {
-        stats.fuel_consumed = Some(initial.saturating_sub(store.get_fuel().unwrap_or(0)));
+    tokio::select! {
+        biased;
+        _ = job.cancel.cancelled() => Ending::Cancelled,
+        _ = job.shutdown.cancelled() => Ending::Shutdown,
+        _ = tokio::time::sleep_until(job.deadline) => Ending::Timeout,
+        r = run => match r {
+            Ok((outcome, sandbox)) => Ending::Returned(outcome, sandbox),
+            Err(trap) => {
+                let (kind, message) = classify(&trap);
+                Ending::Trapped(kind, message)
+            }
+        },
     }
+}
+
+/// The execution's final event from how it ended, with what it printed, its call log and its
+/// stats; and the instance, when it can run another program.
+fn final_event(
+    job: &Job,
+    store: &mut Store<HostState>,
+    ending: Ending,
+    instantiate_time: Duration,
+) -> (Event, Option<Guest>) {
+    let mut stats = stats(job, store, instantiate_time);
     let (stdout, stderr, truncated) = job.output.snapshot();
     stats.output_truncated = truncated;
-    let data = store.data_mut();
-    let tool_calls = std::mem::take(&mut data.broker.log);
+    let tool_calls = std::mem::take(&mut store.data_mut().broker.log);
 
     let failure = |kind: FailureKind, message: String| Failure {
         kind,
@@ -264,20 +272,17 @@ pub(crate) async fn run(
         tool_calls: tool_calls.clone(),
         stats: stats.clone(),
     };
-    let mut kept = None;
-    let event = match ending {
-        Ending::Cancelled => Event::Failed(failure(FailureKind::Cancelled, "execution cancelled".into())),
-        Ending::Shutdown => Event::Failed(failure(FailureKind::Shutdown, "the server is shutting down".into())),
-        Ending::Timeout => Event::Failed(failure(
-            FailureKind::Timeout,
-            format!("Execution timeout after {} ms", job.timeout.as_millis()),
-        )),
+    match ending {
+        Ending::Cancelled => (Event::Failed(failure(FailureKind::Cancelled, "execution cancelled".into())), None),
+        Ending::Shutdown => (Event::Failed(failure(FailureKind::Shutdown, "the server is shutting down".into())), None),
+        Ending::Timeout => {
+            let message = format!("Execution timeout after {} ms", job.timeout.as_millis());
+            (Event::Failed(failure(FailureKind::Timeout, message)), None)
+        }
         Ending::Returned(Outcome::Completed(return_value), sandbox) => {
-            kept = Some(sandbox);
-            Event::Completed(Completion { stdout, stderr, return_value, tool_calls, stats })
+            (Event::Completed(Completion { stdout, stderr, return_value, tool_calls, stats }), Some(sandbox))
         }
         Ending::Returned(Outcome::Failed(f), sandbox) => {
-            kept = Some(sandbox);
             let kind = match f.kind {
                 bindings::FailureKind::PythonError => FailureKind::PythonError,
                 bindings::FailureKind::Exit => FailureKind::Exit,
@@ -287,18 +292,37 @@ pub(crate) async fn run(
             let mut failed = failure(kind, f.message);
             failed.traceback = f.traceback;
             failed.exit_code = f.exit_code;
-            Event::Failed(failed)
+            (Event::Failed(failed), Some(sandbox))
         }
         Ending::Trapped(kind, message) => {
             let mut failed = failure(kind, message);
             if kind == FailureKind::PythonError {
                 failed.traceback = failed.message.clone();
             }
-            Event::Failed(failed)
+            (Event::Failed(failed), None)
         }
+    }
+}
+
+/// What the execution used, but for `output_truncated`, known once its output is taken.
+fn stats(job: &Job, store: &Store<HostState>, instantiate_time: Duration) -> Stats {
+    let data = store.data();
+    let (stdout_bytes, stderr_bytes) = job.output.sizes();
+    let mut stats = Stats {
+        wall_time: job.started.elapsed(),
+        instantiate_time,
+        round_trips: data.broker.rounds,
+        tool_calls: data.broker.calls,
+        fuel_consumed: None,
+        peak_memory_bytes: data.limiter.peak,
+        stdout_bytes,
+        stderr_bytes,
+        output_truncated: false,
     };
-    record_metrics(&event);
-    (event, kept)
+    if let Some(initial) = job.fuel {
+        stats.fuel_consumed = Some(initial.saturating_sub(store.get_fuel().unwrap_or(0)));
+    }
+    stats
 }
 
 fn record_metrics(event: &Event) {

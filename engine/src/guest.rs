@@ -6,7 +6,8 @@ use std::sync::Arc;
 use wasmtime::Store;
 
 use crate::bindings::{Outcome, Restored, Sandbox, SandboxPre, SessionState, ToolDef};
-use crate::data::{DataInstance, DataRuntime};
+use crate::data::DataRuntime;
+use crate::data::instance::DataInstance;
 use crate::host::HostState;
 
 /// What an instance is made from.

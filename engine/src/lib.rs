@@ -23,6 +23,7 @@
 //! ```
 
 mod bindings;
+mod broker;
 mod config;
 mod data;
 mod engine;
@@ -39,6 +40,7 @@ mod request;
 mod schema;
 mod session;
 mod shares;
+mod stores;
 mod warm;
 mod wasm;
 
@@ -46,11 +48,11 @@ pub use config::{
     Ceilings, ComponentSource, EngineConfig, Limits, MIB, WhenBusy, cores, default_max_concurrent,
     default_memory_budget, default_tenant_max_running, python_data_artifacts,
 };
-pub use engine::{DATA_DIR, DescribedTool, Engine, ToolDescription};
+pub use engine::{DescribedTool, Engine, ToolDescription};
 pub use error::{Error, ErrorKind, Result};
 pub use events::{Completion, Event, Failure, FailureKind, OutputStream, Stats, ToolCall, ToolCallRecord, ToolResult};
 pub use execution::{Control, Execution};
 pub use journal::{Entry, Journal, JournalTake, RecordedCall, RecordedResult};
-pub use request::{ExecutionRequest, Runtime, ToolDef};
+pub use request::{DATA_DIR, ExecutionRequest, Runtime, ToolDef};
 pub use schema::{INLINE_CHECK_STEPS, MAX_CHECK_STEPS, MAX_WIDEST, check_tool_schema};
 pub use session::{DEFAULT_IDLE_TIMEOUT, Dropped, Restored, Session, SessionRequest, SessionState};

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use wasmtime::ResourceLimiter;
 
-use crate::MIB;
+use crate::config::MIB;
 use crate::error::HostTrap;
 use crate::events::FailureKind;
 use crate::shares::MemoryClaim;

@@ -2,6 +2,15 @@
 
 use crate::config::{Ceilings, Limits};
 use crate::error::{Error, Result};
+use crate::journal::Journal;
+
+/// Where `ExecutionRequest::data_dir` appears inside the sandbox.
+pub const DATA_DIR: &str = "/mnt/data";
+
+/// How messages name a tool: `name`, or `namespace.name` (the guest's "" is no namespace).
+pub(crate) fn label(namespace: &str, name: &str) -> String {
+    if namespace.is_empty() { name.to_string() } else { format!("{namespace}.{name}") }
+}
 
 /// A tool the program may call: `ToolDef::new(name)` and the `with_*` methods.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -64,7 +73,7 @@ pub struct ExecutionRequest {
     /// Journal the execution (seeded random sources, recorded clocks and tool results, see
     /// [`crate::Journal`]), replaying what the journal already holds; take what it records with
     /// [`crate::Control::take_journal`]. Fresh executions of [`Runtime::Python`] only.
-    pub journal: Option<crate::Journal>,
+    pub journal: Option<Journal>,
 }
 
 /// The Python a program runs in, chosen per execution (and per session).
@@ -91,13 +100,13 @@ impl Runtime {
 }
 
 impl std::str::FromStr for Runtime {
-    type Err = crate::Error;
+    type Err = Error;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "" | "python" => Ok(Runtime::Python),
             "python-data" => Ok(Runtime::PythonData),
-            other => Err(crate::Error::invalid(format!(
+            other => Err(Error::invalid(format!(
                 "unknown runtime {other:?}: use \"python\" (the standard library) or \"python-data\" (numpy, pandas, matplotlib)"
             ))),
         }
@@ -134,7 +143,7 @@ impl ExecutionRequest {
         self
     }
 
-    pub fn with_journal(mut self, journal: crate::Journal) -> Self {
+    pub fn with_journal(mut self, journal: Journal) -> Self {
         self.journal = Some(journal);
         self
     }

@@ -21,8 +21,8 @@ use std::collections::HashMap;
 use jsonschema::Validator;
 
 use crate::error::{Error, Result};
-use crate::host::label;
 use crate::request::ToolDef;
+use crate::request::label;
 
 /// The most steps (subschema visits) one input check may take. The costliest shape measured,
 /// a pattern on each of 200 `anyOf` branches, took jsonschema 27 ms for 962,401 steps, and the
@@ -274,7 +274,7 @@ mod tests {
 }
 
 /// `cargo test -p ptc-engine --lib measure_check_costs -- --ignored --nocapture`: how long the
-/// count and jsonschema take on the costliest shapes measured (the README's bounds table).
+/// count and jsonschema take on the costliest shapes measured (the bounds table in docs/limits.md).
 #[cfg(test)]
 mod measure {
     use super::*;

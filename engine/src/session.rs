@@ -139,13 +139,15 @@ pub struct Restored {
 /// timeout passes, or when the last handle is dropped.
 #[derive(Clone)]
 pub struct Session {
-    shared: Arc<Shared>,
+    shared: Arc<SessionCore>,
     commands: mpsc::UnboundedSender<Command>,
     limits: Arc<Limits>,
     runtime: Runtime,
 }
 
-pub(crate) struct Shared {
+/// What a session's handles and its task share: its identity, whether it is busy or ended (and
+/// why), its output and its last tools' schemas.
+pub(crate) struct SessionCore {
     pub(crate) id: Arc<str>,
     busy: AtomicBool,
     ended: CancellationToken,
@@ -294,9 +296,9 @@ impl Session {
     }
 }
 
-impl Shared {
+impl SessionCore {
     pub(crate) fn new(id: Arc<str>, tenant: Option<String>, output: Output) -> Arc<Self> {
-        Arc::new(Shared {
+        Arc::new(SessionCore {
             output,
             id,
             busy: AtomicBool::new(false),
@@ -318,7 +320,7 @@ impl Shared {
 }
 
 pub(crate) fn handle(
-    shared: Arc<Shared>,
+    shared: Arc<SessionCore>,
     commands: mpsc::UnboundedSender<Command>,
     limits: Limits,
     runtime: Runtime,
@@ -328,7 +330,7 @@ pub(crate) fn handle(
 
 /// What the session task needs besides its store and instance.
 pub(crate) struct Serve {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) shared: Arc<SessionCore>,
     pub(crate) commands: mpsc::UnboundedReceiver<Command>,
     pub(crate) idle_timeout: Duration,
     /// The time and fuel a snapshot may take: a program's of the session.

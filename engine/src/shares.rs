@@ -4,8 +4,8 @@
 //! **Memory.** Each execution's linear memory is capped by its own limit; the budget caps all
 //! of them together (and, if set, each tenant's together). It counts what executions grow
 //! their memory by beyond the sandbox's initial image: that image is mapped copy-on-write from
-//! the compiled component and costs about 2 MiB of real memory per execution (see the README's
-//! density table), while growth is fresh memory the program will fill. Four executions asking
+//! the compiled component and costs about 2 MiB of real memory per execution (see the density
+//! table in docs/benchmarks.md), while growth is fresh memory the program will fill. Four executions asking
 //! for 2 GiB each once took the server from 0.4 to 8.5 GiB; now growth past the budget fails
 //! the growing execution with kind `memory`.
 //!
@@ -31,7 +31,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 /// Epoch ticks (10 ms each) a running execution keeps its slot while others of its tenant wait.
 const SLICE_TICKS: u32 = 10;
 
-use crate::MIB;
+use crate::config::MIB;
 
 pub(crate) struct Shares {
     budget: u64,
@@ -208,13 +208,6 @@ impl RunSlot {
         self.release();
         Some(Box::pin(self.acquire()))
     }
-}
-
-/// Physical memory of this machine, from `/proc/meminfo` (Linux), if it can be read.
-pub(crate) fn machine_memory() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kib: u64 = info.lines().find(|l| l.starts_with("MemTotal:"))?.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
 }
 
 #[cfg(test)]

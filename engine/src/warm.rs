@@ -9,6 +9,8 @@
 //! Warm instances are not executions: they hold no execution slot, are not counted as live,
 //! and charge nothing to the memory budget (their memory is the shared snapshot, untouched).
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -73,6 +75,23 @@ impl WarmPool {
         let dropped = std::mem::take(&mut *self.ready.lock().unwrap());
         metrics::gauge!("ptc_warm_instances").set(0.0);
         drop(dropped);
+    }
+}
+
+/// The pool's top-up as an execution holds it, to run once the execution has ended: the
+/// engine's `fill_warm`, not yet started, so that the execution need not know the engine.
+pub(crate) struct Refill(Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>);
+
+impl Refill {
+    pub(crate) fn new<F>(fill: impl FnOnce() -> F + Send + Sync + 'static) -> Self
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        Refill(Box::new(move || Box::pin(fill())))
+    }
+
+    pub(crate) async fn run(self) {
+        (self.0)().await
     }
 }
 

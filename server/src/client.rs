@@ -13,33 +13,14 @@ use crate::proto::{self, sandbox_client::SandboxClient, server_message::Message}
 
 /// Runs the program; returns the process exit code.
 pub async fn run(args: RunArgs) -> anyhow::Result<i32> {
-    let code = if args.file.as_os_str() == "-" {
-        let mut s = String::new();
-        tokio::io::stdin().read_to_string(&mut s).await?;
-        s
-    } else {
-        std::fs::read_to_string(&args.file).with_context(|| format!("reading {}", args.file.display()))?
-    };
+    let code = read_code(&args.file).await?;
     let tools = match &args.tools {
         None => vec![],
         Some(path) => {
             parse_tools(&std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?)?
         }
     };
-
-    let mut local = None;
-    let server = if args.local {
-        let mut config = crate::ServerConfig::ephemeral();
-        if args.runtime == ptc_engine::Runtime::PythonData {
-            config.engine.python_data = Some(ptc_engine::python_data_artifacts());
-        }
-        let running = crate::start(config).await?;
-        let url = format!("http://{}", running.grpc_addr);
-        local = Some(running);
-        url
-    } else {
-        args.server.clone()
-    };
+    let (server, local) = server(&args).await?;
 
     let mut client = SandboxClient::connect(server.clone()).await.with_context(|| format!("connecting to {server}"))?;
     let start = proto::Start {
@@ -54,40 +35,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<i32> {
 
     let mut exit = 1;
     while let Some(message) = stream.message().await? {
-        match message {
-            Message::Output(o) => {
-                // Plain blocking writes: small, and they keep output in stream order.
-                use std::io::Write;
-                if o.stream == proto::OutputStream::Stderr as i32 {
-                    std::io::stderr().write_all(&o.data)?;
-                } else {
-                    let mut out = std::io::stdout().lock();
-                    out.write_all(&o.data)?;
-                    out.flush()?;
-                }
-            }
-            Message::ToolCalls(batch) => {
-                let handler = args.tool_handler.clone();
-                let results = futures_join(batch.calls.into_iter().map(|c| answer(handler.clone(), c))).await;
-                stream.send_results(results).await?;
-            }
-            Message::Completed(c) => {
-                if c.return_value_json != "null" {
-                    println!("{}", c.return_value_json);
-                }
-                save_files(args.files_out.as_deref(), &c.files)?;
-                exit = 0;
-            }
-            Message::Failed(f) => {
-                save_files(args.files_out.as_deref(), &f.files)?;
-                let kind = proto::FailureKind::try_from(f.kind).unwrap_or(proto::FailureKind::Internal);
-                if kind != proto::FailureKind::PythonError {
-                    eprintln!("ptc-engine: {} ({})", f.message, kind.as_str_name());
-                }
-                exit = f.exit_code.unwrap_or(1);
-            }
-            Message::Error(e) => eprintln!("ptc-engine: {}: {}", e.code, e.message),
-            Message::Started(_) => {}
+        if let Some(code) = handle(message, &stream, &args).await? {
+            exit = code;
         }
     }
     drop(stream);
@@ -96,6 +45,73 @@ pub async fn run(args: RunArgs) -> anyhow::Result<i32> {
         server.wait().await;
     }
     Ok(exit)
+}
+
+/// The program's code: the file, or stdin for `-`.
+async fn read_code(file: &Path) -> anyhow::Result<String> {
+    if file.as_os_str() == "-" {
+        let mut s = String::new();
+        tokio::io::stdin().read_to_string(&mut s).await?;
+        Ok(s)
+    } else {
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))
+    }
+}
+
+/// The server's URL: `--server`, or with `--local` an embedded one started here (returned too,
+/// to be stopped at the end).
+async fn server(args: &RunArgs) -> anyhow::Result<(String, Option<crate::RunningServer>)> {
+    if !args.local {
+        return Ok((args.server.clone(), None));
+    }
+    let mut config = crate::ServerConfig::ephemeral();
+    if args.runtime == ptc_engine::Runtime::PythonData {
+        config.engine.python_data = Some(ptc_engine::python_data_artifacts());
+    }
+    let running = crate::start(config).await?;
+    let url = format!("http://{}", running.grpc_addr);
+    Ok((url, Some(running)))
+}
+
+/// Acts on one message of the execution: shows its output, answers its tool calls, saves its
+/// files. Returns the exit code once it has ended.
+async fn handle(message: Message, stream: &ExecuteStream, args: &RunArgs) -> anyhow::Result<Option<i32>> {
+    match message {
+        Message::Output(o) => {
+            // Plain blocking writes: small, and they keep output in stream order.
+            use std::io::Write;
+            if o.stream == proto::OutputStream::Stderr as i32 {
+                std::io::stderr().write_all(&o.data)?;
+            } else {
+                let mut out = std::io::stdout().lock();
+                out.write_all(&o.data)?;
+                out.flush()?;
+            }
+        }
+        Message::ToolCalls(batch) => {
+            let handler = args.tool_handler.clone();
+            let results = futures_join(batch.calls.into_iter().map(|c| answer(handler.clone(), c))).await;
+            stream.send_results(results).await?;
+        }
+        Message::Completed(c) => {
+            if c.return_value_json != "null" {
+                println!("{}", c.return_value_json);
+            }
+            save_files(args.files_out.as_deref(), &c.files)?;
+            return Ok(Some(0));
+        }
+        Message::Failed(f) => {
+            save_files(args.files_out.as_deref(), &f.files)?;
+            let kind = proto::FailureKind::try_from(f.kind).unwrap_or(proto::FailureKind::Internal);
+            if kind != proto::FailureKind::PythonError {
+                eprintln!("ptc-engine: {} ({})", f.message, kind.as_str_name());
+            }
+            return Ok(Some(f.exit_code.unwrap_or(1)));
+        }
+        Message::Error(e) => eprintln!("ptc-engine: {}: {}", e.code, e.message),
+        Message::Started(_) => {}
+    }
+    Ok(None)
 }
 
 /// Writes returned files under `dir` (names are the server's; only plain relative paths are

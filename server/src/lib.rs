@@ -5,22 +5,14 @@
 //! `ptc-engine mcp` is the MCP front end on stdio. Every front end is a thin
 //! layer over the library's [`ptc_engine::Engine`] and uses only its public API.
 
-pub mod auth;
 pub mod cli;
 pub mod client;
 pub mod cluster;
-pub mod conn;
+pub mod core;
 pub mod execute;
-pub mod files;
-pub mod grpc;
-pub mod http;
-pub mod mcp;
+pub mod front;
 pub mod metrics;
 pub mod proto;
-mod run_files;
-pub mod sessions;
-pub mod tenants;
-pub mod token;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -31,10 +23,14 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::core::Core;
+use crate::core::auth::ApiKeys;
+use crate::core::tenants::{TenantLimits, Tenants};
+use crate::core::{files, sessions, token};
+use crate::front::http::conn;
+use crate::front::{grpc, http, mcp};
 use crate::proto::sandbox_server::SandboxServer;
-use auth::ApiKeys;
 use ptc_engine::{Engine, EngineConfig};
-use tenants::{TenantLimits, Tenants};
 
 /// Everything `serve` needs; `ServerConfig::default()` is the embedded default (what
 /// `ptc-engine serve` runs with no flags), [`ServerConfig::ephemeral`] the same on free ports.
@@ -157,7 +153,7 @@ pub struct RunningServer {
     /// Live sessions (gRPC and MCP).
     pub sessions: Arc<sessions::Sessions>,
     /// The MCP front end of `/mcp` (its handlers, downstream servers, parked executions).
-    pub mcp: Arc<mcp::Shared>,
+    pub mcp: Arc<mcp::McpState>,
     /// The MCP sessions of `/mcp`.
     pub mcp_sessions: Arc<mcp::McpSessions>,
     /// The downstream MCP servers' connections.
@@ -184,7 +180,8 @@ impl RunningServer {
 /// the final events (a client that stops reading must not hold the shutdown up).
 const FINAL_EVENTS_GRACE: Duration = Duration::from_secs(5);
 
-/// Binds the listeners (port 0 picks a free port) and starts serving.
+/// Binds the listeners (port 0 picks a free port) and starts serving: the shared core, then
+/// each front end over it, then the shutdown sequence.
 pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     if config.api_keys.is_empty() {
         tracing::warn!(
@@ -194,56 +191,80 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     } else {
         tracing::info!(tenants = config.api_keys.tenants(), "API keys loaded");
     }
-    let engine_config = config.engine.clone();
-    let engine = tokio::task::spawn_blocking(move || Engine::new(engine_config)).await??;
-    engine.warm_up();
-    let tenants = Tenants::new(config.tenant_limits);
     let grpc_listener = TcpListener::bind(config.grpc_addr).await?;
     let metrics_listener = TcpListener::bind(config.metrics_addr).await?;
     let http_listener = TcpListener::bind(config.http_addr).await?;
-    let http_addr = http_listener.local_addr()?;
-    let grpc_addr = grpc_listener.local_addr()?;
-    let metrics_addr = metrics_listener.local_addr()?;
-
-    let (health_reporter, health_service) = tonic_health::server::health_reporter();
-    health_reporter.set_serving::<SandboxServer<grpc::SandboxService>>().await;
-    let reflection_v1 = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()?;
-    // grpcurl 1.8 only speaks the older v1alpha reflection protocol.
-    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1alpha()?;
-    let keys = Arc::new(config.api_keys);
-    let downstream = mcp::Downstream::new(&config.mcp);
     let signer = token::Signer::new(config.token_secret.as_deref());
+    let core = build_core(&config, &signer).await?;
+    let cluster = build_cluster(&config, &signer).await?;
+    let downstream = mcp::Downstream::new(&config.mcp);
+    let mcp = mcp::McpState::new(core.clone(), downstream.clone(), config.mcp_runtime, !config.mcp_stateless);
+    let http = http::HttpState::new(core.clone(), signer, cluster, config.http_limits.clone(), config.http_runtime);
+    let requests = conn::RequestShares::new(config.tenant_limits.max_requests, core.keys.clone());
+
+    let shutdown = CancellationToken::new();
+    let stop_serving = CancellationToken::new();
+    let tasks = TaskTracker::new();
+    let (grpc_addr, http_addr, metrics_addr) =
+        (grpc_listener.local_addr()?, http_listener.local_addr()?, metrics_listener.local_addr()?);
+    let (health_reporter, grpc) = serve_grpc(&config, &core, grpc_listener, stop_serving.clone()).await?;
+    tasks.spawn(grpc);
+    let (mcp_router, mcp_sessions) =
+        mcp::router(mcp.clone(), core.keys.clone(), stop_serving.clone(), config.mcp_limits);
+    let mut app = http::router(http.clone()).merge(mcp_router);
+    if core.keys.is_empty() {
+        app = app.layer(axum::middleware::from_fn(conn::local_only));
+    }
+    let app = app.layer(axum::middleware::from_fn_with_state(requests.clone(), conn::tenant_share));
+    tasks.spawn(conn::serve(http_listener, app, config.http_limits.clone(), stop_serving.clone()));
+    tasks.spawn(http::sweep(http.clone(), stop_serving.clone()));
+    tasks.spawn(mcp_sessions.clone().run_sweeper(stop_serving.clone()));
+    tasks.spawn(close_idle_downstream(downstream.clone(), stop_serving.clone()));
+    tasks.spawn(serve_metrics(metrics_listener, shutdown.clone(), stop_serving.clone()));
+    let stopping = Stopping { core: core.clone(), http: http.clone(), downstream: downstream.clone(), health_reporter };
+    tasks.spawn(stopping.run(shutdown.clone(), config.shutdown_grace, stop_serving));
+
+    tracing::info!(grpc = %grpc_addr, http = %http_addr, metrics = %metrics_addr, "serving");
+    Ok(RunningServer {
+        grpc_addr,
+        http_addr,
+        http,
+        metrics_addr,
+        engine: core.engine.clone(),
+        tenants: core.tenants.clone(),
+        sessions: core.sessions.clone(),
+        mcp,
+        mcp_sessions,
+        downstream,
+        requests,
+        shutdown,
+        tasks,
+    })
+}
+
+/// The engine (compiled off the async threads), the tenants' caps, the session files and the
+/// live sessions: what every front end holds.
+async fn build_core(config: &ServerConfig, signer: &token::Signer) -> anyhow::Result<Core> {
+    let engine_config = config.engine.clone();
+    let engine = tokio::task::spawn_blocking(move || Engine::new(engine_config)).await??;
+    engine.warm_up();
     let files = files::FileStore::new(config.files.clone())
         .map_err(|e| anyhow::anyhow!("cannot open the files directory {}: {e}", config.files.dir.display()))?;
     let files = Arc::new(files);
-    let key = sessions::snapshot_key(&signer);
+    let key = sessions::snapshot_key(signer);
     let sessions = sessions::Sessions::new(engine.clone(), config.sessions.clone(), key, Some(files.clone()));
-    // Work started on behalf of requests: gRPC stream pumps and file watchers.
-    let request_tasks = TaskTracker::new();
-    let mcp_shared = mcp::Shared::new(
-        engine.clone(),
-        downstream.clone(),
-        Some(tenants.clone()),
-        config.engine.default_limits.clone(),
-        (!config.mcp_stateless).then(|| sessions.clone()),
-        request_tasks.clone(),
-        config.mcp_runtime,
-    );
-    let service = grpc::SandboxService {
-        engine: engine.clone(),
-        keys: keys.clone(),
-        tenants: tenants.clone(),
-        max_message_bytes: config.grpc_max_message_bytes,
-        max_returned_file_bytes: config.grpc_max_returned_file_bytes,
-        tasks: request_tasks.clone(),
-        sessions: sessions.clone(),
-    };
+    Ok(Core {
+        engine,
+        keys: Arc::new(config.api_keys.clone()),
+        tenants: Tenants::new(config.tenant_limits),
+        sessions,
+        files: Some(files),
+        tasks: TaskTracker::new(),
+    })
+}
+
+/// This node, its peers and the store they share (in memory for a single server).
+async fn build_cluster(config: &ServerConfig, signer: &token::Signer) -> anyhow::Result<Arc<cluster::Cluster>> {
     let store: Arc<dyn cluster::Store> = match &config.redis_url {
         Some(url) => Arc::new(
             cluster::RedisStore::connect(url, config.journal_limits)
@@ -254,116 +275,102 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     };
     cluster::check_node_id(&config.node_id).map_err(|e| anyhow::anyhow!(e))?;
     let forward_key = signer.derive(b"ptc-engine cluster forwarding");
-    let cluster = Arc::new(cluster::Cluster::new(config.node_id.clone(), config.peers.clone(), store, &forward_key));
-    let http_state = http::HttpState::new(
-        engine.clone(),
-        keys.clone(),
-        tenants.clone(),
-        signer,
-        files,
-        config.http_limits.clone(),
-        request_tasks.clone(),
-        config.http_runtime,
-        cluster,
-    );
+    Ok(Arc::new(cluster::Cluster::new(config.node_id.clone(), config.peers.clone(), store, &forward_key)))
+}
 
-    let shutdown = CancellationToken::new();
-    let stop_serving = CancellationToken::new();
-    let tasks = TaskTracker::new();
-
-    let stop = stop_serving.clone();
+/// The gRPC listener: the sandbox service with health (serving until the reporter says
+/// otherwise) and reflection.
+async fn serve_grpc(
+    config: &ServerConfig,
+    core: &Core,
+    listener: TcpListener,
+    stop: CancellationToken,
+) -> anyhow::Result<(tonic_health::server::HealthReporter, impl std::future::Future<Output = ()> + use<>)> {
+    let (health_reporter, health) = tonic_health::server::health_reporter();
+    health_reporter.set_serving::<SandboxServer<grpc::SandboxService>>().await;
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    // grpcurl 1.8 only speaks the older v1alpha reflection protocol.
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()?;
+    let service =
+        grpc::SandboxService::new(core.clone(), config.grpc_max_message_bytes, config.grpc_max_returned_file_bytes);
     // A snapshot message holds the state and files (at most --max-snapshot-bytes together),
     // the names of what was kept and dropped, and its seal: 1 MiB covers all but the state.
     let snapshot_message_bytes =
         usize::try_from(config.sessions.max_snapshot_bytes).unwrap_or(usize::MAX).saturating_add(1 << 20);
-    tasks.spawn(async move {
+    let service = grpc::Limited::new(service, config.grpc_max_message_bytes, snapshot_message_bytes);
+    Ok((health_reporter, async move {
         let result = tonic::transport::Server::builder()
-            .add_service(health_service)
+            .add_service(health)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
-            .add_service(grpc::Limited::new(service, config.grpc_max_message_bytes, snapshot_message_bytes))
+            .add_service(service)
             // Without TCP_NODELAY every small message waits out delayed ACKs (~40 ms a round).
             .serve_with_incoming_shutdown(
-                tonic::transport::server::TcpIncoming::from(grpc_listener).with_nodelay(Some(true)),
+                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
                 stop.cancelled_owned(),
             )
             .await;
         if let Err(e) = result {
             tracing::error!("gRPC server failed: {e}");
         }
-    });
+    }))
+}
 
-    let (stop, limits) = (stop_serving.clone(), config.http_limits.clone());
-    let (mcp_router, mcp_sessions) =
-        mcp::router(mcp_shared.clone(), keys.clone(), stop_serving.clone(), config.mcp_limits);
-    let mut app = http::router(http_state.clone()).merge(mcp_router);
-    if keys.is_empty() {
-        app = app.layer(axum::middleware::from_fn(conn::local_only));
+/// Closes downstream MCP servers idle too long, every minute until `stop`.
+async fn close_idle_downstream(downstream: Arc<mcp::Downstream>, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(Duration::from_secs(60));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => downstream.close_idle().await,
+            _ = stop.cancelled() => return,
+        }
     }
-    let requests = conn::RequestShares::new(config.tenant_limits.max_requests, keys);
-    let app = app.layer(axum::middleware::from_fn_with_state(requests.clone(), conn::tenant_share));
-    tasks.spawn(conn::serve(http_listener, app, limits, stop));
-    tasks.spawn(http::sweep(http_state.clone(), stop_serving.clone()));
-    tasks.spawn(mcp_sessions.clone().run_sweeper(stop_serving.clone()));
-    let (idle, stop) = (downstream.clone(), stop_serving.clone());
-    tasks.spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(60));
-        loop {
-            tokio::select! {
-                _ = tick.tick() => idle.close_idle().await,
-                _ = stop.cancelled() => return,
-            }
-        }
-    });
+}
 
-    let stop = stop_serving.clone();
-    let ready = shutdown.clone();
-    tasks.spawn(async move {
-        let app = metrics::router(ready);
-        if let Err(e) = axum::serve(metrics_listener, app).with_graceful_shutdown(stop.cancelled_owned()).await {
-            tracing::error!("metrics server failed: {e}");
-        }
-    });
+/// The metrics listener (Prometheus, and readiness until `shutdown`).
+async fn serve_metrics(listener: TcpListener, shutdown: CancellationToken, stop: CancellationToken) {
+    let app = metrics::router(shutdown);
+    if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned()).await {
+        tracing::error!("metrics server failed: {e}");
+    }
+}
 
-    // The shutdown sequence: stop taking executions, let running ones finish within the
-    // grace period, fail the rest (kind `shutdown`), let their final events reach the
-    // clients, then close the listeners.
-    let (signal, eng, grace, http) = (shutdown.clone(), engine.clone(), config.shutdown_grace, http_state.clone());
-    let registry = sessions.clone();
-    let downstream_servers = downstream.clone();
-    tasks.spawn(async move {
+/// What the shutdown sequence stops.
+struct Stopping {
+    core: Core,
+    http: Arc<http::HttpState>,
+    downstream: Arc<mcp::Downstream>,
+    health_reporter: tonic_health::server::HealthReporter,
+}
+
+impl Stopping {
+    /// Once `signal` fires: stop taking executions, let running ones finish within `grace`,
+    /// fail the rest (kind `shutdown`), let their final events reach the clients, then close
+    /// the listeners (`stop_serving`).
+    async fn run(self, signal: CancellationToken, grace: Duration, stop_serving: CancellationToken) {
         signal.cancelled().await;
-        tracing::info!(grace = ?grace, live = eng.live_instances(), "shutting down");
+        let Stopping { core, http, downstream, health_reporter } = self;
+        let engine = &core.engine;
+        tracing::info!(grace = ?grace, live = engine.live_instances(), "shutting down");
         health_reporter.set_not_serving::<SandboxServer<grpc::SandboxService>>().await;
-        eng.stop_accepting();
-        registry.clear();
-        if tokio::time::timeout(grace, eng.drained()).await.is_err() {
-            eng.shutdown();
-            eng.drained().await;
+        engine.stop_accepting();
+        core.sessions.clear();
+        if tokio::time::timeout(grace, engine.drained()).await.is_err() {
+            engine.shutdown();
+            engine.drained().await;
         }
         http.clear();
-        downstream_servers.close().await;
-        request_tasks.close();
-        if tokio::time::timeout(FINAL_EVENTS_GRACE, request_tasks.wait()).await.is_err() {
+        downstream.close().await;
+        core.tasks.close();
+        if tokio::time::timeout(FINAL_EVENTS_GRACE, core.tasks.wait()).await.is_err() {
             tracing::warn!("some clients did not take their final events in time");
         }
         stop_serving.cancel();
-    });
-
-    tracing::info!(grpc = %grpc_addr, http = %http_addr, metrics = %metrics_addr, "serving");
-    Ok(RunningServer {
-        grpc_addr,
-        http_addr,
-        http: http_state,
-        metrics_addr,
-        engine,
-        tenants,
-        sessions,
-        mcp: mcp_shared,
-        mcp_sessions,
-        downstream,
-        requests,
-        shutdown,
-        tasks,
-    })
+    }
 }

@@ -48,16 +48,20 @@ async fn mcp(args: ptc_server::cli::McpArgs) -> anyhow::Result<()> {
     let (engine_config, mcp_config) = args.configs().map_err(anyhow::Error::msg)?;
     let engine = tokio::task::spawn_blocking(move || ptc_engine::Engine::new(engine_config)).await??;
     engine.warm_up();
-    let limits = engine.config().default_limits.clone();
-    // One client owns a stdio server: its session needs no snapshot key and keeps no files.
-    let sessions = (!args.stateless).then(|| {
-        let key = ptc_server::token::random_hex::<32>().into_bytes();
-        ptc_server::sessions::Sessions::new(engine.clone(), Default::default(), key, None)
-    });
-    let downstream = ptc_server::mcp::Downstream::new(&mcp_config);
-    let tasks = tokio_util::task::TaskTracker::new();
-    let shared = ptc_server::mcp::Shared::new(engine, downstream, None, limits, sessions, tasks, args.runtime);
-    ptc_server::mcp::serve_stdio(shared).await
+    // One client owns a stdio server: its requests name no tenant (no tenant caps), its
+    // session needs no snapshot key and keeps no files.
+    let key = ptc_server::core::token::random_hex::<32>().into_bytes();
+    let core = ptc_server::core::Core {
+        sessions: ptc_server::core::sessions::Sessions::new(engine.clone(), Default::default(), key, None),
+        engine,
+        keys: Default::default(),
+        tenants: ptc_server::core::tenants::Tenants::new(Default::default()),
+        files: None,
+        tasks: tokio_util::task::TaskTracker::new(),
+    };
+    let downstream = ptc_server::front::mcp::Downstream::new(&mcp_config);
+    let state = ptc_server::front::mcp::McpState::new(core, downstream, args.runtime, !args.stateless);
+    ptc_server::front::mcp::serve_stdio(state).await
 }
 
 async fn server_shutdown_signal() {

@@ -29,7 +29,7 @@ impl From<ptc_engine::FailureKind> for FailureKind {
 }
 
 /// A file returned on `Completed`/`Failed`, with its bytes if they fit.
-pub(crate) fn file((file, content): (crate::files::FileRef, Option<Vec<u8>>)) -> File {
+pub(crate) fn file((file, content): (crate::core::files::FileRef, Option<Vec<u8>>)) -> File {
     File { name: file.name, size: file.size, omitted: content.is_none(), content: content.unwrap_or_default() }
 }
 
@@ -97,6 +97,50 @@ impl From<ptc_engine::ToolCall> for ToolCall {
     }
 }
 
+impl From<ptc_engine::Completion> for Completed {
+    fn from(c: ptc_engine::Completion) -> Self {
+        Completed {
+            stdout: c.stdout,
+            stderr: c.stderr,
+            return_value_json: c.return_value,
+            tool_calls: c.tool_calls.into_iter().map(Into::into).collect(),
+            stats: Some(c.stats.into()),
+            files: Vec::new(),
+        }
+    }
+}
+
+impl From<ptc_engine::Failure> for Failed {
+    fn from(f: ptc_engine::Failure) -> Self {
+        Failed {
+            kind: FailureKind::from(f.kind) as i32,
+            message: f.message,
+            traceback: f.traceback,
+            exit_code: f.exit_code,
+            stdout: f.stdout,
+            stderr: f.stderr,
+            tool_calls: f.tool_calls.into_iter().map(Into::into).collect(),
+            stats: Some(f.stats.into()),
+            files: Vec::new(),
+        }
+    }
+}
+
+/// A completed run's output, calls and stats as a failure's (whose kind and message the
+/// caller sets: a run that completed but broke the file quota).
+impl From<Completed> for Failed {
+    fn from(c: Completed) -> Self {
+        Failed {
+            stdout: c.stdout,
+            stderr: c.stderr,
+            tool_calls: c.tool_calls,
+            stats: c.stats,
+            files: c.files,
+            ..Failed::default()
+        }
+    }
+}
+
 /// The server message for one engine event.
 pub fn server_message(event: ptc_engine::Event) -> ServerMessage {
     use server_message::Message as M;
@@ -111,25 +155,8 @@ pub fn server_message(event: ptc_engine::Event) -> ServerMessage {
             } as i32,
             data,
         }),
-        ptc_engine::Event::Completed(c) => M::Completed(Completed {
-            stdout: c.stdout,
-            stderr: c.stderr,
-            return_value_json: c.return_value,
-            tool_calls: c.tool_calls.into_iter().map(Into::into).collect(),
-            stats: Some(c.stats.into()),
-            files: Vec::new(),
-        }),
-        ptc_engine::Event::Failed(f) => M::Failed(Failed {
-            kind: FailureKind::from(f.kind) as i32,
-            message: f.message,
-            traceback: f.traceback,
-            exit_code: f.exit_code,
-            stdout: f.stdout,
-            stderr: f.stderr,
-            tool_calls: f.tool_calls.into_iter().map(Into::into).collect(),
-            stats: Some(f.stats.into()),
-            files: Vec::new(),
-        }),
+        ptc_engine::Event::Completed(c) => M::Completed(c.into()),
+        ptc_engine::Event::Failed(f) => M::Failed(f.into()),
     };
     ServerMessage { message: Some(message) }
 }

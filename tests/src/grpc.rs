@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use ptc_server::execute::ExecuteStream;
 use ptc_server::proto::{self, sandbox_client::SandboxClient, server_message};
-use ptc_server::{RunningServer, ServerConfig, auth::ApiKeys};
+use ptc_server::{RunningServer, ServerConfig, core::auth::ApiKeys};
 use serde_json::Value;
 use tonic::transport::Channel;
 

@@ -68,7 +68,7 @@ pub async fn call(server: &RunningServer, path: &str, headers: &[(&str, &str)], 
     for (k, v) in headers {
         request = request.header(*k, *v);
     }
-    let router = ptc_server::http::router(server.http.clone());
+    let router = ptc_server::front::http::router(server.http.clone());
     let response = router.oneshot(request.body(body.into()).unwrap()).await.expect("the router answers");
     let status = response.status().as_u16();
     let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.expect("the whole body");

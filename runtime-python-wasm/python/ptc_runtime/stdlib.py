@@ -2,7 +2,7 @@
 
 componentize-py snapshots the interpreter after importing the app; modules not imported by then
 are absent at run time (the stdlib is not mounted). Importing them here makes them available
-and makes `import json` in a program cost a dictionary lookup. README.md lists these modules.
+and makes `import json` in a program cost a dictionary lookup. docs/sandbox.md lists these modules.
 """
 
 import importlib
@@ -51,7 +51,7 @@ def _load_zones():
 
 def preload():
     """Imports every module in PRELOADED. One this CPython lacks fails the build (raised during
-    pre-initialisation), so README.md's list is what programs get."""
+    pre-initialisation), so docs/sandbox.md's list is what programs get."""
     missing = []
     for name in PRELOADED:
         try:

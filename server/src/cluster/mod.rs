@@ -16,7 +16,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
-pub use store::{JournalLimits, MemoryStore, RedisStore, Saved, Saving, Store, StoreError};
+pub use store::{JournalLimits, MemoryStore, RedisStore, Saved, Saving, Segment, Store, StoreError};
 
 /// Set on a forwarded request, naming the node that forwarded it.
 pub const FORWARDED_HEADER: &str = "x-ptc-forwarded-by";
@@ -191,7 +191,7 @@ pub struct JournalHeader {
     pub expires_at_ms: u64,
     /// What `/mnt/data` held when it started, to put it back so for a replay (and to refuse
     /// one when a file it started with has changed since).
-    pub files: Vec<crate::files::ScanEntry>,
+    pub files: Vec<crate::core::files::ScanEntry>,
 }
 
 #[cfg(test)]

@@ -156,7 +156,7 @@ async fn cancelling_a_paused_http_execution_frees_its_slot_and_request_id_at_onc
 #[tokio::test]
 async fn http_connections_are_bounded_and_slow_clients_are_cut_off() {
     let mut cfg = config(&[]);
-    let mut limits = ptc_server::conn::HttpLimits::default();
+    let mut limits = ptc_server::front::http::conn::HttpLimits::default();
     limits.max_connections = 4;
     limits.header_timeout = Duration::from_secs(1);
     limits.body_timeout = Duration::from_secs(1);

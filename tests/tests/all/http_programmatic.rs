@@ -200,7 +200,7 @@ async fn malformed_requests_get_a_400_that_says_what_is_wrong() {
     let r = call(&server, "/v1/other", &[], "{}").await;
     assert_eq!(r.status, 404);
     assert!(error(&r).starts_with("Not found: this server answers POST /exec"), "{}", r.text);
-    let big = vec![b' '; ptc_server::conn::HttpLimits::default().max_body_bytes + 1];
+    let big = vec![b' '; ptc_server::front::http::conn::HttpLimits::default().max_body_bytes + 1];
     let r = post_raw(server.http_addr, PATH, &[], &big).await;
     assert_eq!(r.status, 413, "{}", r.text);
     assert!(error(&r).starts_with("Request body too large: the limit is 4194304 bytes"), "{}", r.text);

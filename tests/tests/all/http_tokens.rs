@@ -165,7 +165,7 @@ async fn a_token_of_an_unreachable_node_without_a_shared_store_says_so() {
         ptc_server::cluster::Peers::parse(&format!("a=http://127.0.0.1:1,b=http://127.0.0.1:{closed}")).unwrap();
     cfg.token_secret = Some("shared".into());
     let server = serve(cfg).await;
-    let signer = ptc_server::token::Signer::new(Some("shared"));
+    let signer = ptc_server::core::token::Signer::new(Some("shared"));
 
     // Its own tokens name it.
     let first = post(server.http_addr, PATH, Some("ka"), &json!({"code": "await t()", "tools": [{"name": "t"}]})).await;
@@ -174,12 +174,12 @@ async fn a_token_of_an_unreachable_node_without_a_shared_store_says_so() {
 
     // A token of round 1 of execution e1, held by `node`.
     let token_of = |node: &str| {
-        signer.sign(&ptc_server::token::Claims {
+        signer.sign(&ptc_server::core::token::Claims {
             execution_id: "e1".into(),
             tenant: "acme".into(),
             session_id: "s".into(),
             round: 1,
-            expires_at_ms: ptc_server::token::now_ms() + 60_000,
+            expires_at_ms: ptc_server::core::token::now_ms() + 60_000,
             node: node.into(),
         })
     };

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ptc_server::mcp::McpConfig;
+use ptc_server::front::mcp::McpConfig;
 use ptc_tests::binary::{self, Process, free_port};
 use ptc_tests::{eventually, grpc, http, node, python};
 use rmcp::model::{CallToolRequestParams, CallToolResult, ClientConfig, ProtocolVersion};

@@ -8,7 +8,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use ptc_server::mcp::McpConfig;
+use ptc_server::front::mcp::McpConfig;
 use ptc_tests::grpc::{config, serve};
 use ptc_tests::http::{Reply, post_raw, request};
 use ptc_tests::{eventually, python};

@@ -54,7 +54,7 @@ _CHANNEL_OPTIONS = [
 
 @dataclass(frozen=True)
 class Limits:
-    """Per-execution limits; `None` takes the server's default (see its README)."""
+    """Per-execution limits; `None` takes the server's default (see docs/limits.md in the repository)."""
 
     timeout_s: float | None = None
     max_round_trips: int | None = None

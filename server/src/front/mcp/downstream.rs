@@ -31,12 +31,12 @@ pub const MAX_INSTANCES: usize = 64;
 
 /// Every configured server. Cheap to share; connections are made lazily.
 pub struct Downstream {
-    servers: Vec<Entry>,
+    servers: Vec<Configured>,
     changed: broadcast::Sender<()>,
 }
 
 /// One configured server and its instances: one for all tenants (key ""), or one per tenant.
-struct Entry {
+struct Configured {
     name: String,
     spec: ServerSpec,
     instances: Mutex<HashMap<String, Arc<Server>>>,
@@ -96,7 +96,7 @@ impl Downstream {
         let servers = config
             .servers
             .iter()
-            .map(|(name, spec)| Entry { name: name.clone(), spec: spec.clone(), instances: Mutex::default() })
+            .map(|(name, spec)| Configured { name: name.clone(), spec: spec.clone(), instances: Mutex::default() })
             .collect();
         Arc::new(Downstream { servers, changed })
     }
@@ -112,10 +112,10 @@ impl Downstream {
         Some(self.instance(entry, tenant))
     }
 
-    fn instance(&self, entry: &Entry, tenant: Option<&str>) -> Arc<Server> {
+    fn instance(&self, entry: &Configured, tenant: Option<&str>) -> Arc<Server> {
         let key = match entry.spec.isolation {
             Isolation::Shared => "",
-            Isolation::Tenant => tenant.unwrap_or(crate::auth::LOCAL_TENANT),
+            Isolation::Tenant => tenant.unwrap_or(crate::core::auth::LOCAL_TENANT),
         };
         let mut instances = entry.instances.lock().unwrap();
         if let Some(server) = instances.get(key) {

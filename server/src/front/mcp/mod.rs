@@ -3,11 +3,20 @@
 //! clients); `ptc-engine serve --mcp-config FILE` serves it over Streamable HTTP at `/mcp`,
 //! behind the same API keys and tenant caps as the other APIs.
 
+mod catalog;
 pub mod config;
 pub mod convert;
 pub mod downstream;
+mod handler;
 pub mod http_sessions;
-pub mod service;
+mod results;
+#[allow(deprecated)] // sampling (see `sampling`)
+mod run;
+// Sampling is deprecated by SEP-2577 for a future protocol; it is still how an MCP server asks
+// its client's model today, and what `llm_query` is for.
+#[allow(deprecated)]
+mod sampling;
+mod state;
 
 use std::sync::Arc;
 
@@ -20,17 +29,18 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
 
-use crate::auth::{ApiKeys, presented_key};
+use crate::core::auth::{ApiKeys, presented_key};
 pub use config::McpConfig;
 pub use downstream::Downstream;
+pub use handler::CodeMode;
 pub use http_sessions::{McpLimits, McpSessions};
-pub use service::{CodeMode, McpTenant, Shared};
+pub use state::{McpState, McpTenant};
 
 /// Serves one MCP client on stdin/stdout until it disconnects; the downstream servers are
 /// stopped when it does.
-pub async fn serve_stdio(shared: Arc<Shared>) -> anyhow::Result<()> {
-    let downstream = shared.downstream.clone();
-    let running = CodeMode::new(shared).serve(rmcp::transport::stdio()).await?;
+pub async fn serve_stdio(state: Arc<McpState>) -> anyhow::Result<()> {
+    let downstream = state.downstream.clone();
+    let running = CodeMode::new(state).serve(rmcp::transport::stdio()).await?;
     let reason = running.waiting().await;
     downstream.close().await;
     tracing::info!(?reason, "MCP client disconnected");
@@ -42,7 +52,7 @@ pub async fn serve_stdio(shared: Arc<Shared>) -> anyhow::Result<()> {
 /// and its MCP sessions are its own (`http_sessions.rs`). Without keys (local mode) only
 /// localhost Host headers are served, against DNS rebinding from a browser.
 pub fn router(
-    shared: Arc<Shared>,
+    state: Arc<McpState>,
     keys: Arc<ApiKeys>,
     stop: CancellationToken,
     limits: McpLimits,
@@ -55,7 +65,7 @@ pub fn router(
     manager.session_config.keep_alive = Some(limits.idle);
     let manager = Arc::new(manager);
     let sessions = McpSessions::new(manager.clone(), limits);
-    let service = StreamableHttpService::new(move || Ok(CodeMode::new(shared.clone())), manager, config);
+    let service = StreamableHttpService::new(move || Ok(CodeMode::new(state.clone())), manager, config);
     let router = axum::Router::new()
         .nest_service("/mcp", service)
         .layer(axum::middleware::from_fn_with_state(sessions.clone(), http_sessions::bind))

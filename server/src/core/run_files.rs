@@ -8,7 +8,7 @@ use std::time::Duration;
 use ptc_engine::Control;
 use tokio_util::task::TaskTracker;
 
-use crate::files::{FileRef, FileStore, FilesError, Scan, Session};
+use super::files::{FileRef, FileStore, FilesError, Import, Scan, ScanEntry, SessionDir};
 
 /// How often a running execution's session directory is checked against the file quota
 /// (also once at every pause and at the end). Between two checks a program can write past
@@ -19,11 +19,12 @@ const QUOTA_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 /// run's files were settled once it ended (by whichever of the request or the watcher saw
 /// the end first).
 pub(crate) struct RunFiles {
-    pub session: Arc<Session>,
+    pub store: Arc<FileStore>,
+    pub session: Arc<SessionDir>,
     before: Scan,
-    /// The store to remove the directory from once the run is over (an execution's own
+    /// Whether the directory is removed once the run is over (an execution's own
     /// `/mnt/data`): when the last holder (the stream, the watcher) lets go.
-    remove_with: Option<Arc<FileStore>>,
+    remove: bool,
     /// Set when a check found the tenant over quota (the execution was cancelled for it).
     over_quota: Mutex<Option<String>>,
     settled: Mutex<Option<Result<Vec<FileRef>, FilesError>>>,
@@ -35,14 +36,14 @@ impl RunFiles {
         files: &Arc<FileStore>,
         tenant: &str,
         session_id: &str,
-        imports: Vec<crate::files::Import>,
+        imports: Vec<Import>,
     ) -> Result<Arc<Self>, FilesError> {
         let (files, tenant, session_id) = (files.clone(), tenant.to_string(), session_id.to_string());
         tokio::task::spawn_blocking(move || {
             let session = files.open_session(&tenant, &session_id)?;
             files.import(&session, &imports)?;
             let before = files.scan(&session)?;
-            Ok(Self::new(Arc::new(session), before))
+            Ok(Self::new(&files, Arc::new(session), before))
         })
         .await
         .unwrap_or_else(|e| Err(FilesError::Io(format!("preparing files: {e}"))))
@@ -54,13 +55,13 @@ impl RunFiles {
         files: &Arc<FileStore>,
         tenant: &str,
         session_id: &str,
-        before: Vec<crate::files::ScanEntry>,
+        before: Vec<ScanEntry>,
     ) -> Result<Arc<Self>, String> {
         let (files, tenant, session_id) = (files.clone(), tenant.to_string(), session_id.to_string());
         tokio::task::spawn_blocking(move || {
             let session = files.open_session(&tenant, &session_id).map_err(|e| e.message().to_string())?;
             let before = files.rewind(&session, &before)?;
-            Ok(Self::new(Arc::new(session), before))
+            Ok(Self::new(&files, Arc::new(session), before))
         })
         .await
         .unwrap_or_else(|e| Err(format!("preparing files: {e}")))
@@ -72,12 +73,12 @@ impl RunFiles {
     }
 
     /// The next run in a live session's directory (which holds what earlier runs left).
-    pub(crate) async fn resume(files: &Arc<FileStore>, session: &Arc<Session>) -> Result<Arc<Self>, FilesError> {
+    pub(crate) async fn resume(files: &Arc<FileStore>, session: &Arc<SessionDir>) -> Result<Arc<Self>, FilesError> {
         if let Some(before) = files.scan_small(session) {
-            return Ok(Self::new(session.clone(), before));
+            return Ok(Self::new(files, session.clone(), before));
         }
         let (files, session) = (files.clone(), session.clone());
-        tokio::task::spawn_blocking(move || Ok(Self::new(session.clone(), files.scan(&session)?)))
+        tokio::task::spawn_blocking(move || Ok(Self::new(&files, session.clone(), files.scan(&session)?)))
             .await
             .unwrap_or_else(|e| Err(FilesError::Io(format!("preparing files: {e}"))))
     }
@@ -97,7 +98,7 @@ impl RunFiles {
                 return Err(e);
             }
             let before = if inputs.is_empty() { Scan::default() } else { store.scan(&session)? };
-            Ok(Arc::new(Self::fields(Arc::new(session), before, Some(store))))
+            Ok(Arc::new(Self::fields(store, Arc::new(session), before, true)))
         })
         .await
         .unwrap_or_else(|e| Err(FilesError::Io(format!("preparing files: {e}"))))
@@ -106,7 +107,7 @@ impl RunFiles {
     /// Writes `inputs` (name, bytes) into a live session's `/mnt/data` before its next run.
     pub(crate) async fn put(
         files: &Arc<FileStore>,
-        session: &Arc<Session>,
+        session: &Arc<SessionDir>,
         inputs: Vec<(String, Vec<u8>)>,
     ) -> Result<(), FilesError> {
         if inputs.is_empty() {
@@ -118,30 +119,30 @@ impl RunFiles {
             .unwrap_or_else(|e| Err(FilesError::Io(format!("writing files: {e}"))))
     }
 
-    fn new(session: Arc<Session>, before: Scan) -> Arc<Self> {
-        Arc::new(Self::fields(session, before, None))
+    fn new(store: &Arc<FileStore>, session: Arc<SessionDir>, before: Scan) -> Arc<Self> {
+        Arc::new(Self::fields(store.clone(), session, before, false))
     }
 
-    fn fields(session: Arc<Session>, before: Scan, remove_with: Option<Arc<FileStore>>) -> Self {
-        RunFiles { session, before, remove_with, over_quota: Mutex::new(None), settled: Mutex::new(None) }
+    fn fields(store: Arc<FileStore>, session: Arc<SessionDir>, before: Scan, remove: bool) -> Self {
+        RunFiles { store, session, before, remove, over_quota: Mutex::new(None), settled: Mutex::new(None) }
     }
 
     /// The bytes of the files the run created or changed (once settled), within `max_bytes`.
     pub(crate) async fn read(
         self: &Arc<Self>,
-        files: &Arc<FileStore>,
         changed: Vec<FileRef>,
         max_bytes: u64,
     ) -> Vec<(FileRef, Option<Vec<u8>>)> {
         if changed.is_empty() {
             return Vec::new();
         }
-        let (run, files) = (self.clone(), files.clone());
+        let (run, files) = (self.clone(), self.store.clone());
         tokio::task::spawn_blocking(move || files.read(&run.session, &changed, max_bytes)).await.unwrap_or_default()
     }
 
     /// The run's files once it has ended: checked against the quota exactly once.
-    pub(crate) async fn settle(self: &Arc<Self>, files: &Arc<FileStore>) -> Result<Vec<FileRef>, FilesError> {
+    pub(crate) async fn settle(self: &Arc<Self>) -> Result<Vec<FileRef>, FilesError> {
+        let files = &self.store;
         {
             let mut settled = self.settled.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(done) = settled.as_ref() {
@@ -165,19 +166,21 @@ impl RunFiles {
         self.over_quota.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// What the model is told if the run broke the tenant's file quota, while running (it was
-    /// stopped) or at its end (`settled`, what [`RunFiles::settle`] returned).
-    pub(crate) fn quota_breach(&self, settled: &Result<Vec<FileRef>, FilesError>) -> Option<String> {
-        let message = self.over_quota().or(match settled {
-            Err(FilesError::Quota(m)) => Some(m.clone()),
+    /// Why the run broke the tenant's file quota, if it did: while running (it was stopped;
+    /// the flag is true) or at its end (`settled`, what [`RunFiles::settle`] returned).
+    pub(crate) fn quota_breach(&self, settled: &Result<Vec<FileRef>, FilesError>) -> Option<(String, bool)> {
+        if let Some(why) = self.over_quota() {
+            return Some((why, true));
+        }
+        match settled {
+            Err(FilesError::Quota(m)) => Some((m.clone(), false)),
             _ => None,
-        })?;
-        Some(format!("{message}. Write less to /mnt/data or delete files you no longer need."))
+        }
     }
 
     /// Checks the quota now; over it, the execution is cancelled and the reason kept.
-    pub(crate) async fn check(self: &Arc<Self>, files: &Arc<FileStore>, control: &Control) -> bool {
-        let (run, files) = (self.clone(), files.clone());
+    pub(crate) async fn check(self: &Arc<Self>, control: &Control) -> bool {
+        let (run, files) = (self.clone(), self.store.clone());
         let result = tokio::task::spawn_blocking(move || files.check(&run.session)).await;
         if let Ok(Err(FilesError::Quota(message))) = result {
             *self.over_quota.lock().unwrap_or_else(|e| e.into_inner()) = Some(message);
@@ -189,8 +192,8 @@ impl RunFiles {
 
     /// Watches the run's files until it ends, then settles them, so that the quota holds on
     /// every ending, also one no request sees (expired or cancelled while paused).
-    pub(crate) fn watch(self: &Arc<Self>, files: &Arc<FileStore>, control: Control, tasks: &TaskTracker) {
-        let (run, files) = (self.clone(), files.clone());
+    pub(crate) fn watch(self: &Arc<Self>, control: Control, tasks: &TaskTracker) {
+        let run = self.clone();
         tasks.spawn(async move {
             // The first check one interval in: a program that ends sooner is settled at its end
             // anyway (and most do: a live session's `pass` takes ~0.2 ms).
@@ -209,22 +212,24 @@ impl RunFiles {
                     continue;
                 }
                 checked_while_paused = paused;
-                if !run.check(&files, &control).await {
+                if !run.check(&control).await {
                     break;
                 }
             }
             while !control.is_finished() {
                 tick.tick().await;
             }
-            let _ = run.settle(&files).await;
+            let _ = run.settle().await;
         });
     }
 }
 
 impl Drop for RunFiles {
     fn drop(&mut self) {
-        let Some(store) = self.remove_with.take() else { return };
-        let session = self.session.clone();
+        if !self.remove {
+            return;
+        }
+        let (store, session) = (self.store.clone(), self.session.clone());
         let remove = move || store.remove_live(&session);
         // Removing a tree is blocking I/O: off the async threads when there are some.
         match tokio::runtime::Handle::try_current() {

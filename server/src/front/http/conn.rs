@@ -68,7 +68,7 @@ impl Default for HttpLimits {
 pub struct RequestShares {
     /// `None`: no share (local mode, one tenant).
     limit: Option<usize>,
-    keys: Arc<crate::auth::ApiKeys>,
+    keys: Arc<crate::core::auth::ApiKeys>,
     counts: Mutex<HashMap<String, usize>>,
 }
 
@@ -91,7 +91,7 @@ impl Drop for SharePermit {
 }
 
 impl RequestShares {
-    pub fn new(limit: Option<usize>, keys: Arc<crate::auth::ApiKeys>) -> Arc<Self> {
+    pub fn new(limit: Option<usize>, keys: Arc<crate::core::auth::ApiKeys>) -> Arc<Self> {
         Arc::new(RequestShares { limit, keys, counts: Mutex::default() })
     }
 
@@ -119,7 +119,7 @@ pub(crate) async fn tenant_share(State(shares): State<Arc<RequestShares>>, reque
     let Some(limit) = shares.limit else { return next.run(request).await };
     let tenant = {
         let header = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok());
-        shares.keys.tenant(crate::auth::presented_key(header("x-api-key"), header("authorization")))
+        shares.keys.tenant(crate::core::auth::presented_key(header("x-api-key"), header("authorization")))
     };
     let Ok(tenant) = tenant else { return next.run(request).await };
     let Some(permit) = shares.take(&tenant, limit) else {

@@ -13,11 +13,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::HttpState;
-use crate::auth::presented_key;
-use crate::conn::read_body;
-use crate::files::FilesError;
-use crate::tenants::Refusal;
-use ptc_engine::{ErrorKind, Failure, FailureKind, ToolDef, ToolResult};
+use crate::core::auth::presented_key;
+use crate::core::files::FilesError;
+use crate::core::tenants::Refusal;
+use crate::core::{Error, ErrorKind};
+use crate::front::http::conn::read_body;
+use ptc_engine::{ToolDef, ToolResult};
 
 /// `POST /exec/programmatic`: a new run (`code`), or the continuation of a paused one
 /// (`continuation_token` and `tool_results`). Fields LibreChat sends that this server does not
@@ -88,9 +89,9 @@ pub(crate) struct FileSpec {
     pub id: Option<String>,
 }
 
-impl From<FileSpec> for crate::files::Import {
+impl From<FileSpec> for crate::core::files::Import {
     fn from(f: FileSpec) -> Self {
-        crate::files::Import { name: f.name, session_id: f.session_id, id: f.id }
+        crate::core::files::Import { name: f.name, session_id: f.session_id, id: f.id }
     }
 }
 
@@ -177,7 +178,7 @@ impl FromRequestParts<Arc<HttpState>> for Tenant {
     async fn from_request_parts(parts: &mut Parts, state: &Arc<HttpState>) -> Result<Self, ApiError> {
         let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
         let key = presented_key(header("x-api-key"), header("authorization"));
-        state.keys.tenant(key).map(Tenant).map_err(|e| ApiError::new(StatusCode::UNAUTHORIZED, e.message()))
+        state.core.keys.tenant(key).map(Tenant).map_err(|e| ApiError::new(StatusCode::UNAUTHORIZED, e.message()))
     }
 }
 
@@ -205,11 +206,14 @@ impl IntoResponse for ApiError {
     }
 }
 
-impl From<ptc_engine::Error> for ApiError {
-    fn from(e: ptc_engine::Error) -> Self {
+impl From<Error> for ApiError {
+    fn from(e: Error) -> Self {
         let status = match e.kind() {
-            ErrorKind::InvalidRequest | ErrorKind::InvalidToolResult | ErrorKind::Finished => StatusCode::BAD_REQUEST,
+            ErrorKind::Invalid | ErrorKind::Precondition => StatusCode::BAD_REQUEST,
+            ErrorKind::NotFound => StatusCode::NOT_FOUND,
+            ErrorKind::Exists | ErrorKind::SessionBusy => StatusCode::CONFLICT,
             ErrorKind::Busy => StatusCode::TOO_MANY_REQUESTS,
+            ErrorKind::Quota => StatusCode::INSUFFICIENT_STORAGE,
             ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
@@ -217,91 +221,14 @@ impl From<ptc_engine::Error> for ApiError {
     }
 }
 
-impl From<FilesError> for ApiError {
-    fn from(e: FilesError) -> Self {
-        match e {
-            FilesError::Invalid(m) => ApiError::bad_request(m),
-            FilesError::Quota(m) => ApiError::new(StatusCode::INSUFFICIENT_STORAGE, m),
-            FilesError::Io(m) => {
-                tracing::error!("session files: {m}");
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "the server could not prepare the session's files; try again",
-                )
+/// Refusals on their way to the wire, through the core's one error.
+macro_rules! through_core_error {
+    ($($from:ty),*) => {$(
+        impl From<$from> for ApiError {
+            fn from(e: $from) -> Self {
+                Error::from(e).into()
             }
         }
-    }
+    )*};
 }
-
-impl From<Refusal> for ApiError {
-    fn from(r: Refusal) -> Self {
-        match r {
-            Refusal::DuplicateRequest(m) => ApiError::new(StatusCode::CONFLICT, m),
-            other => ApiError::new(StatusCode::TOO_MANY_REQUESTS, other.message()),
-        }
-    }
-}
-
-/// What LibreChat's client shows a model for a failed execution: one of its fixed `error`
-/// strings, and a line for `stderr` saying what happened and what to do.
-pub(crate) fn model_error(f: &Failure) -> (StatusCode, String, String) {
-    let failed = || "Execution failed or timed out".to_string();
-    match f.kind {
-        FailureKind::Timeout => (
-            StatusCode::OK,
-            "Time limit exceeded".to_string(),
-            format!(
-                "{}: the program (tool waits included) ran out of time; do less per execution or ask for a longer timeout.",
-                f.message
-            ),
-        ),
-        FailureKind::Fuel => (
-            StatusCode::OK,
-            "Time limit exceeded".to_string(),
-            "The program used up its CPU budget; make it do less work.".to_string(),
-        ),
-        FailureKind::Memory => (
-            StatusCode::OK,
-            "Out of memory".to_string(),
-            format!("{}; use less memory (process data in smaller pieces).", f.message),
-        ),
-        FailureKind::Exit => {
-            let code = f.exit_code.unwrap_or(1);
-            (
-                StatusCode::OK,
-                format!("Sandbox exited with code {code}"),
-                format!("The program called sys.exit({code})."),
-            )
-        }
-        FailureKind::RoundTrips => (
-            StatusCode::OK,
-            failed(),
-            format!(
-                "{}: batch independent tool calls with asyncio.gather so that each round asks for many at once.",
-                f.message
-            ),
-        ),
-        FailureKind::ToolCalls => {
-            (StatusCode::OK, failed(), format!("{}: call tools fewer times (filter or aggregate first).", f.message))
-        }
-        FailureKind::Cancelled => (StatusCode::OK, failed(), "The execution was cancelled.".to_string()),
-        // The traceback (or, for a C-stack overflow, the engine's line) is in stderr already,
-        // unless the output limit cut it off.
-        FailureKind::PythonError => {
-            let hint = if f.stderr.contains(&f.message) { String::new() } else { f.message.clone() };
-            (StatusCode::OK, f.message.clone(), hint)
-        }
-        FailureKind::InvalidTools => (StatusCode::BAD_REQUEST, f.message.clone(), String::new()),
-        FailureKind::Shutdown => (StatusCode::SERVICE_UNAVAILABLE, f.message.clone(), String::new()),
-        _ => (StatusCode::INTERNAL_SERVER_ERROR, f.message.clone(), String::new()),
-    }
-}
-
-/// `stderr` with `hint` on a line of its own after it.
-pub(crate) fn with_hint(stderr: &str, hint: &str) -> String {
-    if hint.is_empty() {
-        return stderr.to_string();
-    }
-    let sep = if stderr.is_empty() || stderr.ends_with('\n') { "" } else { "\n" };
-    format!("{stderr}{sep}{hint}\n")
-}
+through_core_error!(ptc_engine::Error, FilesError, Refusal);

@@ -29,10 +29,10 @@ use std::time::{Duration, Instant};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use ptc_engine::{Engine, ErrorKind, Restored, Session, SessionRequest, SessionState};
+use ptc_engine::{Engine, Restored, Session, SessionRequest, SessionState};
 
-use crate::files::{self, FileStore, FilesError};
-use crate::run_files::RunFiles;
+use super::error::{Error, ErrorKind};
+use super::files::{self, FileStore};
 
 /// Bounds on live sessions; every field has a default.
 #[derive(Debug, Clone)]
@@ -59,57 +59,6 @@ impl Default for SessionLimits {
     }
 }
 
-/// Why a session request failed, in words for the client (and the model behind it).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SessionError {
-    NotFound(String),
-    Invalid(String),
-    Exists(String),
-    TooMany(String),
-    Busy(String),
-    Unavailable(String),
-    Internal(String),
-}
-
-impl SessionError {
-    pub fn message(&self) -> &str {
-        match self {
-            SessionError::NotFound(m)
-            | SessionError::Invalid(m)
-            | SessionError::Exists(m)
-            | SessionError::TooMany(m)
-            | SessionError::Busy(m)
-            | SessionError::Unavailable(m)
-            | SessionError::Internal(m) => m,
-        }
-    }
-}
-
-impl From<ptc_engine::Error> for SessionError {
-    fn from(e: ptc_engine::Error) -> Self {
-        let m = e.message().to_string();
-        match e.kind() {
-            ErrorKind::InvalidRequest => SessionError::Invalid(m),
-            ErrorKind::SessionBusy => SessionError::Busy(m),
-            ErrorKind::Busy => SessionError::TooMany(m),
-            ErrorKind::Finished => SessionError::NotFound(m),
-            ErrorKind::Unavailable => SessionError::Unavailable(m),
-            ErrorKind::Limit => SessionError::TooMany(m),
-            _ => SessionError::Internal(m),
-        }
-    }
-}
-
-impl From<FilesError> for SessionError {
-    fn from(e: FilesError) -> Self {
-        match e {
-            FilesError::Invalid(m) => SessionError::Invalid(m),
-            FilesError::Quota(m) => SessionError::TooMany(m),
-            FilesError::Io(m) => SessionError::Internal(m),
-        }
-    }
-}
-
 /// What a client asks for when it opens a session.
 #[derive(Debug, Clone, Default)]
 pub struct OpenOptions {
@@ -125,7 +74,7 @@ pub struct OpenOptions {
 
 /// A sealed snapshot and what it holds.
 #[derive(Debug, Clone)]
-pub struct Snapshot {
+pub struct SealedSnapshot {
     pub bytes: Vec<u8>,
     pub state: SessionState,
     /// Names of the files it carries (under `/mnt/data`).
@@ -136,7 +85,7 @@ pub struct Snapshot {
 #[derive(Clone)]
 pub struct LiveSession {
     pub session: Session,
-    pub files: Option<Arc<files::Session>>,
+    pub files: Option<Arc<files::SessionDir>>,
 }
 
 /// A session just opened.
@@ -149,7 +98,9 @@ pub struct Opened {
     pub files: Vec<String>,
 }
 
-struct Entry {
+/// A live session in the registry, and when it was last used (the least recently used idle
+/// one goes first when its tenant opens one too many).
+struct Registered {
     live: LiveSession,
     last_used: Instant,
 }
@@ -159,7 +110,7 @@ pub struct Sessions {
     limits: SessionLimits,
     key: Vec<u8>,
     files: Option<Arc<FileStore>>,
-    map: Mutex<HashMap<(String, String), Entry>>,
+    map: Mutex<HashMap<(String, String), Registered>>,
     /// Why sessions that are gone from `map` ended, so that their next use says so rather than
     /// "no session": the most recent [`ENDED_KEPT`], each for [`ENDED_FOR`].
     ended: Mutex<HashMap<(String, String), (String, Instant)>>,
@@ -203,22 +154,23 @@ impl Sessions {
     }
 
     /// Opens a session for `tenant` (restoring a snapshot if given).
-    pub async fn open(&self, tenant: &str, options: OpenOptions) -> Result<Opened, SessionError> {
+    pub async fn open(&self, tenant: &str, options: OpenOptions) -> Result<Opened, Error> {
         let id = match options.id {
-            Some(id) if !valid_id(&id) => {
-                return Err(SessionError::Invalid(
-                    "session_id may only contain letters, digits, '-' and '_' (1 to 128 of them)".into(),
+            Some(id) if !files::valid_session_id(&id) => {
+                return Err(Error::new(
+                    ErrorKind::Invalid,
+                    "session_id may only contain letters, digits, '-' and '_' (1 to 128 of them)",
                 ));
             }
             Some(id) => id,
-            None => crate::token::random_hex::<16>(),
+            None => crate::core::token::random_hex::<16>(),
         };
         let idle = options.idle_timeout.unwrap_or(self.limits.idle_timeout);
         if idle.is_zero() || idle > self.limits.max_idle_timeout {
-            return Err(SessionError::Invalid(format!(
-                "idle_timeout_ms must be between 1 and {}",
-                self.limits.max_idle_timeout.as_millis()
-            )));
+            return Err(Error::new(
+                ErrorKind::Invalid,
+                format!("idle_timeout_ms must be between 1 and {}", self.limits.max_idle_timeout.as_millis()),
+            ));
         }
         let unsealed = match &options.snapshot {
             Some(bytes) => Some(self.unseal(tenant, bytes)?),
@@ -264,7 +216,7 @@ impl Sessions {
             return Err(exists(&id));
         }
         self.ended.lock().unwrap().remove(&key);
-        map.insert(key, Entry { live: live.clone(), last_used: Instant::now() });
+        map.insert(key, Registered { live: live.clone(), last_used: Instant::now() });
         drop(map);
         metrics::counter!("ptc_sessions_opened_total").increment(1);
         Ok(Opened { id, live, restored, files: file_names })
@@ -272,7 +224,7 @@ impl Sessions {
 
     /// Ends sessions of `tenant` that ended or must go for a new one; refuses if `id` is
     /// taken or every session of the tenant is running.
-    fn make_room(&self, tenant: &str, id: &str) -> Result<(), SessionError> {
+    fn make_room(&self, tenant: &str, id: &str) -> Result<(), Error> {
         let mut map = self.map.lock().unwrap();
         let mut gone = Vec::new();
         map.retain(|key, e| {
@@ -311,27 +263,18 @@ impl Sessions {
                 }
                 Ok(())
             }
-            None => Err(SessionError::TooMany(format!(
-                "all {} sessions of this tenant are running executions; wait for one to finish or close one",
-                self.limits.max_per_tenant
-            ))),
-        }
-    }
-
-    /// The next execution's files in `live`'s `/mnt/data` (to watch and settle against the
-    /// tenant's quota), if this registry keeps files.
-    pub(crate) async fn resume_files(
-        &self,
-        live: &LiveSession,
-    ) -> Result<Option<(Arc<FileStore>, Arc<RunFiles>)>, FilesError> {
-        match (&self.files, &live.files) {
-            (Some(store), Some(dir)) => Ok(Some((store.clone(), RunFiles::resume(store, dir).await?))),
-            _ => Ok(None),
+            None => Err(Error::new(
+                ErrorKind::Busy,
+                format!(
+                    "all {} sessions of this tenant are running executions; wait for one to finish or close one",
+                    self.limits.max_per_tenant
+                ),
+            )),
         }
     }
 
     /// The live session `id` of `tenant`.
-    pub fn get(&self, tenant: &str, id: &str) -> Result<LiveSession, SessionError> {
+    pub fn get(&self, tenant: &str, id: &str) -> Result<LiveSession, Error> {
         let mut map = self.map.lock().unwrap();
         let key = (tenant.to_string(), id.to_string());
         match map.get_mut(&key) {
@@ -347,7 +290,7 @@ impl Sessions {
                 }
             },
             None => match self.ended.lock().unwrap().get(&key) {
-                Some((why, _)) => Err(SessionError::NotFound(why.clone())),
+                Some((why, _)) => Err(Error::new(ErrorKind::NotFound, why.clone())),
                 None => Err(not_found(id)),
             },
         }
@@ -396,7 +339,7 @@ impl Sessions {
 
     /// Takes session `id`'s state (and with `include_files` its files, as they are once the
     /// state is taken) and seals them for `tenant`.
-    pub async fn snapshot(&self, tenant: &str, id: &str, include_files: bool) -> Result<Snapshot, SessionError> {
+    pub async fn snapshot(&self, tenant: &str, id: &str, include_files: bool) -> Result<SealedSnapshot, Error> {
         let live = self.get(tenant, id)?;
         let max = self.limits.max_snapshot_bytes;
         let state = live.session.snapshot(max).await?;
@@ -405,13 +348,13 @@ impl Sessions {
                 let (store, dir, left) = (store.clone(), dir.clone(), max.saturating_sub(state.data.len() as u64));
                 tokio::task::spawn_blocking(move || store.export(&dir, left))
                     .await
-                    .map_err(|e| SessionError::Internal(format!("reading the session's files: {e}")))??
+                    .map_err(|e| Error::new(ErrorKind::Internal, format!("reading the session's files: {e}")))??
             }
             _ => Vec::new(),
         };
         let names = files.iter().map(|(name, _)| name.clone()).collect();
         let bytes = self.seal(tenant, live.session.runtime(), &state, &files);
-        Ok(Snapshot { bytes, state, files: names })
+        Ok(SealedSnapshot { bytes, state, files: names })
     }
 
     fn mac(&self, tenant: &str) -> Hmac<Sha256> {
@@ -455,8 +398,8 @@ impl Sessions {
 
     /// The guest state and files inside a sealed snapshot, once its seal, tenant and component
     /// check out.
-    fn unseal(&self, tenant: &str, bytes: &[u8]) -> Result<Unsealed, SessionError> {
-        let invalid = |why: &str| SessionError::Invalid(format!("the snapshot is refused: {why}"));
+    fn unseal(&self, tenant: &str, bytes: &[u8]) -> Result<Unsealed, Error> {
+        let invalid = |why: &str| Error::new(ErrorKind::Invalid, format!("the snapshot is refused: {why}"));
         if bytes.len() < MAGIC.len() + 32 + 8 + TAG || &bytes[..MAGIC.len()] != MAGIC {
             return Err(invalid("it is not a ptc-engine session snapshot (or not version 1)"));
         }
@@ -522,7 +465,7 @@ async fn open_dir(
     store: Arc<FileStore>,
     tenant: String,
     files: Vec<(String, Vec<u8>)>,
-) -> Result<Arc<files::Session>, SessionError> {
+) -> Result<Arc<files::SessionDir>, Error> {
     tokio::task::spawn_blocking(move || {
         let dir = store.open_live(&tenant)?;
         if let Err(e) = store.write(&dir, &files) {
@@ -532,28 +475,27 @@ async fn open_dir(
         Ok(Arc::new(dir))
     })
     .await
-    .map_err(|e| SessionError::Internal(format!("preparing the session's files: {e}")))?
+    .map_err(|e| Error::new(ErrorKind::Internal, format!("preparing the session's files: {e}")))?
 }
 
 /// 32 bytes for sealing snapshots, derived from the token secret (so servers that share the
 /// secret accept each other's snapshots, and a leaked snapshot key is not a token key).
-pub fn snapshot_key(signer: &crate::token::Signer) -> Vec<u8> {
+pub fn snapshot_key(signer: &crate::core::token::Signer) -> Vec<u8> {
     signer.derive(b"ptc-engine session snapshots v1")
 }
 
-fn valid_id(id: &str) -> bool {
-    !id.is_empty() && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-}
-
-fn not_found(id: &str) -> SessionError {
-    SessionError::NotFound(format!(
-        "no session {id:?}: it never existed, ended (closed, idle too long, or its execution timed out) or belongs \
+fn not_found(id: &str) -> Error {
+    Error::new(
+        ErrorKind::NotFound,
+        format!(
+            "no session {id:?}: it never existed, ended (closed, idle too long, or its execution timed out) or belongs \
          to another key; open a new session"
-    ))
+        ),
+    )
 }
 
-fn exists(id: &str) -> SessionError {
-    SessionError::Exists(format!("a session {id:?} is already open; use it, close it, or choose another id"))
+fn exists(id: &str) -> Error {
+    Error::new(ErrorKind::Exists, format!("a session {id:?} is already open; use it, close it, or choose another id"))
 }
 
 #[cfg(test)]
@@ -577,7 +519,7 @@ mod tests {
         mac.update(&other);
         other.extend_from_slice(&mac.finalize().into_bytes());
         let refused = sessions.unseal("t", &other).err().expect("refused");
-        assert!(matches!(refused, SessionError::Invalid(_)), "{refused:?}");
+        assert_eq!(refused.kind(), ErrorKind::Invalid, "{refused:?}");
         assert!(refused.message().contains("another version of the sandbox runtime"), "{}", refused.message());
         assert!(refused.message().contains("take a new snapshot"), "{}", refused.message());
     }

@@ -8,25 +8,21 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use ptc_engine::Execution;
-
-use crate::run_files::RunFiles;
-use crate::tenants::Admission;
-use crate::token::now_ms;
+use crate::core::runs::Run;
+use crate::core::token::now_ms;
 
 /// An execution waiting for the client's tool results between two requests.
 pub(crate) struct Paused {
     /// The id its tokens and journal name: its engine id, or the first run's when it was
     /// resumed here by replay.
     pub id: String,
-    pub execution: Execution,
-    pub run: Arc<RunFiles>,
+    /// The run: its execution, tenant slot and files.
+    pub run: Run,
     pub tenant: String,
     pub session_id: String,
     /// The round whose token may resume it; any other token is a replay or a forgery.
     pub round: u32,
     pub expires_at_ms: u64,
-    pub _admission: Admission,
     /// The journal's header, until the first pause saves it (cluster with a shared store).
     pub header: Option<Vec<u8>>,
     /// Whether its journal is kept in the shared store.
@@ -36,7 +32,7 @@ pub(crate) struct Paused {
 impl Paused {
     /// The calls the client was shown and has not answered.
     pub(crate) fn pending(&self) -> Vec<String> {
-        self.execution.control().pending_through(self.round)
+        self.run.execution.control().pending_through(self.round)
     }
 }
 
@@ -86,7 +82,7 @@ impl Registry {
     pub(crate) fn sweep(&self) {
         let now = now_ms();
         self.slots().retain(|_, slot| match slot.try_lock() {
-            Ok(p) => p.as_ref().is_some_and(|p| p.expires_at_ms > now && !p.execution.control().is_finished()),
+            Ok(p) => p.as_ref().is_some_and(|p| p.expires_at_ms > now && !p.run.execution.control().is_finished()),
             Err(_) => true, // a request is using it right now
         });
     }

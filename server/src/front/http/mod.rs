@@ -10,8 +10,10 @@
 //! says what happened and what to do; 4xx is kept for malformed requests, auth and tokens.
 
 pub(crate) mod api;
+pub mod conn;
 mod files;
 mod paused;
+mod replay;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -26,35 +28,32 @@ use axum::routing::{get, post};
 use ptc_engine::Runtime;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
-use crate::auth::ApiKeys;
-use crate::cluster::{Cluster, ForwardError, JournalHeader, Saving};
-use crate::conn::HttpLimits;
-use crate::files::FileStore;
-use crate::run_files::RunFiles;
-use crate::tenants::Tenants;
-use crate::token::{Claims, Signer, TokenError, now_ms};
+use crate::cluster::{Cluster, ForwardError, JournalHeader, Saving, Segment};
+use crate::core::advice::{self, Advice};
+use crate::core::files::FileStore;
+use crate::core::runs::{self, DataDir, Ending, Launch, Outcome, Run};
+use crate::core::token::{Claims, Signer, TokenError, now_ms};
+use crate::core::{Core, Error};
 use api::{
     ApiError, ApiJson, CancelRequest, ExecRequest, ProgrammaticRequest, RunOptions, Tenant, ToolCallOut, ToolResultSpec,
 };
+use conn::HttpLimits;
 use paused::{Paused, Registry};
 use ptc_engine::{
-    Engine, Entry, ErrorKind, Event, Execution, ExecutionRequest, Journal, ToolCall, ToolDef, ToolResult,
+    ErrorKind as EngineKind, Event, Execution, ExecutionRequest, FailureKind, Journal, ToolCall, ToolDef, ToolResult,
 };
+use replay::replay;
 
 const REQUEST_ID_HEADER: &str = "x-librechat-code-request-id";
 
 pub struct HttpState {
-    pub engine: Engine,
-    pub keys: Arc<ApiKeys>,
-    pub tenants: Arc<Tenants>,
-    pub signer: Signer,
+    pub core: Core,
+    /// The core's file store (this front end always has one).
     pub files: Arc<FileStore>,
+    pub signer: Signer,
     pub limits: HttpLimits,
     paused: Registry,
-    /// The file watchers of running executions (waited for at shutdown).
-    tasks: TaskTracker,
     /// The runtime of a run that names none.
     runtime: Runtime,
     /// This node, its peers and what they share.
@@ -62,29 +61,10 @@ pub struct HttpState {
 }
 
 impl HttpState {
-    pub fn new(
-        engine: Engine,
-        keys: Arc<ApiKeys>,
-        tenants: Arc<Tenants>,
-        signer: Signer,
-        files: Arc<FileStore>,
-        limits: HttpLimits,
-        tasks: TaskTracker,
-        runtime: Runtime,
-        cluster: Arc<Cluster>,
-    ) -> Arc<Self> {
-        Arc::new(HttpState {
-            engine,
-            keys,
-            tenants,
-            signer,
-            files,
-            limits,
-            paused: Registry::default(),
-            tasks,
-            runtime,
-            cluster,
-        })
+    /// The API over `core`, which must keep files (`/mnt/data` is every run's here).
+    pub fn new(core: Core, signer: Signer, cluster: Arc<Cluster>, limits: HttpLimits, runtime: Runtime) -> Arc<Self> {
+        let files = core.files.clone().expect("the HTTP API's core keeps files");
+        Arc::new(HttpState { core, files, signer, limits, paused: Registry::default(), runtime, cluster })
     }
 
     /// Executions paused between two requests.
@@ -183,7 +163,7 @@ async fn cancel(
         .or_else(|| headers.get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned))
         .ok_or_else(|| ApiError::bad_request("request_id is required"))?;
     let cancelled = || Json(json!({"status": "cancelled", "request_id": request_id})).into_response();
-    if let Some(control) = state.tenants.by_request_id(&tenant, &request_id) {
+    if let Some(control) = state.core.tenants.by_request_id(&tenant, &request_id) {
         control.cancel();
         // A paused execution is forgotten now, not at its deadline: its instance, tenant slot and
         // request id are free for the next request.
@@ -209,32 +189,18 @@ async fn cancel(
     Err(ApiError::new(StatusCode::NOT_FOUND, format!("no running execution with request id {request_id:?}")))
 }
 
-/// The limits of a run: the engine's defaults with the request's timeout, which must lie
-/// within the engine's ceilings.
-fn limits(engine: &Engine, timeout_ms: Option<u64>) -> Result<ptc_engine::Limits, ApiError> {
-    let config = engine.config();
-    let limits = config.default_limits.clone();
-    let Some(ms) = timeout_ms else { return Ok(limits) };
-    let (min, max) = (config.ceilings.min_timeout.as_millis() as u64, config.ceilings.max_timeout.as_millis() as u64);
-    if !(min..=max).contains(&ms) {
-        return Err(ApiError::bad_request(format!("timeout must be an integer between {min} and {max} (ms)")));
-    }
-    Ok(limits.with_timeout(Duration::from_millis(ms)))
-}
-
 /// Where an execution stopped: paused for tools (in a round), or ended.
 enum Stop {
     Calls(u32, Vec<ToolCall>),
-    Completed(ptc_engine::Completion),
-    Failed(ptc_engine::Failure),
+    Ended(Result<ptc_engine::Completion, ptc_engine::Failure>),
 }
 
 async fn advance(execution: &mut Execution) -> Stop {
     loop {
         match execution.next_event().await {
             Some(Event::ToolCalls { round, calls }) => return Stop::Calls(round, calls),
-            Some(Event::Completed(c)) => return Stop::Completed(c),
-            Some(Event::Failed(f)) => return Stop::Failed(f),
+            Some(Event::Completed(c)) => return Stop::Ended(Ok(c)),
+            Some(Event::Failed(f)) => return Stop::Ended(Err(f)),
             Some(Event::Output { .. }) => {} // the final event carries all of it
             None => unreachable!("an execution always ends with Completed or Failed"),
         }
@@ -254,68 +220,71 @@ async fn initial(
         None => state.runtime,
         Some(name) => name.parse().map_err(|e: ptc_engine::Error| ApiError::bad_request(e.message()))?,
     };
-    let limits = limits(&state.engine, options.timeout)?;
-    let session_id = options.session_id.filter(|s| !s.is_empty()).unwrap_or_else(crate::files::new_session_id);
+    let engine = &state.core.engine;
+    let limits = runs::limits(engine, engine.config().default_limits.clone(), options.timeout)?;
+    let session_id = options.session_id.filter(|s| !s.is_empty()).unwrap_or_else(crate::core::files::new_session_id);
     let imports = options.files.unwrap_or_default().into_iter().map(Into::into).collect();
     let request_id = headers.get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok());
-    let admission = state.tenants.admit(&tenant, request_id)?;
-    let run = RunFiles::prepare(&state.files, &tenant, &session_id, imports).await?;
     let expires_at_ms = now_ms() + limits.timeout.as_millis() as u64;
     let ttl = limits.timeout;
     // With a shared store, the run is journaled so that another node can finish it.
     let journal = (state.cluster.journaling() && runtime == Runtime::Python).then(Journal::new);
-    let header = journal.as_ref().map(|j| {
-        let header = JournalHeader {
-            code: code.clone(),
-            tools: tools.clone(),
-            tenant: tenant.clone(),
-            session_id: session_id.clone(),
-            runtime: runtime.as_str().to_string(),
-            seed: hex::encode(j.seed),
-            expires_at_ms,
-            files: run.before().export(),
-        };
-        serde_json::to_vec(&header).expect("a header serialises")
-    });
-    let mut request = ExecutionRequest::new(code)
-        .with_tools(tools)
+    let seed = journal.as_ref().map(|j| hex::encode(j.seed));
+    let mut request = ExecutionRequest::new(code.clone())
+        .with_tools(tools.clone())
         .with_limits(limits)
         .with_session_id(session_id.clone())
-        .with_data_dir(run.session.path.clone())
         .with_tenant(tenant.clone())
         .with_runtime(runtime);
     request.journal = journal;
-    let mut execution = state.engine.start(request).await?;
-    admission.attach(execution.control());
-    run.watch(&state.files, execution.control(), &state.tasks);
-    tracing::info!(execution = %execution.id(), %tenant, session = %session_id, "http execution started");
+    let dir = DataDir::Session { id: session_id.clone(), imports };
+    let run = state.core.start(Launch { request, dir, request_id: request_id.map(str::to_owned) }).await?;
+    let header = seed.map(|seed| {
+        let header = JournalHeader {
+            code,
+            tools,
+            tenant: tenant.clone(),
+            session_id: session_id.clone(),
+            runtime: runtime.as_str().to_string(),
+            seed,
+            expires_at_ms,
+            files: run.files_before(),
+        };
+        serde_json::to_vec(&header).expect("a header serialises")
+    });
+    let id = run.execution.id().to_string();
+    tracing::info!(execution = %id, %tenant, session = %session_id, "http execution started");
     let cluster = &state.cluster;
     if let Some(request_id) = request_id
         && !cluster.is_single()
-        && let Err(e) = cluster.store.set_request(&tenant, request_id, execution.id(), &cluster.node, ttl).await
+        && let Err(e) = cluster.store.set_request(&tenant, request_id, &id, &cluster.node, ttl).await
     {
         tracing::warn!("recording request id {request_id:?}: {e}");
     }
     if cluster.journaling() {
         let _ = cluster.store.add_usage(&tenant, "executions", 1).await;
     }
-    match advance(&mut execution).await {
+    let journaled = header.is_some();
+    let mut paused = Paused { id, journaled, header, run, tenant, session_id, round: 0, expires_at_ms };
+    let stop = advance(&mut paused.run.execution).await;
+    Ok(answer(state, paused, stop).await)
+}
+
+/// The answer to a request that ran `paused` on to `stop`: paused for tools (kept, and
+/// answered with a token), or ended.
+async fn answer(state: &HttpState, mut paused: Paused, stop: Stop) -> Response {
+    match stop {
         Stop::Calls(round, calls) => {
-            let paused = Paused {
-                id: execution.id().to_string(),
-                journaled: header.is_some(),
-                header,
-                execution,
-                run,
-                tenant,
-                session_id,
-                round,
-                expires_at_ms,
-                _admission: admission,
-            };
-            Ok(pause(state, paused, calls).await)
+            paused.round = round;
+            pause(state, paused, calls).await
         }
-        ended => Ok(ended_response(state, &run, ended).await),
+        Stop::Ended(end) => {
+            // Its journal is in the store once a pause saved it (the header went with it).
+            if paused.journaled && paused.header.is_none() {
+                let _ = state.cluster.store.forget(&paused.id).await;
+            }
+            ended_response(&paused.run, end).await
+        }
     }
 }
 
@@ -400,153 +369,29 @@ async fn resume(
     // A token resumes once across the cluster: another node may have replayed this round.
     if paused.journaled {
         let ttl = Duration::from_millis(paused.expires_at_ms.saturating_sub(now_ms()).max(1));
-        let claimant = format!("{} {}", state.cluster.node, crate::token::random_hex::<8>());
+        let claimant = format!("{} {}", state.cluster.node, crate::core::token::random_hex::<8>());
         match state.cluster.store.claim(&paused.id, paused.round, &claimant, ttl).await {
             Ok(true) => {}
             Ok(false) => return Err(ApiError::bad_request("Invalid continuation token")),
             // The store cannot be reached from here: this node's lock on the paused execution
             // makes the round single-use here. A node that does reach the store could still
-            // replay the same round from the journal saved before (README: "Tokens resume once").
+            // replay the same round from the journal saved before (docs/cluster.md: "Tokens resume once across nodes").
             Err(e) => tracing::warn!("claiming a round: {e}; resuming it under this node's lock alone"),
         }
     }
     let ordered: Vec<ToolResult> = pending.iter().filter_map(|p| answers.remove(p)).collect();
-    if let Err(e) = paused.execution.submit(ordered) {
+    if let Err(e) = paused.run.execution.submit(ordered) {
         return Err(match e.kind() {
-            ErrorKind::Finished => ApiError::bad_request("Execution expired"),
-            _ => e.into(),
+            EngineKind::Finished => ApiError::bad_request("Execution expired"),
+            _ => Error::from(e).into(),
         });
     }
 
     let mut paused = guard.take().expect("checked above");
-    let stop = advance(&mut paused.execution).await;
+    let stop = advance(&mut paused.run.execution).await;
     state.paused.remove(&claims.execution_id);
     drop(guard);
-    match stop {
-        Stop::Calls(round, calls) => {
-            paused.round = round;
-            Ok(pause(state, paused, calls).await)
-        }
-        ended => {
-            if paused.journaled {
-                let _ = state.cluster.store.forget(&paused.id).await;
-            }
-            Ok(ended_response(state, &paused.run, ended).await)
-        }
-    }
-}
-
-/// Resumes an execution whose node is gone: runs its program again from the journal in the
-/// shared store (the recorded tool results answered at once, the calls checked against the
-/// record) up to the round the token resumes, then hands it the client's results.
-async fn replay(
-    state: &HttpState,
-    tenant: String,
-    claims: Claims,
-    results: Vec<ToolResultSpec>,
-) -> Result<Response, ApiError> {
-    let cluster = &state.cluster;
-    let unavailable = |e: crate::cluster::StoreError| {
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, format!("{e}; try the continuation again shortly"))
-    };
-    let Some(saved) = cluster.store.load(&claims.execution_id).await.map_err(unavailable)? else {
-        return Err(ApiError::bad_request("Execution expired"));
-    };
-    // An older round's token was used already (here or on the node that resumed it).
-    if saved.round != claims.round {
-        return Err(ApiError::bad_request("Invalid continuation token"));
-    }
-    let header: JournalHeader = serde_json::from_slice(&saved.header)
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("a malformed journal: {e}")))?;
-    if header.tenant != tenant {
-        return Err(ApiError::bad_request("Invalid continuation token"));
-    }
-    let remaining = header.expires_at_ms.saturating_sub(now_ms());
-    if remaining == 0 {
-        return Err(ApiError::bad_request("Execution expired"));
-    }
-    let mut entries: Vec<Entry> = Vec::new();
-    for segment in &saved.segments {
-        let part: Vec<Entry> = serde_json::from_slice(segment)
-            .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("a malformed journal: {e}")))?;
-        entries.extend(part);
-    }
-    let mut seed = [0u8; 32];
-    hex::decode_to_slice(&header.seed, &mut seed)
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("a malformed journal: {e}")))?;
-    let started = std::time::Instant::now();
-    let run = match RunFiles::rewind(&state.files, &tenant, &header.session_id, header.files.clone()).await {
-        Ok(run) => run,
-        Err(why) => {
-            let _ = cluster.store.forget(&claims.execution_id).await;
-            return Ok(lost_response(&header.session_id, &why));
-        }
-    };
-    let admission = state.tenants.admit(&tenant, None)?;
-    // The first run's deadline holds; the engine's shortest timeout is its floor.
-    let min = state.engine.config().ceilings.min_timeout;
-    let timeout = Duration::from_millis(remaining).max(min);
-    let limits = state.engine.config().default_limits.clone().with_timeout(timeout);
-    let runtime: Runtime = header.runtime.parse().map_err(|e: ptc_engine::Error| ApiError::bad_request(e.message()))?;
-    let request = ExecutionRequest::new(header.code)
-        .with_tools(header.tools)
-        .with_limits(limits)
-        .with_session_id(header.session_id.clone())
-        .with_data_dir(run.session.path.clone())
-        .with_tenant(tenant.clone())
-        .with_runtime(runtime)
-        .with_journal(Journal::replay(seed, entries));
-    let mut execution = state.engine.start(request).await?;
-    admission.attach(execution.control());
-    run.watch(&state.files, execution.control(), &state.tasks);
-    let _ = cluster.store.add_usage(&tenant, "replays", 1).await;
-    match advance(&mut execution).await {
-        Stop::Calls(round, _) if round == claims.round => {
-            tracing::info!(execution = %claims.execution_id, round, elapsed = ?started.elapsed(), "resumed by replay");
-            metrics::histogram!("ptc_replay_seconds").record(started.elapsed().as_secs_f64());
-            let ttl = Duration::from_millis(remaining);
-            if let Err(e) = cluster.store.set_owner(&claims.execution_id, &cluster.node, round, ttl).await {
-                tracing::warn!("naming the new owner: {e}");
-            }
-            let paused = Paused {
-                id: claims.execution_id.clone(),
-                execution,
-                run,
-                tenant: tenant.clone(),
-                session_id: header.session_id,
-                round,
-                expires_at_ms: header.expires_at_ms,
-                _admission: admission,
-                header: None,
-                journaled: true,
-            };
-            state.paused.insert(paused);
-            let slot = state.paused.get(&claims.execution_id).expect("just inserted");
-            resume(state, &tenant, &claims, slot, results).await
-        }
-        Stop::Calls(round, _) => {
-            let _ = cluster.store.forget(&claims.execution_id).await;
-            let why = format!(
-                "running it again stopped for tools at round {round}, not at round {} where it was paused",
-                claims.round
-            );
-            Ok(lost_response(&header.session_id, &Journal::diverged(&why)))
-        }
-        ended => {
-            let _ = cluster.store.forget(&claims.execution_id).await;
-            Ok(ended_response(state, &run, ended).await)
-        }
-    }
-}
-
-/// An execution that cannot be resumed: the model is told why and what to do.
-fn lost_response(session_id: &str, why: &str) -> Response {
-    let stderr = format!("{why}\n");
-    Json(json!({
-        "status": "error", "session_id": session_id, "error": "Execution failed or timed out", "kind": "diverged",
-        "stdout": "", "stderr": stderr,
-    }))
-    .into_response()
+    Ok(answer(state, paused, stop).await)
 }
 
 /// Keeps the paused execution and answers `tool_call_required` with a token for its round.
@@ -554,13 +399,17 @@ fn lost_response(session_id: &str, why: &str) -> Response {
 /// here rather than kept paused. With a shared store, what its journal recorded since the last
 /// pause is saved first, so that any node can resume it with the token.
 async fn pause(state: &HttpState, mut paused: Paused, calls: Vec<ToolCall>) -> Response {
-    if !paused.run.check(&state.files, &paused.execution.control()).await {
-        let stop = advance(&mut paused.execution).await;
-        return ended_response(state, &paused.run, stop).await;
+    if !paused.run.within_quota().await {
+        // Cancelled for it: its end follows.
+        loop {
+            if let Stop::Ended(end) = advance(&mut paused.run.execution).await {
+                return ended_response(&paused.run, end).await;
+            }
+        }
     }
     let cluster = &state.cluster;
     if paused.journaled
-        && let Some(take) = paused.execution.control().take_journal()
+        && let Some(take) = paused.run.execution.control().take_journal()
     {
         let ttl = Duration::from_millis(paused.expires_at_ms.saturating_sub(now_ms()).max(1));
         let saved = match take.lost {
@@ -568,8 +417,9 @@ async fn pause(state: &HttpState, mut paused: Paused, calls: Vec<ToolCall>) -> R
             None => {
                 let segment = serde_json::to_vec(&take.entries).expect("entries serialise");
                 let header = paused.header.as_deref();
-                let (id, tenant, node, round) = (&paused.id, &paused.tenant, &cluster.node, paused.round);
-                match cluster.store.save(id, tenant, header, &segment, node, round, ttl).await {
+                let (id, tenant, round) = (&paused.id, &paused.tenant, paused.round);
+                let segment = Segment { id, tenant, header, entries: &segment, round };
+                match cluster.store.save(segment, &cluster.node, ttl).await {
                     Ok(Saving::Saved) => Ok(()),
                     Ok(Saving::Refused(why)) => {
                         metrics::counter!("ptc_journal_refused_total").increment(1);
@@ -613,38 +463,51 @@ async fn pause(state: &HttpState, mut paused: Paused, calls: Vec<ToolCall>) -> R
 
 /// The response for an execution that has ended: its output and files, or what the model is
 /// told about its failure (a file quota it broke comes first).
-async fn ended_response(state: &HttpState, run: &Arc<RunFiles>, stop: Stop) -> Response {
-    let session_id = run.session.id.as_str();
-    let settled = run.settle(&state.files).await;
-    let quota = run.quota_breach(&settled);
-    let (stdout, stderr) = match &stop {
-        Stop::Completed(c) => (&c.stdout, &c.stderr),
-        Stop::Failed(f) => (&f.stdout, &f.stderr),
-        Stop::Calls(..) => unreachable!("paused executions are answered by `pause`"),
-    };
-    if let Some(hint) = quota {
+async fn ended_response(run: &Run, end: Result<ptc_engine::Completion, ptc_engine::Failure>) -> Response {
+    let session_id = run.session_id().unwrap_or_default();
+    let Ending { outcome, files, .. } = run.end(end, None).await;
+    let failed = |status: StatusCode, kind: &str, error: &str, stdout: &str, stderr: String| {
         let body = json!({
-            "status": "error", "session_id": session_id, "error": "Execution failed or timed out", "kind": "file_quota",
-            "stdout": stdout, "stderr": api::with_hint(stderr, &hint),
+            "status": "error", "session_id": session_id, "error": error, "kind": kind, "stdout": stdout, "stderr": stderr,
         });
-        return Json(body).into_response();
-    }
-    match stop {
-        Stop::Completed(c) => match settled {
+        (status, Json(body)).into_response()
+    };
+    match outcome {
+        Outcome::Completed(c) => match files {
             Ok(files) => Json(json!({
                 "status": "completed", "session_id": session_id, "stdout": c.stdout, "stderr": c.stderr, "files": files,
             }))
             .into_response(),
             Err(e) => ApiError::from(e).into_response(),
         },
-        Stop::Failed(f) => {
-            let (status, error, hint) = api::model_error(&f);
-            let body = json!({
-                "status": "error", "session_id": session_id, "error": error, "kind": f.kind.as_str(),
-                "stdout": f.stdout, "stderr": api::with_hint(&f.stderr, &hint),
-            });
-            (status, Json(body)).into_response()
+        Outcome::Failed(f) => {
+            let Advice { headline, hint } = advice::advice(&f);
+            failed(failure_status(f.kind), f.kind.as_str(), &headline, &f.stdout, advice::with_hint(&f.stderr, &hint))
         }
-        Stop::Calls(..) => unreachable!(),
+        Outcome::OverQuota { message, end } => {
+            let (stdout, stderr) = match &end {
+                Ok(c) => (&c.stdout, &c.stderr),
+                Err(f) => (&f.stdout, &f.stderr),
+            };
+            failed(StatusCode::OK, "file_quota", advice::FAILED, stdout, advice::with_hint(stderr, &message))
+        }
+    }
+}
+
+/// The HTTP status of a failed program: 200 for what the program did (LibreChat's client
+/// shows a model nothing of a 4xx but "request rejected"), else whose fault it was.
+fn failure_status(kind: FailureKind) -> StatusCode {
+    match kind {
+        FailureKind::InvalidTools => StatusCode::BAD_REQUEST,
+        FailureKind::Shutdown => StatusCode::SERVICE_UNAVAILABLE,
+        FailureKind::Timeout
+        | FailureKind::Fuel
+        | FailureKind::Memory
+        | FailureKind::Exit
+        | FailureKind::RoundTrips
+        | FailureKind::ToolCalls
+        | FailureKind::Cancelled
+        | FailureKind::PythonError => StatusCode::OK,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }

@@ -31,7 +31,7 @@ use tokio::io::AsyncWriteExt;
 
 use super::HttpState;
 use super::api::{ApiError, Tenant};
-use crate::files::{FilesError, Listed, Session};
+use crate::core::files::{FilesError, Listed, SessionDir};
 
 /// `POST /upload`: one file, into a new session.
 pub(crate) async fn upload(
@@ -99,7 +99,7 @@ async fn receive(
     mut multipart: Multipart,
     several: bool,
 ) -> Result<(String, Outcomes), ApiError> {
-    let id = crate::files::new_session_id();
+    let id = crate::core::files::new_session_id();
     let (store, t, i) = (state.files.clone(), tenant.to_string(), id.clone());
     let session = Arc::new(blocking(move || store.open_session(&t, &i)).await?);
     let limits = &state.limits;
@@ -142,7 +142,7 @@ async fn receive(
 /// tenant's quota as it arrives.
 async fn write(
     state: &HttpState,
-    session: &Arc<Session>,
+    session: &Arc<SessionDir>,
     name: &str,
     mut field: axum::extract::multipart::Field<'_>,
 ) -> Result<Listed, ApiError> {
@@ -182,7 +182,7 @@ async fn write(
     drop(file);
     match result {
         Ok(()) => Ok(Listed {
-            id: crate::files::file_id(&session.id, name),
+            id: crate::core::files::file_id(&session.id, name),
             name: name.to_string(),
             size: written,
             modified: Some(SystemTime::now()),

@@ -1,0 +1,348 @@
+//! The tool broker: the host's side of `wait-for-tools`, behind which the guest suspends.
+//!
+//! `wait-for-tools` validates the new calls, sends the valid ones to the client as one
+//! `ToolCalls` event, and parks on the execution's [`Exchange`] until answers arrive. While it
+//! waits, the wasm fiber is parked and the instance is just memory.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::bindings::ptc::sandbox::host::{self as wit, ToolOutcome};
+use crate::config::{Ceilings, Limits};
+use crate::error::HostTrap;
+use crate::events::{Event, FailureKind, ToolCall, ToolCallRecord, ToolResult};
+use crate::exchange::{Drained, Exchange};
+use crate::journal::{Journal, RecordedCall, RecordedResult, Recorder, Replayed};
+use crate::output::Output;
+use crate::request::label;
+use crate::schema::Schemas;
+use crate::shares::RunSlot;
+
+/// The host's side of `wait-for-tools`: checks calls, hands batches out, keeps the call log.
+pub(crate) struct Broker {
+    pub(crate) exchange: Arc<Exchange>,
+    events: UnboundedSender<Event>,
+    schemas: Arc<Schemas>,
+    max_round_trips: u32,
+    max_tool_calls: u32,
+    max_input_bytes: usize,
+    seen: HashSet<String>,
+    pub(crate) log: Vec<ToolCallRecord>,
+    index: HashMap<String, (usize, Instant)>,
+    pub(crate) rounds: u32,
+    pub(crate) calls: u32,
+    pub(crate) output: Output,
+    /// Handed back while the guest is parked, taken again before it resumes.
+    pub(crate) run_slot: RunSlot,
+    /// Bytes the call log may still keep (`Ceilings::max_call_log_bytes`).
+    log_room: usize,
+    /// A journaled execution's recorder (`journal.rs`).
+    pub(crate) journal: Option<Arc<Recorder>>,
+}
+
+/// How a tool input or result too large for the call log is kept there: a JSON string.
+fn log_marker(len: usize) -> String {
+    format!("\"[not logged: {len} bytes, past the call log's limit]\"")
+}
+
+impl Broker {
+    pub(crate) fn new(
+        exchange: Arc<Exchange>,
+        events: UnboundedSender<Event>,
+        output: Output,
+        run_slot: RunSlot,
+        schemas: Arc<Schemas>,
+        limits: &Limits,
+        ceilings: &Ceilings,
+    ) -> Self {
+        Broker {
+            exchange,
+            events,
+            schemas,
+            max_round_trips: limits.max_round_trips,
+            max_tool_calls: limits.max_tool_calls,
+            max_input_bytes: ceilings.max_tool_input_bytes,
+            seen: HashSet::new(),
+            log: Vec::new(),
+            index: HashMap::new(),
+            rounds: 0,
+            calls: 0,
+            output,
+            run_slot,
+            log_room: ceilings.max_call_log_bytes,
+            journal: None,
+        }
+    }
+
+    /// Starts the next execution of a live session: its own exchange, events, tools and
+    /// limits, an empty call log and counters. The run slot and output stay the instance's.
+    pub(crate) fn reset(
+        &mut self,
+        exchange: Arc<Exchange>,
+        events: UnboundedSender<Event>,
+        schemas: Arc<Schemas>,
+        limits: &Limits,
+        ceilings: &Ceilings,
+    ) {
+        let run_slot = self.run_slot.clone();
+        *self = Broker::new(exchange, events, self.output.clone(), run_slot, schemas, limits, ceilings);
+    }
+
+    /// `text` as the call log keeps it: itself while the log has room, else a marker.
+    fn loggable(&mut self, text: &str) -> String {
+        if text.len() <= self.log_room {
+            self.log_room -= text.len();
+            text.to_string()
+        } else {
+            self.log_room = 0;
+            log_marker(text.len())
+        }
+    }
+
+    fn record(&mut self, call: &wit::ToolCall, round: u32) {
+        self.index.insert(call.id.clone(), (self.log.len(), Instant::now()));
+        let input = self.loggable(&call.input);
+        self.log.push(ToolCallRecord {
+            id: call.id.clone(),
+            name: call.name.clone(),
+            namespace: namespace(&call.namespace),
+            input,
+            outcome: None,
+            round,
+            duration: Duration::ZERO,
+        });
+    }
+
+    fn settle(&mut self, id: &str, outcome: &Result<String, String>) {
+        if let Some((i, started)) = self.index.remove(id) {
+            let kept = match outcome {
+                Ok(json) => Ok(self.loggable(json)),
+                Err(message) => Err(self.loggable(message)),
+            };
+            self.log[i].outcome = Some(kept);
+            self.log[i].duration = started.elapsed();
+        }
+    }
+
+    pub(crate) async fn wait_for_tools(
+        &mut self,
+        calls: Vec<wit::ToolCall>,
+        timeout_ms: Option<u64>,
+    ) -> wasmtime::Result<Vec<wit::ToolResult>> {
+        // The guest is about to block: what it printed so far goes out first.
+        self.output.flush();
+        // A replay answers from the journal while it lasts, and checks the calls against it.
+        let replayed = match &self.journal {
+            None => None,
+            Some(journal) => {
+                let recorded: Vec<RecordedCall> = calls
+                    .iter()
+                    .map(|c| RecordedCall {
+                        id: c.id.clone(),
+                        namespace: c.namespace.clone(),
+                        name: c.name.clone(),
+                        input: c.input.clone(),
+                    })
+                    .collect();
+                match journal.calls(&recorded, self.rounds + 1) {
+                    Replayed::Diverged(why) => {
+                        return Err(HostTrap::raise(FailureKind::Diverged, Journal::diverged(&why)));
+                    }
+                    Replayed::Live | Replayed::Matched(None) => None,
+                    Replayed::Matched(Some(results)) => Some(results),
+                }
+            }
+        };
+        let from_journal = replayed.is_some();
+        let results = self.exchange_calls(calls, timeout_ms, replayed).await?;
+        if let Some(journal) = &self.journal
+            && !from_journal
+        {
+            journal.results(results.iter().map(recorded).collect());
+        }
+        Ok(results)
+    }
+
+    /// `wait-for-tools` itself: `replayed`, the results a replay gives back (the calls go to
+    /// nobody and nothing waits).
+    async fn exchange_calls(
+        &mut self,
+        calls: Vec<wit::ToolCall>,
+        timeout_ms: Option<u64>,
+        replayed: Option<Vec<ToolResult>>,
+    ) -> wasmtime::Result<Vec<wit::ToolResult>> {
+        let (valid, refused) = self.admit(calls).await?;
+        if !valid.is_empty() {
+            self.hand_out(valid, replayed.is_none())?;
+        }
+        if !refused.is_empty() {
+            return Ok(refused);
+        }
+        match replayed {
+            Some(results) => self.replay(results),
+            None => self.wait_for_answers(timeout_ms).await,
+        }
+    }
+
+    /// Sorts a batch: the calls to hand out, and the answers of those refused at once (input
+    /// too large or not matching its schema), logged as such. A reused id, or a call past
+    /// the limit, ends the instance.
+    async fn admit(
+        &mut self,
+        calls: Vec<wit::ToolCall>,
+    ) -> wasmtime::Result<(Vec<wit::ToolCall>, Vec<wit::ToolResult>)> {
+        let mut valid = Vec::new();
+        let mut refused = Vec::new();
+        for call in calls {
+            if !self.seen.insert(call.id.clone()) {
+                return Err(HostTrap::raise(FailureKind::Internal, format!("guest reused call id {:?}", call.id)));
+            }
+            self.calls += 1;
+            if self.calls > self.max_tool_calls {
+                let max = self.max_tool_calls;
+                return Err(HostTrap::raise(FailureKind::ToolCalls, format!("Exceeded maximum tool calls ({max})")));
+            }
+            let (checked, call) = self.check_input(call).await;
+            match checked {
+                Ok(()) => valid.push(call),
+                Err(message) => {
+                    self.record(&call, 0);
+                    let outcome = Err(message);
+                    self.settle(&call.id, &outcome);
+                    refused.push(to_wit(call.id, outcome));
+                }
+            }
+        }
+        Ok((valid, refused))
+    }
+
+    /// Opens the next round with the `valid` calls: registered with the exchange, logged, and
+    /// (unless a replay answers them) sent to the client as one `ToolCalls` event.
+    fn hand_out(&mut self, valid: Vec<wit::ToolCall>, send: bool) -> wasmtime::Result<()> {
+        self.rounds += 1;
+        if self.rounds > self.max_round_trips {
+            let max = self.max_round_trips;
+            return Err(HostTrap::raise(FailureKind::RoundTrips, format!("Exceeded maximum round trips ({max})")));
+        }
+        let round = self.rounds;
+        self.exchange.register(round, valid.iter().map(|c| (c.id.as_str(), label(&c.namespace, &c.name))));
+        for call in &valid {
+            self.record(call, round);
+        }
+        let calls = valid
+            .into_iter()
+            .map(|c| ToolCall { id: c.id, namespace: namespace(&c.namespace), name: c.name, input: c.input })
+            .collect();
+        if send {
+            let _ = self.events.send(Event::ToolCalls { round, calls });
+        }
+        Ok(())
+    }
+
+    /// A replay's answers to the round: as the first run got them, at once, or none (its wait
+    /// timed out).
+    fn replay(&mut self, results: Vec<ToolResult>) -> wasmtime::Result<Vec<wit::ToolResult>> {
+        if !results.is_empty() {
+            self.exchange.submit(results).map_err(|e| {
+                HostTrap::raise(
+                    FailureKind::Diverged,
+                    Journal::diverged(&format!("its journal's results do not fit: {e}")),
+                )
+            })?;
+        }
+        let ready = match self.exchange.drain() {
+            Drained::Ready(ready) => ready,
+            _ => Vec::new(),
+        };
+        Ok(self.settle_all(ready))
+    }
+
+    /// The client's answers: those that arrived while the guest was running (after an earlier
+    /// wait timed out) first, else the next ones, parked until they come or `timeout_ms` passes.
+    async fn wait_for_answers(&mut self, timeout_ms: Option<u64>) -> wasmtime::Result<Vec<wit::ToolResult>> {
+        let ready = match self.exchange.drain() {
+            Drained::Ready(ready) => ready,
+            Drained::Idle => {
+                let message =
+                    format!("guest waits for tool results but no call is outstanding (round {})", self.rounds);
+                return Err(HostTrap::raise(FailureKind::Internal, message));
+            }
+            Drained::Waiting => {
+                // A parked guest holds no run slot; it queues for one again before resuming.
+                self.run_slot.release();
+                // Empty if the wait timed out (the guest has timers to run).
+                let ready = self.exchange.wait(timeout_ms.map(Duration::from_millis)).await;
+                self.run_slot.acquire().await;
+                ready
+            }
+        };
+        Ok(self.settle_all(ready))
+    }
+
+    /// Logs each answer against its call and hands it to the guest.
+    fn settle_all(&mut self, ready: Vec<ToolResult>) -> Vec<wit::ToolResult> {
+        let mut out = Vec::with_capacity(ready.len());
+        for r in ready {
+            self.settle(&r.id, &r.outcome);
+            out.push(to_wit(r.id, r.outcome));
+        }
+        out
+    }
+}
+
+impl Broker {
+    /// Checks a call's input: its size, then against its tool's schema, here when that is
+    /// cheap, else on the blocking pool (`schema.rs` says why), holding the run slot meanwhile
+    /// so that it counts among its tenant's running work; the execution's deadline still ends it.
+    async fn check_input(&self, call: wit::ToolCall) -> (Result<(), String>, wit::ToolCall) {
+        if call.input.len() > self.max_input_bytes {
+            let refused = Err(format!(
+                "the input of tool {:?} is {} bytes; the limit is {}: pass less data per call (filter it first, or split it over several calls)",
+                label(&call.namespace, &call.name),
+                call.input.len(),
+                self.max_input_bytes
+            ));
+            return (refused, call);
+        }
+        if let Some(checked) = self.schemas.check_inline(&call.namespace, &call.name, &call.input) {
+            return (checked, call);
+        }
+        let schemas = self.schemas.clone();
+        let (id, namespace, name) = (call.id.clone(), call.namespace.clone(), call.name.clone());
+        let checking = tokio::task::spawn_blocking(move || {
+            let checked = schemas.check(&call.namespace, &call.name, &call.input);
+            (checked, call)
+        });
+        match checking.await {
+            Ok(done) => done,
+            Err(e) => {
+                let call = wit::ToolCall { id, namespace, name, input: String::new() };
+                (Err(format!("checking the input failed: {e}")), call)
+            }
+        }
+    }
+}
+
+/// A journal's record of one result the guest received.
+fn recorded(r: &wit::ToolResult) -> RecordedResult {
+    match &r.outcome {
+        ToolOutcome::Ok(json) => RecordedResult { id: r.id.clone(), value: json.clone(), error: false },
+        ToolOutcome::Error(message) => RecordedResult { id: r.id.clone(), value: message.clone(), error: true },
+    }
+}
+
+/// The guest's "" for no namespace as the API's `None`.
+fn namespace(ns: &str) -> Option<String> {
+    (!ns.is_empty()).then(|| ns.to_string())
+}
+
+fn to_wit(id: String, outcome: Result<String, String>) -> wit::ToolResult {
+    let outcome = match outcome {
+        Ok(json) => ToolOutcome::Ok(json),
+        Err(message) => ToolOutcome::Error(message),
+    };
+    wit::ToolResult { id, outcome }
+}

@@ -1,0 +1,241 @@
+//! How the engine makes an instance's store: its host state (WASI with captured output and
+//! `/mnt/data`, the memory limiter with its budget claim, the tool broker and its channels),
+//! its fuel and its epoch deadline; and the instance itself when a warm one is ready
+//! (`warm.rs`).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+
+use tokio::sync::mpsc;
+use wasmtime::Store;
+use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
+
+use crate::bindings::SandboxPre;
+use crate::broker::Broker;
+use crate::config::{Ceilings, Limits};
+use crate::data::DataRuntime;
+use crate::error::{Error, Result};
+use crate::events::{Event, OutputStream};
+use crate::exchange::Exchange;
+use crate::guest::{Guest, Pre};
+use crate::host::{HostState, Wasi};
+use crate::journal::Recorder;
+use crate::limiter::Limiter;
+use crate::output::Output;
+use crate::request::{DATA_DIR, Runtime};
+use crate::schema::Schemas;
+use crate::shares::Shares;
+use crate::warm::{Warm, WarmPool};
+
+/// What instances are made from (each runtime's engine and pre-linked code), and what their
+/// stores draw on and count in.
+pub(crate) struct Stores {
+    pub(crate) wasmtime: wasmtime::Engine,
+    pub(crate) pre: SandboxPre<HostState>,
+    /// The data-science runtime, when configured (`EngineConfig::python_data`).
+    pub(crate) data: Option<Arc<DataRuntime>>,
+    /// Whether stores are metered (`EngineConfig::fuel`).
+    fuel: bool,
+    ceilings: Ceilings,
+    pub(crate) shares: Arc<Shares>,
+    /// Instances alive (running or paused).
+    pub(crate) live: Arc<AtomicUsize>,
+    /// Executions parked waiting for tool results.
+    pub(crate) paused: Arc<AtomicUsize>,
+    /// Instances made ahead of demand (`warm.rs`).
+    pub(crate) warm: WarmPool,
+}
+
+/// What one instance's store is made for.
+pub(crate) struct StoreSpec<'a> {
+    pub(crate) limits: &'a Limits,
+    /// The input schemas of its tools; `None`: no tools.
+    pub(crate) schemas: Option<Arc<Schemas>>,
+    pub(crate) data_dir: Option<&'a Path>,
+    pub(crate) tenant: Option<&'a str>,
+    pub(crate) runtime: Runtime,
+    /// A journaled execution's recorder: its random sources and clocks go through it.
+    pub(crate) journal: Option<&'a Arc<Recorder>>,
+}
+
+/// The host's side of one instance: its event channel, tool exchange, output and fuel.
+pub(crate) struct HostSide {
+    pub(crate) events: mpsc::UnboundedSender<Event>,
+    pub(crate) events_rx: mpsc::UnboundedReceiver<Event>,
+    pub(crate) exchange: Arc<Exchange>,
+    pub(crate) output: Output,
+    pub(crate) fuel: Option<u64>,
+}
+
+impl Stores {
+    pub(crate) fn new(
+        wasmtime: wasmtime::Engine,
+        pre: SandboxPre<HostState>,
+        data: Option<Arc<DataRuntime>>,
+        fuel: bool,
+        ceilings: Ceilings,
+        shares: Arc<Shares>,
+        warm_instances: usize,
+    ) -> Self {
+        Stores {
+            wasmtime,
+            pre,
+            data,
+            fuel,
+            ceilings,
+            shares,
+            live: Arc::new(AtomicUsize::new(0)),
+            paused: Arc::new(AtomicUsize::new(0)),
+            warm: WarmPool::new(warm_instances),
+        }
+    }
+
+    /// What instances of `runtime` are made from; refused when it is not configured.
+    pub(crate) fn pre(&self, runtime: Runtime) -> Result<Pre> {
+        match runtime {
+            Runtime::Python => Ok(Pre::Component(self.pre.clone())),
+            Runtime::PythonData => self.data.clone().map(Pre::Data).ok_or_else(|| {
+                Error::invalid(
+                    "this server has no python-data runtime (numpy, pandas, matplotlib): run the program with \
+                     runtime \"python\", or ask the operator to enable python-data",
+                )
+            }),
+        }
+    }
+
+    /// The fuel an execution starts with: its limit, or unlimited; `None` without metering.
+    pub(crate) fn fuel(&self, limits: &Limits) -> Option<u64> {
+        self.fuel.then(|| limits.fuel.unwrap_or(u64::MAX))
+    }
+
+    /// The tool exchange of one execution, its results held within a quarter of its memory
+    /// limit and charged to `tenant`.
+    pub(crate) fn exchange(&self, limits: &Limits, tenant: Option<&str>) -> Arc<Exchange> {
+        Arc::new(Exchange::new(
+            self.paused.clone(),
+            self.ceilings.max_tool_result_bytes,
+            limits.max_memory_bytes / 4,
+            self.shares.memory_claim(tenant),
+        ))
+    }
+
+    /// A store for one instance: WASI with captured output (and `/mnt/data` if given), the
+    /// memory limiter, fuel, and the tool broker with its channels.
+    pub(crate) fn new_store(&self, spec: &StoreSpec<'_>) -> Result<(Store<HostState>, HostSide)> {
+        let (state, host) = self.host_state(spec, true)?;
+        Ok((self.store_with(state, spec.runtime, host.fuel)?, host))
+    }
+
+    fn store_with(&self, state: HostState, runtime: Runtime, fuel: Option<u64>) -> Result<Store<HostState>> {
+        let mut store = Store::new(self.wasmtime_for(runtime), state);
+        arm(&mut store, fuel)?;
+        Ok(store)
+    }
+
+    /// [`Stores::new_store`] with the instance already made when a warm one is ready
+    /// (`warm.rs`); `None`: the caller instantiates.
+    pub(crate) fn new_instance(&self, spec: &StoreSpec<'_>) -> Result<(Store<HostState>, Option<Guest>, HostSide)> {
+        let (mut state, host) = self.host_state(spec, true)?;
+        let warm = if spec.runtime == Runtime::Python { self.warm.take() } else { None };
+        let Some(mut warm) = warm else {
+            return Ok((self.store_with(state, spec.runtime, host.fuel)?, None, host));
+        };
+        // The snapshot's memory was sized at instantiation, under the ceiling; a lower limit
+        // is refused the way instantiating under it would refuse it.
+        let initial = warm.store.data().limiter.peak;
+        if initial > spec.limits.max_memory_bytes {
+            self.warm.put(warm);
+            return Ok((self.store_with(state, spec.runtime, host.fuel)?, None, host));
+        }
+        state.limiter.peak = initial;
+        *warm.store.data_mut() = state;
+        arm(&mut warm.store, host.fuel)?;
+        Ok((warm.store, Some(Guest::Component(warm.sandbox)), host))
+    }
+
+    /// One warm instance: the component instantiated in a store with a placeholder state.
+    pub(crate) async fn make_warm(&self) -> Result<Warm> {
+        let limits = Limits::default().with_max_memory_bytes(self.ceilings.max_memory_bytes);
+        let spec = StoreSpec {
+            limits: &limits,
+            schemas: None,
+            data_dir: None,
+            tenant: None,
+            runtime: Runtime::Python,
+            journal: None,
+        };
+        let (state, host) = self.host_state(&spec, false)?;
+        let mut store = self.store_with(state, Runtime::Python, host.fuel)?;
+        let sandbox = self.pre.instantiate_async(&mut store).await.map_err(|e| Error::engine("instantiating", e))?;
+        Ok(Warm { store, sandbox })
+    }
+
+    fn wasmtime_for(&self, runtime: Runtime) -> &wasmtime::Engine {
+        self.data_runtime(runtime).map_or(&self.wasmtime, |data| &data.engine)
+    }
+
+    /// The data runtime, when `runtime` is it and it is configured; `None`: the component.
+    fn data_runtime(&self, runtime: Runtime) -> Option<&DataRuntime> {
+        self.data.as_deref().filter(|_| runtime == Runtime::PythonData)
+    }
+
+    /// The host state of one instance and the host side of its channels. `live`: it counts
+    /// as a live instance (a warm instance's placeholder does not).
+    fn host_state(&self, spec: &StoreSpec<'_>, live: bool) -> Result<(HostState, HostSide)> {
+        let StoreSpec { limits, ref schemas, data_dir, tenant, runtime, journal } = *spec;
+        let schemas = schemas.clone().unwrap_or_else(|| Arc::new(Schemas::none()));
+        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        let exchange = self.exchange(limits, tenant);
+        let output = Output::new(limits.max_output_bytes, events_tx.clone());
+
+        let wasi = match self.data_runtime(runtime) {
+            Some(data) => Wasi::P1(data.wasi(&output, data_dir)?),
+            None => {
+                let mut wasi = WasiCtxBuilder::new();
+                wasi.stdout(output.sink(OutputStream::Stdout)).stderr(output.sink(OutputStream::Stderr));
+                if let Some(dir) = data_dir {
+                    wasi.preopened_dir(dir, DATA_DIR, FsPerms::ReadWrite)
+                        .map_err(|e| Error::engine(&format!("opening {}", dir.display()), e))?;
+                }
+                if let Some(journal) = journal {
+                    journal.apply(&mut wasi);
+                }
+                Wasi::p2(wasi.build())
+            }
+        };
+        let (claim, run_slot) = self.shares.claim(tenant);
+        let limiter = Limiter::new(limits.max_memory_bytes, claim);
+        let mut broker =
+            Broker::new(exchange.clone(), events_tx.clone(), output.clone(), run_slot, schemas, limits, &self.ceilings);
+        broker.journal = journal.cloned();
+        let state = HostState::new(wasi, limiter, broker, live.then(|| self.live.clone()));
+        let fuel = self.fuel(limits);
+        Ok((state, HostSide { events: events_tx, events_rx, exchange, output, fuel }))
+    }
+}
+
+/// Sets what a store needs before the guest runs in it: its epoch deadline and callback,
+/// its memory limiter, and its fuel.
+fn arm(store: &mut Store<HostState>, fuel: Option<u64>) -> Result<()> {
+    store.limiter(|s| &mut s.limiter);
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(epoch_callback);
+    if let Some(fuel) = fuel {
+        store.set_fuel(fuel).map_err(|e| Error::engine("setting fuel", e))?;
+        store.fuel_async_yield_interval(Some(1_000_000)).map_err(|e| Error::engine("setting fuel", e))?;
+    }
+    Ok(())
+}
+
+/// At every epoch tick: stream what was printed, and yield so other executions (and this one's
+/// deadline and cancellation) get the thread; if other executions of the tenant wait for a run
+/// slot, hand this one's to the next and queue again.
+fn epoch_callback(ctx: wasmtime::StoreContextMut<'_, HostState>) -> wasmtime::Result<wasmtime::UpdateDeadline> {
+    let data = ctx.data();
+    data.output().flush();
+    Ok(match data.broker.run_slot.requeue() {
+        Some(requeue) => wasmtime::UpdateDeadline::YieldCustom(1, requeue),
+        None => wasmtime::UpdateDeadline::Yield(1),
+    })
+}

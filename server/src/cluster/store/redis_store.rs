@@ -1,0 +1,182 @@
+//! [`RedisStore`]: the cluster store in Redis, its keys and the [`Store`] calls as commands.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::circuit::{Health, Request, redis_error};
+use super::scripts::{ACCOUNTING, CLAIM, FORGET, SAVE, journal_script};
+use super::{COMMAND_TIMEOUT, JournalLimits, Saved, Saving, Segment, Store, StoreError, StoreResult};
+
+/// The shared store in Redis. Keys (all under `ptc:`): `j:{id}:h` the journal's header,
+/// `j:{id}:s` its segments (a hash by round), `j:{id}:o` "owner round"; `c:{id}:{round}` a
+/// claimed round; `r:{tenant}:{request id}` "id node"; `u:{tenant}` usage counters (a hash);
+/// and the journals' accounting: `jq` (id → expiry, sorted), `jq:b` (id → bytes), `jq:t` (id →
+/// tenant), `jq:u` (tenant → bytes), `jq:total`. Every key but the counters and the accounting
+/// expires with its execution; expired journals leave the accounting at the next save.
+pub struct RedisStore {
+    pub(super) conn: redis::aio::ConnectionManager,
+    pub(super) health: Arc<Health>,
+    limits: JournalLimits,
+}
+
+/// Tenant names and request ids are the client's: hex-encoded in keys, so no separator or
+/// pattern character of theirs can reach another tenant's keys.
+pub(super) fn key_part(s: &str) -> String {
+    hex::encode(s.as_bytes())
+}
+
+impl RedisStore {
+    /// The store at `url` (`redis://host:port/db`), which reconnects by itself after a drop.
+    /// `Err` only for a URL that is not one: a Redis that does not answer yet is tried again in
+    /// the background while the node serves unjournaled (a warning says so).
+    pub async fn connect(url: &str, limits: JournalLimits) -> StoreResult<Self> {
+        let client = redis::Client::open(url).map_err(redis_error)?;
+        // Reconnecting is quick and tried once: the circuit, not the client, waits for Redis.
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(COMMAND_TIMEOUT))
+            .set_response_timeout(Some(COMMAND_TIMEOUT))
+            .set_number_of_retries(1)
+            .set_max_delay(COMMAND_TIMEOUT);
+        let conn = redis::aio::ConnectionManager::new_lazy_with_config(client, config).map_err(redis_error)?;
+        let store = RedisStore { conn, health: Arc::default(), limits };
+        metrics::gauge!("ptc_cluster_store_up").set(1.0);
+        let ping = redis::cmd("PING");
+        if let Err(e) = store.query::<String>(Request::Cmd(&ping), true).await {
+            tracing::warn!("the cluster store does not answer at start ({e}); serving unjournaled until it does");
+            store.trip(&e.to_string());
+        }
+        Ok(store)
+    }
+}
+
+pub(super) fn ttl_ms(ttl: Duration) -> u64 {
+    (ttl.as_millis() as u64).max(1)
+}
+
+pub(super) fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+#[async_trait]
+impl Store for RedisStore {
+    fn durable(&self) -> bool {
+        true
+    }
+
+    fn available(&self) -> bool {
+        !self.health.down.load(Ordering::Acquire)
+    }
+
+    async fn save(&self, segment: Segment<'_>, owner: &str, ttl: Duration) -> StoreResult<Saving> {
+        let Segment { id, tenant, header, entries, round } = segment;
+        let mut cmd = journal_script(SAVE, id);
+        cmd.arg(key_part(id)).arg(key_part(tenant)).arg(header.unwrap_or_default()).arg(entries);
+        cmd.arg(format!("{round:010}")).arg(format!("{owner} {round}")).arg(ttl_ms(ttl));
+        cmd.arg(self.limits.tenant_bytes).arg(self.limits.total_bytes);
+        let outcome: String = self.query(Request::Cmd(&cmd), true).await?;
+        Ok(match outcome.as_str() {
+            "ok" => Saving::Saved,
+            "tenant" => Saving::Refused(format!(
+                "this tenant's journals would pass their bound ({} bytes)",
+                self.limits.tenant_bytes
+            )),
+            _ => Saving::Refused(format!("all journals would pass their bound ({} bytes)", self.limits.total_bytes)),
+        })
+    }
+
+    async fn set_owner(&self, id: &str, owner: &str, round: u32, ttl: Duration) -> StoreResult<()> {
+        let ms = ttl_ms(ttl);
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        pipe.cmd("SET")
+            .arg(format!("ptc:j:{}:o", key_part(id)))
+            .arg(format!("{owner} {round}"))
+            .arg("PX")
+            .arg(ms)
+            .arg("XX")
+            .ignore();
+        pipe.cmd("ZADD").arg(ACCOUNTING[0]).arg("XX").arg(now_ms() + ms).arg(key_part(id)).ignore();
+        self.query(Request::Pipe(&pipe), true).await
+    }
+
+    async fn load(&self, id: &str) -> StoreResult<Option<Saved>> {
+        let id = key_part(id);
+        let mut pipe = redis::pipe();
+        pipe.cmd("GET").arg(format!("ptc:j:{id}:h"));
+        pipe.cmd("HGETALL").arg(format!("ptc:j:{id}:s"));
+        pipe.cmd("GET").arg(format!("ptc:j:{id}:o"));
+        let (header, segments, owner): (Option<Vec<u8>>, Vec<(String, Vec<u8>)>, Option<String>) =
+            self.query(Request::Pipe(&pipe), true).await?;
+        let (Some(header), Some(owner)) = (header, owner) else { return Ok(None) };
+        let (owner, round) = owner.rsplit_once(' ').ok_or_else(|| StoreError("a malformed owner entry".into()))?;
+        let round = round.parse().map_err(|_| StoreError("a malformed owner entry".into()))?;
+        // Rounds are zero-padded: their names sort as their numbers do.
+        let mut segments = segments;
+        segments.sort_by(|a, b| a.0.cmp(&b.0));
+        let segments = segments.into_iter().map(|(_, segment)| segment).collect();
+        Ok(Some(Saved { header, segments, owner: owner.to_string(), round }))
+    }
+
+    async fn claim(&self, id: &str, round: u32, claimant: &str, ttl: Duration) -> StoreResult<bool> {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(CLAIM).arg(1).arg(format!("ptc:c:{}:{round}", key_part(id))).arg(claimant).arg(ttl_ms(ttl));
+        let claimed: i64 = self.query(Request::Cmd(&cmd), true).await?;
+        Ok(claimed == 1)
+    }
+
+    async fn forget(&self, id: &str) -> StoreResult<()> {
+        let mut cmd = journal_script(FORGET, id);
+        cmd.arg(key_part(id));
+        self.query::<i64>(Request::Cmd(&cmd), true).await.map(|_| ())
+    }
+
+    async fn set_request(
+        &self,
+        tenant: &str,
+        request_id: &str,
+        id: &str,
+        node: &str,
+        ttl: Duration,
+    ) -> StoreResult<()> {
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(format!("ptc:r:{}:{}", key_part(tenant), key_part(request_id)))
+            .arg(format!("{id} {node}"))
+            .arg("PX")
+            .arg(ttl_ms(ttl));
+        self.query(Request::Cmd(&cmd), true).await
+    }
+
+    async fn request(&self, tenant: &str, request_id: &str) -> StoreResult<Option<(String, String)>> {
+        let mut cmd = redis::cmd("GET");
+        cmd.arg(format!("ptc:r:{}:{}", key_part(tenant), key_part(request_id)));
+        let value: Option<String> = self.query(Request::Cmd(&cmd), true).await?;
+        Ok(value.and_then(|v| v.split_once(' ').map(|(id, node)| (id.to_string(), node.to_string()))))
+    }
+
+    async fn add_usage(&self, tenant: &str, name: &str, n: u64) -> StoreResult<()> {
+        let mut cmd = redis::cmd("HINCRBY");
+        cmd.arg(format!("ptc:u:{}", key_part(tenant))).arg(name).arg(n);
+        // Not sent again: a count is not worth counting twice.
+        self.query(Request::Cmd(&cmd), false).await
+    }
+
+    async fn usage(&self, tenant: &str) -> StoreResult<HashMap<String, u64>> {
+        let mut cmd = redis::cmd("HGETALL");
+        cmd.arg(format!("ptc:u:{}", key_part(tenant)));
+        self.query(Request::Cmd(&cmd), true).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tenant_parts_of_keys_cannot_carry_separators() {
+        assert_eq!(key_part("a:b*"), "613a622a");
+    }
+}

@@ -1,0 +1,108 @@
+//! Walking one session directory: what it holds (`Scan`, bounded), as entries that can be
+//! kept in a journal (`ScanEntry`) and compared after a run to find what the run changed.
+
+use super::*;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    Dir,
+    /// A regular file with a single link: the only thing the host reads, copies or returns.
+    File,
+    /// Links, hard-linked files, FIFOs, sockets, devices: counted, never followed or copied.
+    Other,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Scanned {
+    pub(super) kind: Kind,
+    pub(super) size: u64,
+    pub(super) modified: Option<SystemTime>,
+}
+
+/// One entry of a [`Scan`], as a journal keeps it (`Scan::export`, `FileStore::rewind`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ScanEntry {
+    pub path: String,
+    /// 0 directory, 1 file, 2 anything else.
+    pub kind: u8,
+    pub size: u64,
+    pub modified_ns: Option<u64>,
+}
+
+/// What a bounded walk of one session directory saw.
+#[derive(Debug, Clone, Default)]
+pub struct Scan {
+    pub(super) entries: HashMap<PathBuf, Scanned>,
+    pub usage: Usage,
+    /// False when the walk stopped at its entry bound (the session holds more than that).
+    pub complete: bool,
+}
+
+impl Scan {
+    /// Its entries, to keep beside a journal.
+    pub fn export(&self) -> Vec<ScanEntry> {
+        self.entries
+            .iter()
+            .map(|(path, e)| ScanEntry {
+                path: path.to_string_lossy().into_owned(),
+                kind: match e.kind {
+                    Kind::Dir => 0,
+                    Kind::File => 1,
+                    Kind::Other => 2,
+                },
+                size: e.size,
+                modified_ns: e
+                    .modified
+                    .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+                    .map(|d| d.as_nanos() as u64),
+            })
+            .collect()
+    }
+}
+
+pub(super) fn entry_of(meta: &cap_std::fs::Metadata) -> Scanned {
+    let ft = meta.file_type();
+    let kind = if ft.is_dir() {
+        Kind::Dir
+    } else if ft.is_file() && meta.nlink() == 1 {
+        Kind::File
+    } else {
+        Kind::Other
+    };
+    Scanned {
+        kind,
+        size: if kind == Kind::Dir { 0 } else { meta.len() },
+        modified: meta.modified().ok().map(|t| t.into_std()),
+    }
+}
+
+/// Sessions with at most this many entries are walked on the async thread that needs the
+/// walk (a live session's next run, its settling): an empty one takes a few µs, far less than
+/// the two thread hand-offs of the blocking pool. Larger ones go to the blocking pool.
+pub const INLINE_WALK_ENTRIES: u64 = 64;
+
+/// Walks `root` without following links, stopping after `limit` entries.
+pub(super) fn walk(root: &Dir, limit: u64) -> io::Result<Scan> {
+    let mut scan = Scan { complete: true, ..Scan::default() };
+    let mut pending = vec![PathBuf::new()];
+    while let Some(rel) = pending.pop() {
+        // A directory swapped for a link since it was listed is skipped, not followed.
+        let Ok(dir) = open_dir_beneath(root, &rel) else { continue };
+        for item in dir.entries()? {
+            let name = item?.file_name();
+            let Ok(meta) = dir.symlink_metadata(&name) else { continue };
+            if scan.usage.files >= limit {
+                scan.complete = false;
+                return Ok(scan);
+            }
+            let entry = entry_of(&meta);
+            scan.usage = scan.usage.add(Usage { bytes: entry.size, files: 1 });
+            let path = rel.join(&name);
+            if entry.kind == Kind::Dir {
+                pending.push(path.clone());
+            }
+            scan.entries.insert(path, entry);
+        }
+    }
+    Ok(scan)
+}

@@ -1,0 +1,41 @@
+//! What the front ends share: the engine, who the callers are ([`auth`]) and what each
+//! tenant may hold ([`tenants`]), live sessions, session files, and the one path every run
+//! takes ([`runs`]), with one error type ([`error`]) and the words a model reads when its
+//! program fails ([`advice`]). Nothing here knows a wire format.
+
+pub mod advice;
+pub mod auth;
+pub mod error;
+pub mod files;
+pub(crate) mod run_files;
+pub mod runs;
+pub mod sessions;
+pub mod tenants;
+pub mod token;
+
+use std::sync::Arc;
+
+use ptc_engine::Engine;
+use tokio_util::task::TaskTracker;
+
+use auth::ApiKeys;
+use files::FileStore;
+use sessions::Sessions;
+use tenants::Tenants;
+
+pub use error::{Error, ErrorKind};
+
+/// The shared core every front end holds (cheap to clone).
+#[derive(Clone)]
+pub struct Core {
+    pub engine: Engine,
+    pub keys: Arc<ApiKeys>,
+    pub tenants: Arc<Tenants>,
+    /// Live sessions (gRPC and MCP).
+    pub sessions: Arc<Sessions>,
+    /// Session files (`/mnt/data`); `None` where the server keeps none (MCP on stdio).
+    pub files: Option<Arc<FileStore>>,
+    /// Work started on behalf of requests (gRPC stream pumps, file watchers): shutdown waits
+    /// for it, so that final events reach their clients.
+    pub tasks: TaskTracker,
+}

@@ -1,0 +1,384 @@
+//! The `ptc.v1.Sandbox` gRPC service: a thin layer over [`ptc_engine::Engine`].
+//!
+//! Each `Execute` stream gets a task that pumps engine events out and client messages in.
+//! The task owns the execution, so a vanished client (stream error, or the response stream
+//! dropped by tonic) drops it, which cancels the program and frees its instance at once.
+
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+use tracing::Instrument;
+
+use crate::core::auth::presented_key;
+use crate::core::runs::{self, DataDir, Ending, Launch, Outcome, Read, Run};
+use crate::core::sessions::OpenOptions;
+use crate::core::{Core, Error, ErrorKind};
+use crate::proto::sandbox_server::SandboxServer;
+use crate::proto::{self, client_message, sandbox_server, server_message};
+use ptc_engine::{Event, ExecutionRequest, Runtime};
+
+#[derive(Clone)]
+pub struct SandboxService {
+    core: Core,
+    /// The message size limit, named in the status of a stream that broke it.
+    max_message_bytes: usize,
+    /// The most file bytes one execution's `Completed.files` carries (`Start.return_files`).
+    max_returned_file_bytes: u64,
+}
+
+impl SandboxService {
+    /// The service over `core`; every stream's pump runs on the core's request tasks.
+    pub fn new(core: Core, max_message_bytes: usize, max_returned_file_bytes: u64) -> Self {
+        SandboxService { core, max_message_bytes, max_returned_file_bytes }
+    }
+}
+
+/// The service with two message limits: session snapshots (`SnapshotSession`'s answer,
+/// `OpenSession`'s snapshot) carry up to `--max-snapshot-bytes`, every other call
+/// `--grpc-max-message-bytes`. One limit for all would either refuse snapshots between 16 and
+/// 64 MiB that the server itself took (tonic: `OUT_OF_RANGE`), or let every tool result grow
+/// to the snapshot limit.
+#[derive(Clone)]
+pub struct Limited {
+    small: SandboxServer<SandboxService>,
+    large: SandboxServer<SandboxService>,
+}
+
+/// The calls that carry a whole session's state.
+const SNAPSHOT_CALLS: [&str; 2] = ["/ptc.v1.Sandbox/SnapshotSession", "/ptc.v1.Sandbox/OpenSession"];
+
+impl Limited {
+    /// `service` with `max_message_bytes` for its calls and `max_snapshot_message_bytes` (at
+    /// least as large) for the snapshot calls.
+    pub fn new(service: SandboxService, max_message_bytes: usize, max_snapshot_message_bytes: usize) -> Self {
+        let large = max_snapshot_message_bytes.max(max_message_bytes);
+        let server = |limit| {
+            SandboxServer::new(service.clone()).max_decoding_message_size(limit).max_encoding_message_size(limit)
+        };
+        Limited { small: server(max_message_bytes), large: server(large) }
+    }
+}
+
+impl tonic::server::NamedService for Limited {
+    const NAME: &'static str = <SandboxServer<SandboxService> as tonic::server::NamedService>::NAME;
+}
+
+impl tonic::codegen::Service<tonic::codegen::http::Request<tonic::body::Body>> for Limited {
+    type Response = tonic::codegen::http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = tonic::codegen::BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, _cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: tonic::codegen::http::Request<tonic::body::Body>) -> Self::Future {
+        if SNAPSHOT_CALLS.contains(&request.uri().path()) { self.large.call(request) } else { self.small.call(request) }
+    }
+}
+
+/// The status a refused request ends with.
+pub fn status(e: Error) -> Status {
+    let message = e.message().to_string();
+    match e.kind() {
+        ErrorKind::Invalid => Status::invalid_argument(message),
+        ErrorKind::Precondition => Status::failed_precondition(message),
+        ErrorKind::NotFound => Status::not_found(message),
+        ErrorKind::Exists => Status::already_exists(message),
+        ErrorKind::Busy | ErrorKind::Quota => Status::resource_exhausted(message),
+        ErrorKind::SessionBusy => Status::aborted(message),
+        ErrorKind::Unavailable => Status::unavailable(message),
+        _ => Status::internal(message),
+    }
+}
+
+fn engine_status(e: ptc_engine::Error) -> Status {
+    status(e.into())
+}
+
+fn dropped(d: Vec<ptc_engine::Dropped>) -> Vec<proto::DroppedGlobal> {
+    d.into_iter().map(|d| proto::DroppedGlobal { name: d.name, reason: d.reason }).collect()
+}
+
+impl SandboxService {
+    /// Starts `start`'s run: fresh (with a `/mnt/data` of its own when it brings files or
+    /// wants them back), or in the live session it names (opened first with `open_session`).
+    async fn start_run(&self, tenant: &str, start: proto::Start) -> Result<Run, Status> {
+        let core = &self.core;
+        let tools = proto::tool_defs(start.tools).map_err(Status::invalid_argument)?;
+        let runtime: Runtime = start.runtime.parse().map_err(engine_status)?;
+        let defaults = &core.engine.config().default_limits;
+        let limits =
+            runs::limits(&core.engine, start.limits.unwrap_or_default().apply(defaults), None).map_err(status)?;
+        let session_id = (!start.session_id.is_empty()).then_some(start.session_id);
+        let mut request =
+            ExecutionRequest::new(start.code).with_tools(tools).with_limits(limits.clone()).with_tenant(tenant);
+        request.runtime = runtime;
+        request.session_id = session_id.clone();
+        let inputs: Vec<(String, Vec<u8>)> = start.files.into_iter().map(|f| (f.name, f.content)).collect();
+        let dir = match session_id {
+            None if start.return_files || !inputs.is_empty() => DataDir::Own(inputs),
+            None => DataDir::None,
+            Some(id) => {
+                let live = match core.sessions.get(tenant, &id) {
+                    Err(e) if e.kind() == ErrorKind::NotFound && start.open_session => {
+                        let options = OpenOptions { id: Some(id), limits: Some(limits), runtime, ..Default::default() };
+                        core.sessions.open(tenant, options).await.map_err(status)?.live
+                    }
+                    other => other.map_err(status)?,
+                };
+                DataDir::Live(live, inputs)
+            }
+        };
+        let request_id = Some(start.request_id);
+        core.start(Launch { request, dir, request_id }).await.map_err(status)
+    }
+
+    fn tenant<T>(&self, request: &Request<T>) -> Result<String, Status> {
+        let md = request.metadata();
+        let key = presented_key(
+            md.get("x-api-key").and_then(|v| v.to_str().ok()),
+            md.get("authorization").and_then(|v| v.to_str().ok()),
+        );
+        self.core.keys.tenant(key).map_err(|e| Status::unauthenticated(e.message()))
+    }
+}
+
+fn error_message(code: &str, message: impl Into<String>) -> proto::ServerMessage {
+    proto::ServerMessage {
+        message: Some(server_message::Message::Error(proto::Error { code: code.into(), message: message.into() })),
+    }
+}
+
+#[tonic::async_trait]
+impl sandbox_server::Sandbox for SandboxService {
+    type ExecuteStream = ReceiverStream<Result<proto::ServerMessage, Status>>;
+
+    async fn execute(
+        &self,
+        request: Request<Streaming<proto::ClientMessage>>,
+    ) -> Result<Response<Self::ExecuteStream>, Status> {
+        let tenant = self.tenant(&request)?;
+        let mut inbound = request.into_inner();
+        let start = match inbound.message().await? {
+            Some(proto::ClientMessage { message: Some(client_message::Message::Start(start)) }) => start,
+            Some(_) => return Err(Status::invalid_argument("the first message must be Start")),
+            None => return Err(Status::invalid_argument("the stream closed before Start")),
+        };
+        let return_files = start.return_files.then_some(self.max_returned_file_bytes);
+        let session_id = (!start.session_id.is_empty()).then(|| start.session_id.clone());
+        let run = self.start_run(&tenant, start).await?;
+        let span = tracing::info_span!("grpc_execute", execution = %run.execution.id(), tenant = %tenant,
+            session = session_id.as_deref().unwrap_or(""));
+        let (tx, rx) = mpsc::channel(64);
+        let started = proto::ServerMessage {
+            message: Some(server_message::Message::Started(proto::Started {
+                execution_id: run.execution.id().to_string(),
+            })),
+        };
+        tx.send(Ok(started)).await.map_err(|_| Status::cancelled("client went away"))?;
+        let pump = Pump { run, inbound, tx, return_files, max_message_bytes: self.max_message_bytes };
+        self.core.tasks.spawn(pump.run().instrument(span));
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn open_session(
+        &self,
+        request: Request<proto::OpenSessionRequest>,
+    ) -> Result<Response<proto::OpenSessionResponse>, Status> {
+        let tenant = self.tenant(&request)?;
+        let r = request.into_inner();
+        let defaults = &self.core.engine.config().default_limits;
+        let idle_timeout = r
+            .idle_timeout_ms
+            .map(|ms| Duration::from_millis(ms.into()))
+            .unwrap_or(self.core.sessions.limits().idle_timeout);
+        let options = OpenOptions {
+            id: (!r.session_id.is_empty()).then_some(r.session_id),
+            limits: Some(r.limits.unwrap_or_default().apply(defaults)),
+            idle_timeout: Some(idle_timeout),
+            snapshot: (!r.snapshot.is_empty()).then_some(r.snapshot),
+            runtime: r.runtime.parse().map_err(engine_status)?,
+        };
+        let opened = self.core.sessions.open(&tenant, options).await.map_err(status)?;
+        tracing::info!(tenant = %tenant, session = %opened.id, restored = opened.restored.kept.len(),
+            files = opened.files.len(), "session opened");
+        Ok(Response::new(proto::OpenSessionResponse {
+            session_id: opened.id,
+            restored: opened.restored.kept,
+            dropped: dropped(opened.restored.dropped),
+            idle_timeout_ms: idle_timeout.as_millis().try_into().unwrap_or(u32::MAX),
+            files: opened.files,
+        }))
+    }
+
+    async fn close_session(
+        &self,
+        request: Request<proto::CloseSessionRequest>,
+    ) -> Result<Response<proto::CloseSessionResponse>, Status> {
+        let tenant = self.tenant(&request)?;
+        let closed = self.core.sessions.close(&tenant, &request.into_inner().session_id);
+        Ok(Response::new(proto::CloseSessionResponse { closed }))
+    }
+
+    async fn snapshot_session(
+        &self,
+        request: Request<proto::SnapshotSessionRequest>,
+    ) -> Result<Response<proto::SessionSnapshot>, Status> {
+        let tenant = self.tenant(&request)?;
+        let r = request.into_inner();
+        let snapshot = self.core.sessions.snapshot(&tenant, &r.session_id, r.include_files).await.map_err(status)?;
+        Ok(Response::new(proto::SessionSnapshot {
+            snapshot: snapshot.bytes,
+            kept: snapshot.state.kept,
+            modules: snapshot.state.modules,
+            dropped: dropped(snapshot.state.dropped),
+            files: snapshot.files,
+        }))
+    }
+
+    async fn describe_tools(
+        &self,
+        request: Request<proto::DescribeToolsRequest>,
+    ) -> Result<Response<proto::DescribeToolsResponse>, Status> {
+        let tenant = self.tenant(&request)?;
+        let tools = proto::tool_defs(request.into_inner().tools).map_err(Status::invalid_argument)?;
+        // Rendering runs guest code: admitted like an execution of the tenant's.
+        let _admission = self.core.tenants.admit(&tenant, None).map_err(|r| status(r.into()))?;
+        let d = self.core.engine.describe_tools(&tools, Some(&tenant)).await.map_err(engine_status)?;
+        Ok(Response::new(proto::DescribeToolsResponse {
+            tools: d
+                .tools
+                .into_iter()
+                .map(|t| proto::DescribedTool { name: t.name, python_name: t.python_name, signature: t.signature })
+                .collect(),
+            stub: d.stub,
+        }))
+    }
+}
+
+/// One `Execute` stream's pump: engine events out, client messages in, until the run ends.
+/// It owns the run, so a vanished client drops it, which cancels the program.
+struct Pump {
+    run: Run,
+    inbound: Streaming<proto::ClientMessage>,
+    tx: mpsc::Sender<Result<proto::ServerMessage, Status>>,
+    /// `Start.return_files`: the byte budget of the files the final message carries.
+    return_files: Option<u64>,
+    max_message_bytes: usize,
+}
+
+impl Pump {
+    async fn run(mut self) {
+        let mut inbound_open = true;
+        loop {
+            tokio::select! {
+                event = self.run.execution.next_event() => {
+                    let Some(event) = event else { break };
+                    let message = match event {
+                        Event::Completed(c) => self.final_message(Ok(c)).await,
+                        Event::Failed(f) => self.final_message(Err(f)).await,
+                        other => proto::server_message(other),
+                    };
+                    let last = matches!(message.message,
+                        Some(server_message::Message::Completed(_) | server_message::Message::Failed(_)));
+                    if self.tx.send(Ok(message)).await.is_err() {
+                        tracing::info!("client went away; cancelling");
+                        break;
+                    }
+                    if last {
+                        break;
+                    }
+                }
+                message = self.inbound.message(), if inbound_open => match message {
+                    Ok(Some(message)) => {
+                        if let Some(reply) = handle_client_message(&self.run.execution, message)
+                            && self.tx.send(Ok(reply)).await.is_err()
+                        {
+                            break;
+                        }
+                    }
+                    // Half-closed: the client has nothing more to say but still listens.
+                    Ok(None) => inbound_open = false,
+                    Err(status) => {
+                        tracing::info!(%status, "client stream failed; cancelling");
+                        // The client may still be listening (a message over the limit, say): it
+                        // gets a status that says why, never a silent OK.
+                        let _ = self.tx.send(Err(inbound_status(status, self.max_message_bytes))).await;
+                        break;
+                    }
+                },
+                _ = self.tx.closed() => {
+                    tracing::info!("client went away; cancelling");
+                    break;
+                }
+            }
+        }
+        // Dropping the run cancels it if it is still running.
+    }
+
+    /// The final message, once the run's files are settled: with the files it created or
+    /// changed if they were asked for, or a `FILE_QUOTA` failure if they left the tenant over
+    /// its quota (what the run wrote is gone).
+    async fn final_message(&self, end: Result<ptc_engine::Completion, ptc_engine::Failure>) -> proto::ServerMessage {
+        let read = self.return_files.map(|max_bytes| Read { max_bytes, wanted: |_| true });
+        let Ending { outcome, contents, .. } = self.run.end(end, read).await;
+        let files: Vec<proto::File> = contents.into_iter().map(proto::file).collect();
+        let message = match outcome {
+            Outcome::Completed(c) => server_message::Message::Completed(proto::Completed { files, ..c.into() }),
+            Outcome::Failed(f) => server_message::Message::Failed(proto::Failed { files, ..f.into() }),
+            Outcome::OverQuota { message, end } => {
+                let failed: proto::Failed = match end {
+                    Ok(c) => proto::Completed::from(c).into(),
+                    Err(f) => f.into(),
+                };
+                server_message::Message::Failed(proto::Failed {
+                    kind: proto::FailureKind::FileQuota as i32,
+                    message,
+                    traceback: String::new(),
+                    exit_code: None,
+                    files: Vec::new(),
+                    ..failed
+                })
+            }
+        };
+        proto::ServerMessage { message: Some(message) }
+    }
+}
+
+/// The status a stream ends with when reading the client's next message failed.
+fn inbound_status(status: Status, max_message_bytes: usize) -> Status {
+    match status.code() {
+        tonic::Code::OutOfRange | tonic::Code::ResourceExhausted => Status::resource_exhausted(format!(
+            "a client message is larger than this server's limit of {max_message_bytes} bytes ({}); the execution was cancelled. \
+             Send smaller tool results (the limit for one result is lower still; see docs/limits.md)",
+            status.message()
+        )),
+        _ => status,
+    }
+}
+
+fn handle_client_message(
+    execution: &ptc_engine::Execution,
+    message: proto::ClientMessage,
+) -> Option<proto::ServerMessage> {
+    match message.message {
+        Some(client_message::Message::ToolResults(results)) => {
+            match execution.submit(results.results.into_iter().map(Into::into).collect()) {
+                Ok(()) => None,
+                Err(e) => Some(error_message(e.kind().as_str(), e.message())),
+            }
+        }
+        Some(client_message::Message::Cancel(cancel)) => {
+            tracing::info!(reason = %cancel.reason, "cancelled by the client");
+            execution.cancel();
+            None
+        }
+        Some(client_message::Message::Start(_)) => {
+            Some(error_message("unexpected_message", "Start may only be the first message of a stream"))
+        }
+        None => Some(error_message("unexpected_message", "empty client message")),
+    }
+}

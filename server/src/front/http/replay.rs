@@ -1,0 +1,144 @@
+//! A continuation whose execution's node is gone (cluster with a shared store): the journal
+//! is loaded from the store and the program run again from it, the recorded rounds answered
+//! by the engine itself, up to the round the token resumes; from there it is paused here like
+//! any other.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use ptc_engine::{Entry, ExecutionRequest, Journal, Runtime};
+use serde_json::json;
+
+use super::api::{ApiError, ToolResultSpec};
+use super::paused::Paused;
+use super::{HttpState, Stop, advance, ended_response, resume};
+use crate::cluster::JournalHeader;
+use crate::core::ErrorKind;
+use crate::core::runs::{DataDir, Launch};
+use crate::core::token::{Claims, now_ms};
+
+/// Resumes an execution whose node is gone: runs its program again from the journal in the
+/// shared store (the recorded tool results answered at once, the calls checked against the
+/// record) up to the round the token resumes, then hands it the client's results.
+pub(super) async fn replay(
+    state: &HttpState,
+    tenant: String,
+    claims: Claims,
+    results: Vec<ToolResultSpec>,
+) -> Result<Response, ApiError> {
+    let cluster = &state.cluster;
+    let Some((header, journal)) = load_journal(state, &tenant, &claims).await? else {
+        return Err(ApiError::bad_request("Execution expired"));
+    };
+    let started = std::time::Instant::now();
+    let engine = &state.core.engine;
+    // The first run's deadline holds; the engine's shortest timeout is its floor.
+    let remaining = header.expires_at_ms.saturating_sub(now_ms());
+    let timeout = Duration::from_millis(remaining).max(engine.config().ceilings.min_timeout);
+    let limits = engine.config().default_limits.clone().with_timeout(timeout);
+    let runtime: Runtime = header.runtime.parse().map_err(|e: ptc_engine::Error| ApiError::bad_request(e.message()))?;
+    let request = ExecutionRequest::new(header.code)
+        .with_tools(header.tools)
+        .with_limits(limits)
+        .with_session_id(header.session_id.clone())
+        .with_tenant(tenant.clone())
+        .with_runtime(runtime)
+        .with_journal(journal);
+    let dir = DataDir::Rewound { id: header.session_id.clone(), before: header.files };
+    let mut run = match state.core.start(Launch { request, dir, request_id: None }).await {
+        Ok(run) => run,
+        Err(e) if e.kind() == ErrorKind::Lost => {
+            let _ = cluster.store.forget(&claims.execution_id).await;
+            return Ok(lost_response(&header.session_id, e.message()));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let _ = cluster.store.add_usage(&tenant, "replays", 1).await;
+    match advance(&mut run.execution).await {
+        Stop::Calls(round, _) if round == claims.round => {
+            tracing::info!(execution = %claims.execution_id, round, elapsed = ?started.elapsed(), "resumed by replay");
+            metrics::histogram!("ptc_replay_seconds").record(started.elapsed().as_secs_f64());
+            let ttl = Duration::from_millis(remaining);
+            if let Err(e) = cluster.store.set_owner(&claims.execution_id, &cluster.node, round, ttl).await {
+                tracing::warn!("naming the new owner: {e}");
+            }
+            let (id, session_id, expires_at_ms) =
+                (claims.execution_id.clone(), header.session_id, header.expires_at_ms);
+            let paused = Paused {
+                id,
+                run,
+                tenant: tenant.clone(),
+                session_id,
+                round,
+                expires_at_ms,
+                header: None,
+                journaled: true,
+            };
+            state.paused.insert(paused);
+            let slot = state.paused.get(&claims.execution_id).expect("just inserted");
+            resume(state, &tenant, &claims, slot, results).await
+        }
+        Stop::Calls(round, _) => {
+            let _ = cluster.store.forget(&claims.execution_id).await;
+            let why = format!(
+                "running it again stopped for tools at round {round}, not at round {} where it was paused",
+                claims.round
+            );
+            Ok(lost_response(&header.session_id, &Journal::diverged(&why)))
+        }
+        Stop::Ended(end) => {
+            let _ = cluster.store.forget(&claims.execution_id).await;
+            Ok(ended_response(&run, end).await)
+        }
+    }
+}
+
+/// The journal of the execution `claims` resumes, from the shared store, ready to replay;
+/// `None` if it is gone or its deadline passed. A token of an older round, or another
+/// tenant's, is refused.
+async fn load_journal(
+    state: &HttpState,
+    tenant: &str,
+    claims: &Claims,
+) -> Result<Option<(JournalHeader, Journal)>, ApiError> {
+    let unavailable = |e: crate::cluster::StoreError| {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, format!("{e}; try the continuation again shortly"))
+    };
+    let malformed = |e: &dyn std::fmt::Display| {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("a malformed journal: {e}"))
+    };
+    let Some(saved) = state.cluster.store.load(&claims.execution_id).await.map_err(unavailable)? else {
+        return Ok(None);
+    };
+    // An older round's token was used already (here or on the node that resumed it).
+    if saved.round != claims.round {
+        return Err(ApiError::bad_request("Invalid continuation token"));
+    }
+    let header: JournalHeader = serde_json::from_slice(&saved.header).map_err(|e| malformed(&e))?;
+    if header.tenant != tenant {
+        return Err(ApiError::bad_request("Invalid continuation token"));
+    }
+    if header.expires_at_ms <= now_ms() {
+        return Ok(None);
+    }
+    let mut entries: Vec<Entry> = Vec::new();
+    for segment in &saved.segments {
+        let part: Vec<Entry> = serde_json::from_slice(segment).map_err(|e| malformed(&e))?;
+        entries.extend(part);
+    }
+    let mut seed = [0u8; 32];
+    hex::decode_to_slice(&header.seed, &mut seed).map_err(|e| malformed(&e))?;
+    Ok(Some((header, Journal::replay(seed, entries))))
+}
+
+/// An execution that cannot be resumed: the model is told why and what to do.
+fn lost_response(session_id: &str, why: &str) -> Response {
+    let stderr = format!("{why}\n");
+    Json(json!({
+        "status": "error", "session_id": session_id, "error": "Execution failed or timed out", "kind": "diverged",
+        "stdout": "", "stderr": stderr,
+    }))
+    .into_response()
+}

@@ -1,0 +1,145 @@
+//! The tool catalogue: the downstream tools a program may call (a tool whose schema cannot be
+//! checked is set aside, with the reason), and `execute_code`'s description of them.
+
+use ptc_engine::{Runtime, ToolDef};
+use rmcp::model::Tool;
+use serde_json::Value;
+
+use super::downstream::Listing;
+use super::handler::{CodeMode, Mode};
+use crate::core::sessions::Sessions;
+
+/// The callable tools as a program sees them, and what the model is told about them.
+pub(super) struct Catalog {
+    pub defs: Vec<ToolDef>,
+    /// `execute_code`'s description.
+    pub description: String,
+}
+
+impl CodeMode {
+    /// The callable tools, and with `describe` also execute_code's description (which costs
+    /// an instance to render the signatures, so an execution does without it). A tool whose
+    /// input schema this server cannot check (`check_tool_schema`) is set aside as not callable,
+    /// with the reason, rather than failing every program.
+    pub(super) async fn catalog(&self, describe: bool, mode: Mode, tenant: Option<&str>) -> Result<Catalog, String> {
+        let listings = self.state.downstream.listings(tenant).await;
+        let mut defs = Vec::new();
+        let mut not_callable = Vec::new();
+        let mut unavailable = Vec::new();
+        for Listing { server, tools } in &listings {
+            match tools {
+                Ok(tools) => {
+                    for t in tools {
+                        match t.not_callable {
+                            None => match self.state.schema_problem(server, &t.tool) {
+                                None => defs.push(tool_def(server, &t.tool)),
+                                Some(why) => not_callable.push(format!("{server}.{} ({why})", t.tool.name)),
+                            },
+                            Some(why) => not_callable.push(format!("{server}.{} ({why})", t.tool.name)),
+                        }
+                    }
+                }
+                Err(e) => unavailable.push(format!("{server}: {e}")),
+            }
+        }
+        if !describe {
+            return Ok(Catalog { defs, description: String::new() });
+        }
+        let described = self.state.described(&defs, tenant).await?;
+        let mut text = intro(self.state.runtime);
+        text.push_str(&self.state_text(mode));
+        text.push_str("\n\nTools (call as `await server.tool(...)`):\n");
+        for (d, def) in described.tools.iter().zip(&defs) {
+            text.push_str(&d.signature);
+            let summary = summary(&def.description);
+            if !summary.is_empty() {
+                text.push_str("  # ");
+                text.push_str(&summary);
+            }
+            text.push('\n');
+        }
+        if defs.is_empty() {
+            text.push_str("(none)\n");
+        }
+        if !not_callable.is_empty() {
+            text.push_str(&format!("\nNot callable from code: {}\n", not_callable.join(", ")));
+        }
+        if !unavailable.is_empty() {
+            text.push_str(&format!("\nUnavailable now: {}\n", unavailable.join("; ")));
+        }
+        Ok(Catalog { defs, description: text })
+    }
+
+    /// What execute_code's description says about state kept between calls.
+    fn state_text(&self, mode: Mode) -> String {
+        let Some(sessions) = &self.state.sessions else { return String::new() };
+        let files = sessions.file_store().is_some();
+        match mode {
+            Mode::Fresh => String::new(),
+            Mode::Persistent => {
+                let files = if files {
+                    " Files it writes in /mnt/data stay for later calls too (within a storage quota)."
+                } else {
+                    ""
+                };
+                format!("{PERSIST}{files}")
+            }
+            Mode::Handles => format!(
+                " Each call starts afresh unless it names a session: pass session=\"new\" to keep the globals (variables, \
+                 imports, functions){} for later calls; the result's last line names the session, and passing that id as \
+                 `session` continues from there. A session ends after {} minutes without a call.",
+                if files { " and the files in /mnt/data" } else { "" },
+                idle_minutes(sessions)
+            ),
+        }
+    }
+}
+
+/// How long a session may sit idle, in whole minutes (as the model is told).
+pub(super) fn idle_minutes(sessions: &Sessions) -> u64 {
+    sessions.limits().idle_timeout.as_secs().div_ceil(60)
+}
+
+const PERSIST: &str = " Globals (variables, imports, functions, classes) persist from one execute_code call to the \
+next in this conversation, so load data once and reuse it; a timeout or cancellation starts over (the result says so).";
+
+/// The start of `execute_code`'s description: what the program runs in, then [`EXECUTE_CODE_TOOLS`].
+pub(super) fn intro(runtime: Runtime) -> String {
+    let python = match runtime {
+        Runtime::PythonData => {
+            "Run a Python 3.15 program in a sandbox with numpy, pandas, matplotlib (save figures with \
+             plt.savefig('/mnt/data/NAME.png') where /mnt/data exists: they come back as images), scipy and scikit-learn \
+             (no network)."
+        }
+        _ => "Run a Python 3.14 program in a sandbox (standard library only, no network).",
+    };
+    format!("{python} {EXECUTE_CODE_TOOLS}")
+}
+
+const EXECUTE_CODE_TOOLS: &str = "The tools below are async functions grouped by server: `await server.tool(arg=...)`; run independent calls at once with \
+`await asyncio.gather(...)`. Results arrive as Python values (dicts, lists, strings); a failing tool raises ToolError, \
+which you can catch. Top-level await and `return value` work. Only what the program prints and returns comes back to you, \
+so filter and summarise in code. `await llm_query(prompt, system=None, max_tokens=1024)` asks your client's model \
+and returns its answer as a string. `describe_tools(names)` gives a tool's full documentation.";
+
+pub(super) fn tool_def(server: &str, tool: &Tool) -> ToolDef {
+    let description = tool.description.as_deref().or(tool.title.as_deref()).unwrap_or_default();
+    ToolDef::new(tool.name.to_string())
+        .with_namespace(server)
+        .with_description(description)
+        .with_parameters(Value::Object((*tool.input_schema).clone()))
+}
+
+/// The first sentence of a description, at most 100 characters.
+fn summary(description: &str) -> String {
+    let first = description.trim().lines().next().unwrap_or_default();
+    let sentence = match first.find(". ") {
+        Some(i) => &first[..=i],
+        None => first,
+    };
+    if sentence.chars().count() > 100 {
+        format!("{}…", sentence.chars().take(99).collect::<String>())
+    } else {
+        sentence.to_string()
+    }
+}

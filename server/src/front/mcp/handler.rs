@@ -1,0 +1,227 @@
+//! One MCP connection's handler ([`CodeMode`]): the two tools it lists (`execute_code`,
+//! `describe_tools`), how its programs keep state ([`Mode`]), and the listener that tells its
+//! client when the downstream tools change.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, JsonObject, ListToolsResult,
+    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, SubscriptionFilter, Tool,
+};
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+use serde_json::{Value, json};
+
+use super::catalog::intro;
+use super::results::{object, output_schema};
+use super::run::HeldSession;
+use super::state::{McpState, tenant_of};
+use ptc_engine::ToolDef;
+
+/// How the programs of one connection keep state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Mode {
+    /// Each program in a fresh sandbox.
+    Fresh,
+    /// All programs of the MCP session in one live session.
+    Persistent,
+    /// Fresh unless the program names a session (`session="new"` or an earlier result's id).
+    Handles,
+}
+
+/// One MCP connection's handler (cheap to clone: everything is shared).
+#[derive(Clone)]
+pub struct CodeMode {
+    pub(super) state: Arc<McpState>,
+    /// This MCP session's live session, opened by its first `execute_code`; the lock also
+    /// runs its programs one after another. Dropped (and so closed) with the MCP session.
+    pub(super) live: Arc<tokio::sync::Mutex<Option<HeldSession>>>,
+    /// Cancelled when the last clone of the handler goes, which rmcp drops when the MCP session
+    /// ends: what the session's own tasks (the tool-change listener) stop on. A listener that
+    /// waited on the broadcast alone outlived its session, ~6.5 KiB each for good.
+    ended: Arc<Ended>,
+}
+
+struct Ended {
+    token: tokio_util::sync::CancellationToken,
+    handlers: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        self.token.cancel();
+        self.handlers.fetch_sub(1, Ordering::AcqRel);
+        metrics::gauge!("ptc_mcp_handlers").decrement(1.0);
+    }
+}
+
+impl CodeMode {
+    pub fn new(state: Arc<McpState>) -> Self {
+        metrics::gauge!("ptc_mcp_handlers").increment(1.0);
+        state.handlers.fetch_add(1, Ordering::AcqRel);
+        let handlers = state.handlers.clone();
+        let ended = Arc::new(Ended { token: tokio_util::sync::CancellationToken::new(), handlers });
+        CodeMode { state, live: Arc::default(), ended }
+    }
+
+    async fn describe(&self, args: &JsonObject, tenant: Option<&str>) -> Result<CallToolResult, McpError> {
+        let names: Option<Vec<String>> = match args.get("names") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(serde_json::from_value(v.clone()).map_err(|_| {
+                McpError::invalid_params(
+                    "describe_tools: \"names\" must be a list of tool names like \"server.tool\"",
+                    None,
+                )
+            })?),
+        };
+        let catalog = self.catalog(false, Mode::Fresh, tenant).await.map_err(|e| McpError::internal_error(e, None))?;
+        let qualified = |d: &ToolDef| format!("{}.{}", d.namespace.as_deref().unwrap_or_default(), d.name);
+        let chosen: Vec<ToolDef> = match &names {
+            None => catalog.defs.clone(),
+            Some(names) => {
+                let unknown: Vec<&String> =
+                    names.iter().filter(|n| !catalog.defs.iter().any(|d| &qualified(d) == *n)).collect();
+                if !unknown.is_empty() {
+                    let known: Vec<String> = catalog.defs.iter().map(qualified).collect();
+                    return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+                        "no callable tool named {}; the callable tools are: {}",
+                        unknown.iter().map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", "),
+                        known.join(", ")
+                    ))]));
+                }
+                catalog.defs.iter().filter(|d| names.contains(&qualified(d))).cloned().collect()
+            }
+        };
+        let described = match self.state.describe_admitted(&chosen, tenant).await {
+            Ok(described) => described,
+            Err(why) => return Ok(CallToolResult::error(vec![ContentBlock::text(why)])),
+        };
+        Ok(CallToolResult::success(vec![ContentBlock::text(described.stub)]))
+    }
+
+    /// How this connection's programs keep state: in one live session per MCP session (stdio;
+    /// over HTTP, protocols before 2026-07-28), in sessions they name (2026-07-28 over HTTP,
+    /// which removed MCP sessions, so each request there gets a handler of its own), or not.
+    pub(super) fn mode(&self, ctx: &RequestContext<RoleServer>) -> Mode {
+        let http = ctx.extensions.get::<axum::http::request::Parts>().is_some();
+        let modern = ctx.protocol_version().is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
+        match (&self.state.sessions, http && modern) {
+            (None, _) => Mode::Fresh,
+            (Some(_), false) => Mode::Persistent,
+            (Some(_), true) => Mode::Handles,
+        }
+    }
+}
+
+impl ServerHandler for CodeMode {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_tool_list_changed().build())
+            .with_server_info(Implementation::new("ptc-engine", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Call execute_code with one Python program that calls the downstream tools as async functions; \
+                 only what it prints or returns comes back.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let mode = self.mode(&ctx);
+        let description = match self.catalog(true, mode, tenant_of(&ctx.extensions).as_deref()).await {
+            Ok(catalog) => catalog.description,
+            Err(e) => format!("{}\n\nNo tools can be offered now: {e}", intro(self.state.runtime)),
+        };
+        let mut input = json!({
+            "type": "object",
+            "properties": {
+                "code": {"type": "string", "description": "The Python program."},
+                "timeout_ms": {"type": "integer", "minimum": 1, "description": "Deadline for the whole run, tool calls included."}
+            },
+            "required": ["code"]
+        });
+        if mode == Mode::Handles {
+            input["properties"]["session"] = json!({
+                "type": "string",
+                "description": "\"new\" to run in a new session that keeps its state for later calls, or the id of the session an earlier result named to continue in it; omit for a one-off program."
+            });
+        }
+        let mut execute = Tool::new("execute_code", description, object(input));
+        execute.output_schema = Some(output_schema());
+        let describe = Tool::new(
+            "describe_tools",
+            "The full Python stub (docstrings, every parameter) of the named tools, e.g. [\"github.create_issue\"]; all tools if no names are given.",
+            object(json!({
+                "type": "object",
+                "properties": {"names": {"type": "array", "items": {"type": "string"}}}
+            })),
+        );
+        Ok(ListToolsResult::with_all_items(vec![execute, describe]))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let result = match request.name.as_ref() {
+            "execute_code" => return self.execute(request, ctx).await,
+            "describe_tools" => {
+                let tenant = tenant_of(&ctx.extensions);
+                self.describe(&request.arguments.unwrap_or_default(), tenant.as_deref()).await?
+            }
+            other => {
+                return Err(McpError::invalid_params(
+                    format!("unknown tool {other:?}; this server has execute_code and describe_tools"),
+                    None,
+                ));
+            }
+        };
+        Ok(result.into())
+    }
+
+    async fn on_initialized(&self, ctx: NotificationContext<RoleServer>) {
+        // A downstream tool list changed: so did execute_code's description. Until the MCP
+        // session ends (its handler is dropped), whatever the downstream servers do.
+        let mut changes = self.state.downstream.subscribe();
+        let ended = self.ended.token.clone();
+        let peer = ctx.peer;
+        let listeners = self.state.listeners.clone();
+        listeners.fetch_add(1, Ordering::AcqRel);
+        metrics::gauge!("ptc_mcp_listeners").increment(1.0);
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = ended.cancelled() => break,
+                    changed = changes.recv() => {
+                        if changed.is_err() || peer.notify_tool_list_changed().await.is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+            listeners.fetch_sub(1, Ordering::AcqRel);
+            metrics::gauge!("ptc_mcp_listeners").decrement(1.0);
+        });
+    }
+
+    fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+        Some(requested.clone())
+    }
+
+    async fn listen(&self, ctx: SubscriptionContext) -> Result<(), McpError> {
+        let mut changes = self.state.downstream.subscribe();
+        loop {
+            tokio::select! {
+                _ = ctx.cancelled() => return Ok(()),
+                changed = changes.recv() => {
+                    if changed.is_err() || ctx.sink().notify_tool_list_changed().await.is_err() {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,338 @@
+//! One `execute_code`: the program starts through the core's run path (in a fresh sandbox, the
+//! MCP session's live session, or one the program names), its calls go to the downstream
+//! servers (all of one round at once), its printed output goes out as progress, and its end
+//! becomes the tool's result.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ptc_engine::{Event, ExecutionRequest, FailureKind, OutputStream, ToolCall, ToolResult};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CreateMessageRequest, InputRequest, InputRequests, JsonObject,
+    ProgressNotificationParam, ProtocolVersion,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer};
+use serde_json::Value;
+use tokio::task::JoinSet;
+
+use super::catalog::idle_minutes;
+use super::handler::{CodeMode, Mode};
+use super::results::{IMAGES, add_session, ended_result, failed_before_start, prefix_text, tail};
+use super::sampling::{LLM_QUERY, NO_SAMPLING, llm_query_def, sampled_answer, sampling_params};
+use super::state::tenant_of;
+use crate::core::auth::LOCAL_TENANT;
+use crate::core::runs::{self, DataDir, Launch, Run};
+use crate::core::sessions::{LiveSession, OpenOptions, Sessions};
+use crate::core::{Error, ErrorKind};
+
+/// Printed output is sent as progress at most this often while a program runs.
+const PROGRESS_EVERY: Duration = Duration::from_millis(250);
+
+/// A connection's live session in the registry; closed when the MCP session ends.
+pub(super) struct HeldSession {
+    sessions: Arc<Sessions>,
+    tenant: String,
+    id: String,
+    live: LiveSession,
+}
+
+impl Drop for HeldSession {
+    fn drop(&mut self) {
+        self.sessions.close(&self.tenant, &self.id);
+    }
+}
+
+/// A program between two calls of its client (protocol 2026-07-28 sampling), or within one.
+pub(super) struct Program {
+    pub run: Run,
+    /// Downstream calls (and pre-2026 sampling requests) in flight; they keep running while
+    /// the execution is parked.
+    pub calls: JoinSet<ToolResult>,
+    pub started: Instant,
+    pub timeout_limit: Duration,
+    pub tenant: Option<String>,
+    /// llm_query calls the client was asked to sample for.
+    pub awaiting: Vec<String>,
+    /// Said before the program's output (a new live session replaced one that ended).
+    notice: Option<String>,
+    /// The id of the session the program named (`session`), said after its output.
+    named: Option<String>,
+}
+
+/// How a program ended, or what its client's model must be asked before it can go on.
+enum Stop {
+    Ended(Result<ptc_engine::Completion, ptc_engine::Failure>),
+    Park(InputRequests),
+}
+
+impl CodeMode {
+    /// `execute_code`: a new program, or (protocol 2026-07-28) the retry that carries the
+    /// sampled answers to a parked one.
+    pub(super) async fn execute(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let tenant = tenant_of(&ctx.extensions);
+        if let Some(handle) = &request.request_state {
+            let program = self.retried(handle, &tenant, request.input_responses.unwrap_or_default())?;
+            return Ok(self.proceed(program, &ctx).await);
+        }
+        // Bad arguments are tool errors, not protocol errors, so that the model sees them and
+        // can correct its call (as the MCP specification asks of input validation).
+        let args = request.arguments.unwrap_or_default();
+        let mode = self.mode(&ctx);
+        // Persistent: programs of this MCP session run one after another in its live session:
+        // the lock is held until the program ends (or is parked for sampling).
+        let mut held = match mode {
+            Mode::Persistent => Some(self.live.clone().lock_owned().await),
+            _ => None,
+        };
+        let program = match self.start(&args, mode, held.as_deref_mut(), tenant).await {
+            Ok(program) => program,
+            Err(message) => return Ok(failed_before_start(message).into()),
+        };
+        let response = self.proceed(program, &ctx).await;
+        drop(held);
+        Ok(response)
+    }
+
+    /// Starts the program `args` give, in the session `mode` and `held` (this MCP session's,
+    /// when persistent) say; the error is what the model is told.
+    async fn start(
+        &self,
+        args: &JsonObject,
+        mode: Mode,
+        held: Option<&mut Option<HeldSession>>,
+        tenant: Option<String>,
+    ) -> Result<Program, String> {
+        let Some(code) = args.get("code").and_then(Value::as_str) else {
+            return Err("execute_code needs \"code\": the Python program to run, as a string".into());
+        };
+        let timeout_ms = match args.get("timeout_ms") {
+            None | Some(Value::Null) => None,
+            Some(v) => match v.as_u64() {
+                Some(ms) if ms > 0 => Some(ms),
+                _ => return Err("\"timeout_ms\" must be a positive integer (milliseconds for the whole run)".into()),
+            },
+        };
+        let requested = match (mode, args.get("session")) {
+            (Mode::Handles, Some(Value::String(id))) => Some(id.clone()),
+            (_, None | Some(Value::Null)) => None,
+            (Mode::Handles, Some(_)) => {
+                return Err(
+                    "\"session\" must be \"new\" or the id (a string) of the session an earlier result named".into()
+                );
+            }
+            // Not offered on this connection (its programs share one session, or none).
+            (_, Some(_)) => None,
+        };
+        let state = &self.state;
+        let limits =
+            runs::limits(&state.core.engine, state.limits.clone(), timeout_ms).map_err(|e| e.message().to_string())?;
+        let timeout_limit = limits.timeout;
+        let mut catalog = self.catalog(false, Mode::Fresh, tenant.as_deref()).await?;
+        catalog.defs.push(llm_query_def());
+        let mut request =
+            ExecutionRequest::new(code).with_tools(catalog.defs).with_limits(limits).with_runtime(state.runtime);
+        request.tenant = tenant.clone();
+        let started = Instant::now();
+        let mut notice = None;
+        let live = match (held, &requested, &state.sessions) {
+            (Some(slot), _, Some(sessions)) => Some(self.held_session(sessions, slot, &tenant, &mut notice).await),
+            (None, Some(id), Some(sessions)) => Some(self.named_session(sessions, id, &tenant, &mut notice).await),
+            _ => None,
+        }
+        .transpose()
+        .map_err(|e| e.message().to_string())?;
+        let (dir, named) = match live {
+            Some((id, live)) => (DataDir::Live(live, Vec::new()), (mode == Mode::Handles).then_some(id)),
+            None => (DataDir::None, None),
+        };
+        let run =
+            state.core.start(Launch { request, dir, request_id: None }).await.map_err(|e| e.message().to_string())?;
+        Ok(Program { run, calls: JoinSet::new(), started, timeout_limit, tenant, awaiting: vec![], notice, named })
+    }
+
+    /// This MCP session's live session, opened if it has none or it ended (`notice` then tells
+    /// the model its earlier variables are gone).
+    async fn held_session(
+        &self,
+        sessions: &Arc<Sessions>,
+        slot: &mut Option<HeldSession>,
+        tenant: &Option<String>,
+        notice: &mut Option<String>,
+    ) -> Result<(String, LiveSession), Error> {
+        if let Some(held) = slot.as_ref().filter(|h| !h.live.session.is_ended()) {
+            return Ok((held.id.clone(), held.live.clone()));
+        }
+        if let Some(ended) = slot.take() {
+            *notice = Some(format!(
+                "[session] the previous session ended ({}); this program ran in a new one, so variables, imports and \
+                 functions from earlier programs are gone: define again what you need.",
+                ended.live.session.ended_reason().unwrap_or_default()
+            ));
+        }
+        let tenant = tenant.clone().unwrap_or_else(|| LOCAL_TENANT.to_string());
+        let (id, live) = self.open_session(sessions, &tenant).await?;
+        let held = slot.insert(HeldSession { sessions: sessions.clone(), tenant, id, live });
+        Ok((held.id.clone(), held.live.clone()))
+    }
+
+    /// The session a program named: `"new"` opens one; an id that is unknown or ended opens
+    /// one too, and `notice` says so (the program may rely on what is gone).
+    async fn named_session(
+        &self,
+        sessions: &Arc<Sessions>,
+        id: &str,
+        tenant: &Option<String>,
+        notice: &mut Option<String>,
+    ) -> Result<(String, LiveSession), Error> {
+        let tenant = tenant.as_deref().unwrap_or(LOCAL_TENANT);
+        if id != "new" {
+            match sessions.get(tenant, id) {
+                Ok(live) => return Ok((id.to_string(), live)),
+                Err(e) if e.kind() == ErrorKind::NotFound => {
+                    *notice = Some(format!(
+                        "[session] session {id:?} is not open (a session ends after {} minutes without a call, or when \
+                         a program in it times out or is cancelled); this program ran in a new one, so variables, \
+                         imports and functions from earlier programs are gone: define again what you need.",
+                        idle_minutes(sessions)
+                    ));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        self.open_session(sessions, tenant).await
+    }
+
+    /// A new live session of `tenant` with this front end's limits.
+    async fn open_session(&self, sessions: &Sessions, tenant: &str) -> Result<(String, LiveSession), Error> {
+        let options =
+            OpenOptions { limits: Some(self.state.limits.clone()), runtime: self.state.runtime, ..Default::default() };
+        let opened = sessions.open(tenant, options).await?;
+        Ok((opened.id, opened.live))
+    }
+
+    /// Runs the program on: answers its calls, until it ends or (protocol 2026-07-28) needs
+    /// the client to sample for llm_query, when it is parked and the client asked for input.
+    pub(super) async fn proceed(&self, mut program: Program, ctx: &RequestContext<RoleServer>) -> CallToolResponse {
+        let end = match self.drive(&mut program, ctx).await {
+            Stop::Ended(end) => end,
+            Stop::Park(asks) => return self.park(program, asks),
+        };
+        // Calls still running downstream are abandoned (their futures dropped).
+        program.calls.abort_all();
+        let elapsed = program.started.elapsed();
+        let ending = program.run.end(end, Some(IMAGES)).await;
+        let mut result = ended_result(ending, elapsed, program.timeout_limit);
+        if let Some(notice) = &program.notice {
+            prefix_text(&mut result, notice);
+        }
+        if let Some(id) = &program.named {
+            add_session(&mut result, id);
+        }
+        result.into()
+    }
+
+    /// The program's events until it ends or is parked.
+    async fn drive(&self, program: &mut Program, ctx: &RequestContext<RoleServer>) -> Stop {
+        let progress = ctx.meta.get_progress_token();
+        let mut printed = String::new();
+        let mut progress_count = 0u32;
+        let mut last_progress = Instant::now();
+        let mut cancelled = false;
+        loop {
+            tokio::select! {
+                _ = ctx.ct.cancelled(), if !cancelled => {
+                    // notifications/cancelled: the instance is freed; its final event follows.
+                    cancelled = true;
+                    program.run.execution.cancel();
+                }
+                Some(done) = program.calls.join_next(), if !program.calls.is_empty() => {
+                    if let Ok(result) = done {
+                        // The execution may have ended meanwhile; its end event follows.
+                        let _ = program.run.execution.submit(vec![result]);
+                    }
+                }
+                event = program.run.execution.next_event() => match event {
+                    Some(Event::ToolCalls { calls, .. }) => {
+                        let asks = self.call(program, calls, ctx);
+                        if !asks.is_empty() {
+                            return Stop::Park(asks);
+                        }
+                    }
+                    Some(Event::Output { stream: OutputStream::Stdout, data }) => {
+                        if let Some(token) = &progress {
+                            printed.push_str(&String::from_utf8_lossy(&data));
+                            if last_progress.elapsed() >= PROGRESS_EVERY {
+                                progress_count += 1;
+                                last_progress = Instant::now();
+                                let message = tail(&std::mem::take(&mut printed), 1000);
+                                let param = ProgressNotificationParam::new(token.clone(), progress_count.into()).with_message(message);
+                                let _ = ctx.peer.notify_progress(param).await;
+                            }
+                        }
+                    }
+                    Some(Event::Output { .. }) => {}
+                    Some(Event::Completed(done)) => return Stop::Ended(Ok(done)),
+                    Some(Event::Failed(failure)) => return Stop::Ended(Err(failure)),
+                    None => return Stop::Ended(Err(ptc_engine::Failure {
+                        kind: FailureKind::Internal, message: "the execution ended without a result".into(),
+                        traceback: String::new(), exit_code: None, stdout: String::new(), stderr: String::new(),
+                        tool_calls: vec![], stats: Default::default(),
+                    })),
+                },
+            }
+        }
+    }
+
+    /// Sends one round's calls on their way: downstream tools and (before protocol 2026-07-28)
+    /// sampling requests run as tasks; the llm_query calls the client must be asked for at
+    /// protocol 2026-07-28 are returned.
+    fn call(&self, program: &mut Program, calls: Vec<ToolCall>, ctx: &RequestContext<RoleServer>) -> InputRequests {
+        let sampling = ctx.client_capabilities().is_some_and(|c| c.sampling.is_some());
+        let modern = ctx.protocol_version().is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
+        let mut asks = InputRequests::new();
+        for call in calls {
+            if call.namespace.is_none() && call.name == LLM_QUERY {
+                let params = match sampling_params(&call.input_value()) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        let _ = program.run.execution.submit(vec![ToolResult::error(call.id, e)]);
+                        continue;
+                    }
+                };
+                if !sampling {
+                    let _ = program.run.execution.submit(vec![ToolResult::error(call.id, NO_SAMPLING)]);
+                } else if modern {
+                    asks.insert(call.id.clone(), InputRequest::CreateMessage(CreateMessageRequest::new(params)));
+                    program.awaiting.push(call.id);
+                } else {
+                    let peer = ctx.peer.clone();
+                    program.calls.spawn(async move {
+                        match peer.create_message(params).await {
+                            Ok(r) => sampled_answer(call.id, serde_json::to_value(&r).ok()),
+                            Err(e) => ToolResult::error(call.id, format!("the client could not answer llm_query: {e}")),
+                        }
+                    });
+                }
+                continue;
+            }
+            let server =
+                call.namespace.as_deref().and_then(|ns| self.state.downstream.server(ns, program.tenant.as_deref()));
+            program.calls.spawn(async move {
+                let outcome = match server {
+                    Some(server) => server.call(&call.name, call.input_value()).await,
+                    None => Err(format!("no downstream server for tool {:?}", call.name)),
+                };
+                match outcome {
+                    Ok(value) => ToolResult::ok(call.id, &value),
+                    Err(message) => ToolResult::error(call.id, message),
+                }
+            });
+        }
+        asks
+    }
+}

@@ -1,0 +1,136 @@
+//! `llm_query` in a program, answered by the client's model through MCP sampling: a
+//! server-to-client request before protocol 2026-07-28; from it on, the execution is parked
+//! (an `InputRequiredResult`) until the client retries the call with the answers.
+
+use rmcp::model::InputResponses;
+
+use ptc_engine::{ToolDef, ToolResult};
+use rmcp::ErrorData as McpError;
+use rmcp::model::{CallToolResponse, CreateMessageRequestParams, InputRequests, InputRequiredResult, SamplingMessage};
+use serde_json::{Value, json};
+
+use super::handler::CodeMode;
+use super::results::failed_before_start;
+use super::run::Program;
+use crate::core::token::random_hex;
+
+/// Executions parked at once for clients' sampling (each is also a paused execution the
+/// engine's and the tenant's caps count), and of them one tenant's: one tenant once took all
+/// 1,000 places for 300 s each, and every other tenant's `llm_query` failed meanwhile.
+const MAX_PARKED: usize = 1000;
+
+const MAX_PARKED_PER_TENANT: usize = 100;
+
+pub(super) const LLM_QUERY: &str = "llm_query";
+
+pub(super) const NO_SAMPLING: &str = "llm_query needs an MCP client that supports sampling, and this client does not: \
+do that reasoning yourself (print what you need, then answer in your reply)";
+
+pub(super) fn llm_query_def() -> ToolDef {
+    ToolDef::new(LLM_QUERY)
+        .with_description("Asks the connected client's model: returns its answer to `prompt` as text.")
+        .with_parameters(json!({
+            "type": "object",
+            "properties": {
+                "prompt": {"type": "string"},
+                "system": {"type": "string", "description": "A system prompt."},
+                "max_tokens": {"type": "integer", "minimum": 1, "maximum": 16384, "description": "Default 1024."}
+            },
+            "required": ["prompt"],
+            "additionalProperties": false
+        }))
+}
+
+pub(super) fn sampling_params(input: &Value) -> Result<CreateMessageRequestParams, String> {
+    let prompt = input["prompt"].as_str().ok_or("llm_query needs a prompt")?;
+    let max_tokens = input["max_tokens"].as_u64().unwrap_or(1024).min(16384) as u32;
+    let mut params = CreateMessageRequestParams::new(vec![SamplingMessage::user_text(prompt)], max_tokens);
+    if let Some(system) = input["system"].as_str() {
+        params = params.with_system_prompt(system);
+    }
+    Ok(params)
+}
+
+/// The program's answer to llm_query call `id` from a `sampling/createMessage` result (whose
+/// `content` is one block or a list): its text.
+pub(super) fn sampled_answer(id: String, result: Option<Value>) -> ToolResult {
+    let content = result.as_ref().map_or(&Value::Null, |r| &r["content"]);
+    let blocks = match content {
+        Value::Array(items) => items.iter().collect::<Vec<_>>(),
+        other => vec![other],
+    };
+    let text: Vec<&str> = blocks.iter().filter_map(|b| b["text"].as_str()).collect();
+    if text.is_empty() {
+        ToolResult::error(id, "the client answered llm_query without text")
+    } else {
+        ToolResult::ok(id, &Value::String(text.join("")))
+    }
+}
+
+impl CodeMode {
+    /// The parked program a retried call names by `handle` (another tenant's is as unknown as
+    /// one that never existed, and stays parked), with the client's sampled answers
+    /// (`responses`) handed to it.
+    pub(super) fn retried(
+        &self,
+        handle: &str,
+        tenant: &Option<String>,
+        mut responses: InputResponses,
+    ) -> Result<Program, McpError> {
+        let parked = {
+            let mut parked = self.state.parked.lock().unwrap();
+            match parked.get(handle) {
+                Some(program) if &program.tenant == tenant => parked.remove(handle),
+                _ => None,
+            }
+        };
+        let Some(mut program) = parked else {
+            return Err(McpError::invalid_params(
+                "this execution is no longer waiting (it ended, timed out, or was already resumed); run the program again",
+                None,
+            ));
+        };
+        let answers = program.awaiting.drain(..).map(|id| {
+            let answer = responses.remove(&id);
+            sampled_answer(id, answer)
+        });
+        let _ = program.run.execution.submit(answers.collect());
+        Ok(program)
+    }
+
+    /// Keeps the paused execution for the client's retry and asks the client for `asks`.
+    pub(super) fn park(&self, run: Program, asks: InputRequests) -> CallToolResponse {
+        let mut parked = self.state.parked.lock().unwrap();
+        // Executions that ended early (cancelled, shut down) do not count against the cap.
+        parked.retain(|_, r| !r.run.execution.control().is_finished());
+        let mine = parked.values().filter(|r| r.tenant == run.tenant).count();
+        let full = if mine >= MAX_PARKED_PER_TENANT {
+            Some(format!(
+                "{mine} executions of this key already wait for their clients to answer llm_query (the limit)"
+            ))
+        } else if parked.len() >= MAX_PARKED {
+            Some(format!("{MAX_PARKED} executions already wait for their clients to answer llm_query"))
+        } else {
+            None
+        };
+        if let Some(full) = full {
+            drop(parked);
+            run.run.execution.cancel();
+            return failed_before_start(format!(
+                "{full}; answer or cancel those first, or try again later (this program was not run to its end)"
+            ))
+            .into();
+        }
+        let handle = random_hex::<16>();
+        // A client that never comes back: at the deadline the engine has failed the
+        // execution; drop it then, with its tenant slot and its calls in flight.
+        let deadline = tokio::time::Instant::from_std(run.started + run.timeout_limit);
+        let (state, key) = (self.state.clone(), handle.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep_until(deadline).await;
+            state.parked.lock().unwrap().remove(&key);
+        });
+        parked.insert(handle.clone(), run);
+        InputRequiredResult::new(Some(asks), Some(handle)).into()
+    }
+}

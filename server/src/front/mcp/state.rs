@@ -1,0 +1,136 @@
+//! What every connection of the MCP front end shares ([`McpState`]): the core, the downstream
+//! servers, the executions parked for sampling, and two caches (which downstream schemas can
+//! be checked, and the last rendering of the tools' signatures).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use ptc_engine::{Limits, Runtime, ToolDef, ToolDescription};
+use rmcp::model::{JsonObject, Tool};
+
+use super::catalog::tool_def;
+use super::downstream::Downstream;
+use super::run::Program;
+use crate::core::Core;
+use crate::core::sessions::Sessions;
+
+/// The tenant an authenticated HTTP request runs for (put there by the `/mcp` route's auth).
+#[derive(Debug, Clone)]
+pub struct McpTenant(pub String);
+
+/// What every connection of the front end shares.
+pub struct McpState {
+    /// The core; on stdio, where one client owns the server, its requests name no tenant, so
+    /// no tenant's caps apply.
+    pub core: Core,
+    pub downstream: Arc<Downstream>,
+    /// Defaults of every execution; `execute_code(timeout_ms=...)` may change the deadline
+    /// within the engine's ceilings.
+    pub limits: Limits,
+    /// Executions waiting for their client to sample (protocol 2026-07-28), by handle.
+    pub(super) parked: Mutex<HashMap<String, Program>>,
+    /// Whether each downstream tool's input schema can be checked (`check_tool_schema`), by
+    /// (server, tool), with the schema it was decided for (a listing shares it until the
+    /// server's tools change).
+    schema_checks: Mutex<HashMap<(String, String), SchemaCheck>>,
+    /// The last rendering of the callable tools' signatures, for `execute_code`'s description:
+    /// every client lists the tools, and rendering them takes an instance.
+    described: Mutex<Option<(Vec<ToolDef>, Arc<ToolDescription>)>>,
+    /// `Some`: programs keep their globals (variables, imports, functions) and `/mnt/data`
+    /// (if the core keeps files) in live sessions of the core's registry: one per MCP session,
+    /// or (protocol 2026-07-28 over HTTP, which has no MCP sessions) those a program names
+    /// with `session`. `None`: each program runs in a fresh sandbox.
+    pub sessions: Option<Arc<Sessions>>,
+    /// The Python every program runs in.
+    pub runtime: Runtime,
+    /// Handlers alive (one per MCP session over HTTP, per request at protocol 2026-07-28) and
+    /// their listeners for tool changes: what an ended session must not leave behind.
+    pub(super) handlers: Arc<AtomicUsize>,
+    pub(super) listeners: Arc<AtomicUsize>,
+}
+
+impl McpState {
+    /// The front end over `core`: programs call `downstream`'s tools and run in `runtime`,
+    /// in live sessions when `stateful`.
+    pub fn new(core: Core, downstream: Arc<Downstream>, runtime: Runtime, stateful: bool) -> Arc<Self> {
+        Arc::new(McpState {
+            limits: core.engine.config().default_limits.clone(),
+            sessions: stateful.then(|| core.sessions.clone()),
+            core,
+            downstream,
+            parked: Mutex::default(),
+            schema_checks: Mutex::default(),
+            described: Mutex::default(),
+            runtime,
+            handlers: Arc::default(),
+            listeners: Arc::default(),
+        })
+    }
+
+    /// MCP handlers alive now.
+    pub fn handlers(&self) -> usize {
+        self.handlers.load(Ordering::Acquire)
+    }
+
+    /// Listeners for tool changes alive now (one per MCP session that initialized).
+    pub fn listeners(&self) -> usize {
+        self.listeners.load(Ordering::Acquire)
+    }
+
+    /// Why `tool`'s input schema cannot be used (too costly to check, invalid), if it cannot.
+    pub(super) fn schema_problem(&self, server: &str, tool: &Tool) -> Option<String> {
+        let key = (server.to_string(), tool.name.to_string());
+        if let Some((schema, problem)) = self.schema_checks.lock().unwrap().get(&key)
+            && Arc::ptr_eq(schema, &tool.input_schema)
+        {
+            return problem.clone();
+        }
+        let problem = ptc_engine::check_tool_schema(&tool_def(server, tool)).err().map(|e| e.message().to_string());
+        self.schema_checks.lock().unwrap().insert(key, (tool.input_schema.clone(), problem.clone()));
+        problem
+    }
+
+    /// The signatures of `defs`, rendered once for as long as the tools stay the same; a
+    /// rendering is admitted like an execution of `tenant`.
+    pub(super) async fn described(
+        &self,
+        defs: &[ToolDef],
+        tenant: Option<&str>,
+    ) -> Result<Arc<ToolDescription>, String> {
+        if let Some((last, described)) = self.described.lock().unwrap().as_ref()
+            && last.as_slice() == defs
+        {
+            return Ok(described.clone());
+        }
+        let described = self.describe_admitted(defs, tenant).await?;
+        let described = Arc::new(described);
+        *self.described.lock().unwrap() = Some((defs.to_vec(), described.clone()));
+        Ok(described)
+    }
+
+    /// Renders `defs` in an instance, admitted like one of `tenant`'s executions.
+    pub(super) async fn describe_admitted(
+        &self,
+        defs: &[ToolDef],
+        tenant: Option<&str>,
+    ) -> Result<ToolDescription, String> {
+        let _admission = match tenant {
+            Some(tenant) => Some(self.core.tenants.admit(tenant, None).map_err(|r| r.message().to_string())?),
+            None => None,
+        };
+        self.core
+            .engine
+            .describe_tools(defs, tenant)
+            .await
+            .map_err(|e| format!("the downstream tools cannot be offered to programs: {}", e.message()))
+    }
+}
+
+/// The tenant an MCP request runs for (HTTP; `None` on stdio).
+pub(super) fn tenant_of(extensions: &rmcp::model::Extensions) -> Option<String> {
+    extensions.get::<axum::http::request::Parts>().and_then(|p| p.extensions.get::<McpTenant>()).map(|t| t.0.clone())
+}
+
+/// A downstream tool's input schema, and why it cannot be used (`None`: it can).
+type SchemaCheck = (Arc<JsonObject>, Option<String>);
