@@ -1,6 +1,7 @@
 //! The one place a run starts and ends, for every front end.
 //!
-//! **Start** ([`Core::start`]): the tenant is admitted (its caps, its request id), the run's
+//! **Start** ([`Core::admit`], then [`Core::start`]): the tenant is admitted (its caps, its
+//! request id) before anything is prepared for the run; then the run's
 //! `/mnt/data` is prepared (none, a directory of its own, the HTTP API's session directory,
 //! one put back for a replay, or a live session's), the execution starts (fresh, or in the
 //! live session), its tenant slot is bound to it, and a watcher keeps the directory within the
@@ -56,13 +57,17 @@ pub enum DataDir {
     Live(LiveSession, Vec<(String, Vec<u8>)>),
 }
 
-/// A run to start: the engine's request (its tenant is the one admitted), where its files
-/// come from, and the client's request id (an idempotency key within the tenant).
+/// A run to start: the engine's request (its tenant is the one admitted) and where its files
+/// come from.
 pub struct Launch {
     pub request: ExecutionRequest,
     pub dir: DataDir,
-    pub request_id: Option<String>,
 }
+
+/// A tenant's place for one run, taken before anything is prepared for it (a live session
+/// opened, a directory made), so that a refused run leaves nothing behind; [`Core::start`]
+/// needs one. Dropping it frees the place.
+pub struct Admitted(Option<Admission>);
 
 /// A started run: the execution the front end drives, with its tenant slot and its files.
 pub struct Run {
@@ -112,14 +117,21 @@ pub struct Read {
 }
 
 impl Core {
-    /// Admits, prepares and starts a run (see the module's header). Nothing is left behind
-    /// when it is refused: the tenant slot is freed, and a directory of the run's own removed.
-    pub async fn start(&self, launch: Launch) -> Result<Run, Error> {
-        let Launch { request, dir, request_id } = launch;
-        let admission = match &request.tenant {
-            Some(tenant) => Some(self.tenants.admit(tenant, request_id.as_deref())?),
-            None => None,
-        };
+    /// Admits a run of `tenant` (none: a caller with no tenant, MCP on stdio, whom no caps
+    /// bind), with the client's `request_id` as an idempotency key within the tenant.
+    pub fn admit(&self, tenant: Option<&str>, request_id: Option<&str>) -> Result<Admitted, Error> {
+        match tenant {
+            Some(tenant) => Ok(Admitted(Some(self.tenants.admit(tenant, request_id)?))),
+            None => Ok(Admitted(None)),
+        }
+    }
+
+    /// Prepares and starts an admitted run (see the module's header). Nothing is left behind
+    /// when it is refused: the tenant's place is freed, and a directory of the run's own
+    /// removed.
+    pub async fn start(&self, admitted: Admitted, launch: Launch) -> Result<Run, Error> {
+        let Launch { request, dir } = launch;
+        let Admitted(admission) = admitted;
         let (execution, files, live) = match dir {
             DataDir::Live(live, inputs) => {
                 let files = self.live_files(&live, inputs).await?;

@@ -113,6 +113,7 @@ impl SandboxService {
         let limits =
             runs::limits(&core.engine, start.limits.unwrap_or_default().apply(defaults), None).map_err(status)?;
         let session_id = (!start.session_id.is_empty()).then_some(start.session_id);
+        let admitted = core.admit(Some(tenant), Some(&start.request_id)).map_err(status)?;
         let mut request =
             ExecutionRequest::new(start.code).with_tools(tools).with_limits(limits.clone()).with_tenant(tenant);
         request.runtime = runtime;
@@ -132,8 +133,7 @@ impl SandboxService {
                 DataDir::Live(live, inputs)
             }
         };
-        let request_id = Some(start.request_id);
-        core.start(Launch { request, dir, request_id }).await.map_err(status)
+        core.start(admitted, Launch { request, dir }).await.map_err(status)
     }
 
     fn tenant<T>(&self, request: &Request<T>) -> Result<String, Status> {

@@ -363,3 +363,29 @@ async fn return_files_brings_back_what_an_execution_wrote_and_only_that() {
     assert_eq!(c.files[0].content, b"22");
     assert_eq!(live_dirs(&files_dir).len(), 1, "the session's directory stays");
 }
+
+#[tokio::test]
+async fn a_refused_start_opens_no_session() {
+    // The tenant's place is taken before the session `Start` names is opened: a run refused
+    // for the tenant's caps leaves no session behind (one would count against the tenant's
+    // sessions, and a full set evicts the tenant's longest-idle one).
+    let mut config = config(&["a:key-a"]);
+    config.tenant_limits.max_concurrent = Some(1);
+    let server = serve(config).await;
+    let mut client = client(&server).await;
+    let mut first =
+        Stream::open(&mut client, start_message("v = await ten(a=1)", vec![tool("ten", None)]), Some("key-a"))
+            .await
+            .unwrap();
+    let calls = first.until(|m| if let Msg::ToolCalls(c) = m { Some(c) } else { None }).await;
+
+    let start = proto::Start { session_id: "late".into(), open_session: true, ..start_message("n = 1", vec![]) };
+    let refused = Stream::open(&mut client, start, Some("key-a")).await.err().expect("refused");
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted, "{refused:?}");
+
+    first.send_results(vec![result(&calls.calls[0].id, Ok(json!(7)))]).await;
+    completed(first.until(|m| matches!(m, Msg::Completed(_) | Msg::Failed(_)).then_some(m)).await);
+    let close = proto::CloseSessionRequest { session_id: "late".into() };
+    let closed = client.close_session(with_key(close, "key-a")).await.unwrap().into_inner();
+    assert!(!closed.closed, "the refused Start opened session \"late\"");
+}

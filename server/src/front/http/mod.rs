@@ -225,6 +225,7 @@ async fn initial(
     let session_id = options.session_id.filter(|s| !s.is_empty()).unwrap_or_else(crate::core::files::new_session_id);
     let imports = options.files.unwrap_or_default().into_iter().map(Into::into).collect();
     let request_id = headers.get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok());
+    let admitted = state.core.admit(Some(&tenant), request_id)?;
     let expires_at_ms = now_ms() + limits.timeout.as_millis() as u64;
     let ttl = limits.timeout;
     // With a shared store, the run is journaled so that another node can finish it.
@@ -238,7 +239,7 @@ async fn initial(
         .with_runtime(runtime);
     request.journal = journal;
     let dir = DataDir::Session { id: session_id.clone(), imports };
-    let run = state.core.start(Launch { request, dir, request_id: request_id.map(str::to_owned) }).await?;
+    let run = state.core.start(admitted, Launch { request, dir }).await?;
     let header = seed.map(|seed| {
         let header = JournalHeader {
             code,

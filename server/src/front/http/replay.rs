@@ -33,6 +33,7 @@ pub(super) async fn replay(
         return Err(ApiError::bad_request("Execution expired"));
     };
     let started = std::time::Instant::now();
+    let admitted = state.core.admit(Some(&tenant), None)?;
     let engine = &state.core.engine;
     // The first run's deadline holds; the engine's shortest timeout is its floor.
     let remaining = header.expires_at_ms.saturating_sub(now_ms());
@@ -47,7 +48,7 @@ pub(super) async fn replay(
         .with_runtime(runtime)
         .with_journal(journal);
     let dir = DataDir::Rewound { id: header.session_id.clone(), before: header.files };
-    let mut run = match state.core.start(Launch { request, dir, request_id: None }).await {
+    let mut run = match state.core.start(admitted, Launch { request, dir }).await {
         Ok(run) => run,
         Err(e) if e.kind() == ErrorKind::Lost => {
             let _ = cluster.store.forget(&claims.execution_id).await;

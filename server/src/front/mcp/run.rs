@@ -137,6 +137,7 @@ impl CodeMode {
         let mut request =
             ExecutionRequest::new(code).with_tools(catalog.defs).with_limits(limits).with_runtime(state.runtime);
         request.tenant = tenant.clone();
+        let admitted = state.core.admit(tenant.as_deref(), None).map_err(|e| e.message().to_string())?;
         let started = Instant::now();
         let mut notice = None;
         let live = match (held, &requested, &state.sessions) {
@@ -150,8 +151,7 @@ impl CodeMode {
             Some((id, live)) => (DataDir::Live(live, Vec::new()), (mode == Mode::Handles).then_some(id)),
             None => (DataDir::None, None),
         };
-        let run =
-            state.core.start(Launch { request, dir, request_id: None }).await.map_err(|e| e.message().to_string())?;
+        let run = state.core.start(admitted, Launch { request, dir }).await.map_err(|e| e.message().to_string())?;
         Ok(Program { run, calls: JoinSet::new(), started, timeout_limit, tenant, awaiting: vec![], notice, named })
     }
 
