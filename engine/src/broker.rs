@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::bindings::ptc::sandbox::host::{self as wit, ToolOutcome};
+use crate::bindings::ptc::sandbox::host::{self as wit, ToolOutcome, WaitAnswer};
 use crate::config::{Ceilings, Limits};
 use crate::error::HostTrap;
 use crate::events::{Event, FailureKind, ToolCall, ToolCallRecord, ToolResult};
-use crate::exchange::{Drained, Exchange};
+use crate::exchange::{Drained, Exchange, Waited};
 use crate::journal::{Journal, RecordedCall, RecordedResult, Recorder, Replayed};
 use crate::output::Output;
 use crate::request::label;
@@ -131,7 +131,7 @@ impl Broker {
         &mut self,
         calls: Vec<wit::ToolCall>,
         timeout_ms: Option<u64>,
-    ) -> wasmtime::Result<Vec<wit::ToolResult>> {
+    ) -> wasmtime::Result<WaitAnswer> {
         // The guest is about to block: what it printed so far goes out first.
         self.output.flush();
         // A replay answers from the journal while it lasts, and checks the calls against it.
@@ -157,13 +157,13 @@ impl Broker {
             }
         };
         let from_journal = replayed.is_some();
-        let results = self.exchange_calls(calls, timeout_ms, replayed).await?;
-        if let Some(journal) = &self.journal
+        let answer = self.exchange_calls(calls, timeout_ms, replayed).await?;
+        if let (Some(journal), WaitAnswer::Results(results)) = (&self.journal, &answer)
             && !from_journal
         {
             journal.results(results.iter().map(recorded).collect());
         }
-        Ok(results)
+        Ok(answer)
     }
 
     /// `wait-for-tools` itself: `replayed`, the results a replay gives back (the calls go to
@@ -173,16 +173,16 @@ impl Broker {
         calls: Vec<wit::ToolCall>,
         timeout_ms: Option<u64>,
         replayed: Option<Vec<ToolResult>>,
-    ) -> wasmtime::Result<Vec<wit::ToolResult>> {
+    ) -> wasmtime::Result<WaitAnswer> {
         let (valid, refused) = self.admit(calls).await?;
         if !valid.is_empty() {
             self.hand_out(valid, replayed.is_none())?;
         }
         if !refused.is_empty() {
-            return Ok(refused);
+            return Ok(WaitAnswer::Results(refused));
         }
         match replayed {
-            Some(results) => self.replay(results),
+            Some(results) => self.replay(results).map(WaitAnswer::Results),
             None => self.wait_for_answers(timeout_ms).await,
         }
     }
@@ -262,7 +262,9 @@ impl Broker {
 
     /// The client's answers: those that arrived while the guest was running (after an earlier
     /// wait timed out) first, else the next ones, parked until they come or `timeout_ms` passes.
-    async fn wait_for_answers(&mut self, timeout_ms: Option<u64>) -> wasmtime::Result<Vec<wit::ToolResult>> {
+    /// The answers that arrived, waiting for them (parked, without a run slot) if none has;
+    /// or, if the host asked, `hibernate`: the program gets off the native stack.
+    async fn wait_for_answers(&mut self, timeout_ms: Option<u64>) -> wasmtime::Result<WaitAnswer> {
         let ready = match self.exchange.drain() {
             Drained::Ready(ready) => ready,
             Drained::Idle => {
@@ -274,12 +276,15 @@ impl Broker {
                 // A parked guest holds no run slot; it queues for one again before resuming.
                 self.run_slot.release();
                 // Empty if the wait timed out (the guest has timers to run).
-                let ready = self.exchange.wait(timeout_ms.map(Duration::from_millis)).await;
+                let waited = self.exchange.wait(timeout_ms.map(Duration::from_millis)).await;
                 self.run_slot.acquire().await;
-                ready
+                match waited {
+                    Waited::Ready(ready) => ready,
+                    Waited::Unwind => return Ok(WaitAnswer::Hibernate),
+                }
             }
         };
-        Ok(self.settle_all(ready))
+        Ok(WaitAnswer::Results(self.settle_all(ready)))
     }
 
     /// Logs each answer against its call and hands it to the guest.

@@ -35,6 +35,8 @@ pub(crate) struct Exchange {
     arrived: Notify,
     /// Whether the guest is parked in `wait` right now.
     paused: AtomicBool,
+    /// Whether the host asks the parked program off the native stack (`Waited::Unwind`).
+    unwind: AtomicBool,
     /// The engine's count of parked executions.
     engine_paused: Arc<AtomicUsize>,
     /// `Ceilings::max_tool_result_bytes`.
@@ -53,6 +55,16 @@ struct State {
     /// Bytes of `arrived`'s results, charged to `claim`.
     held: u64,
     claim: MemoryClaim,
+}
+
+/// How [`Exchange::wait`] ended.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Waited {
+    /// Answers that arrived (none if the wait timed out).
+    Ready(Vec<ToolResult>),
+    /// The host asked the program off the native stack ([`Exchange::request_unwind`]); what
+    /// arrived stays here for the next wait.
+    Unwind,
 }
 
 /// What [`Exchange::drain`] found.
@@ -87,6 +99,7 @@ impl Exchange {
             state: Mutex::new(state),
             arrived: Notify::new(),
             paused: AtomicBool::new(false),
+            unwind: AtomicBool::new(false),
             engine_paused,
             max_result_bytes,
             max_held_bytes,
@@ -212,21 +225,37 @@ impl Exchange {
 
     /// Guest side: parks until answers arrive (at least one) or `timeout` passes (then none).
     /// Counts as paused meanwhile, also when the wait is abandoned (cancelled, timed out).
-    pub(crate) async fn wait(&self, timeout: Option<Duration>) -> Vec<ToolResult> {
+    pub(crate) async fn wait(&self, timeout: Option<Duration>) -> Waited {
         let _paused = Paused::new(self);
         let arrival = async {
             loop {
                 let notified = self.arrived.notified();
                 if let Drained::Ready(results) = self.drain() {
-                    return results;
+                    return Waited::Ready(results);
+                }
+                if self.unwind.swap(false, Ordering::AcqRel) {
+                    return Waited::Unwind;
                 }
                 notified.await;
             }
         };
         match timeout {
             None => arrival.await,
-            Some(t) => tokio::time::timeout(t, arrival).await.unwrap_or_default(),
+            Some(t) => tokio::time::timeout(t, arrival).await.unwrap_or(Waited::Ready(Vec::new())),
         }
+    }
+
+    /// Asks the program off the native stack at its next wait (now, if it is parked): the
+    /// wait ends with [`Waited::Unwind`] instead of results. Once asked, once answered.
+    pub(crate) fn request_unwind(&self) {
+        self.unwind.store(true, Ordering::Release);
+        self.arrived.notify_one();
+    }
+
+    /// Whether a request to unwind waits for the program's next wait (false once a wait took
+    /// it: that wait answers the program `hibernate`, whatever arrives meanwhile).
+    pub(crate) fn unwind_requested(&self) -> bool {
+        self.unwind.load(Ordering::Acquire)
     }
 
     /// The execution has ended: later submissions are refused with [`ErrorKind::Finished`].
@@ -350,7 +379,11 @@ mod tests {
         let x = Arc::new(exchange());
         x.register(1, [("a", "t"), ("b", "t")]);
         x.submit(vec![ToolResult::ok_json("a", "1")]).unwrap();
-        assert_eq!(x.wait(None).await.len(), 1, "an answer given before the wait is taken at once");
+        assert_eq!(
+            x.wait(None).await,
+            Waited::Ready(vec![ToolResult::ok_json("a", "1")]),
+            "an answer given before the wait is taken at once"
+        );
         let waiter = tokio::spawn({
             let x = x.clone();
             async move { x.wait(None).await }
@@ -360,7 +393,7 @@ mod tests {
         }
         assert_eq!(x.engine_paused.load(Ordering::Relaxed), 1);
         x.submit(vec![ToolResult::ok_json("b", "2")]).unwrap();
-        assert_eq!(waiter.await.unwrap(), vec![ToolResult::ok_json("b", "2")]);
+        assert_eq!(waiter.await.unwrap(), Waited::Ready(vec![ToolResult::ok_json("b", "2")]));
         assert!(!x.is_paused());
         assert_eq!(x.engine_paused.load(Ordering::Relaxed), 0);
     }
@@ -369,7 +402,28 @@ mod tests {
     async fn wait_with_a_timeout_returns_nothing_when_nothing_arrives() {
         let x = exchange();
         x.register(1, [("a", "t")]);
-        assert!(x.wait(Some(Duration::from_millis(5))).await.is_empty());
+        assert_eq!(x.wait(Some(Duration::from_millis(5))).await, Waited::Ready(Vec::new()));
         assert!(!x.is_paused());
+    }
+
+    #[tokio::test]
+    async fn an_unwind_request_ends_the_wait_once_and_keeps_what_arrived() {
+        let x = Arc::new(exchange());
+        x.register(1, [("a", "t"), ("b", "t")]);
+        let waiter = tokio::spawn({
+            let x = x.clone();
+            async move { x.wait(None).await }
+        });
+        while !x.is_paused() {
+            tokio::task::yield_now().await;
+        }
+        x.request_unwind();
+        assert_eq!(waiter.await.unwrap(), Waited::Unwind);
+        x.submit(vec![ToolResult::ok_json("a", "1")]).unwrap();
+        // Asked once, answered once: the next wait takes the answer.
+        assert_eq!(x.wait(None).await, Waited::Ready(vec![ToolResult::ok_json("a", "1")]));
+        // A request made while the program runs ends its next wait.
+        x.request_unwind();
+        assert_eq!(x.wait(None).await, Waited::Unwind);
     }
 }

@@ -104,6 +104,24 @@ impl Control {
         self.cancel.cancel();
     }
 
+    /// Asks the program off the native stack at its next wait for tools (now, if it is
+    /// parked): the guest unwinds its event loop out of the instance's export, leaving its
+    /// tasks in memory, and the engine re-enters it in the same instance at once. This is
+    /// hibernation's first step, without the saving (`docs/hibernation.md`); nothing calls it
+    /// but tests yet. A program running an event loop of its own (`asyncio.run` in its
+    /// code), and the data runtime, decline and stay parked.
+    #[doc(hidden)]
+    pub fn request_unwind(&self) {
+        self.exchange.request_unwind();
+    }
+
+    /// Whether [`Control::request_unwind`]'s request still waits for the program's next wait
+    /// for tools; once taken, that wait unwinds whatever answers arrive meanwhile.
+    #[doc(hidden)]
+    pub fn unwind_requested(&self) -> bool {
+        self.exchange.unwind_requested()
+    }
+
     pub fn is_finished(&self) -> bool {
         self.exchange.is_finished()
     }
@@ -281,6 +299,11 @@ fn final_event(
         }
         Ending::Returned(Outcome::Completed(return_value), sandbox) => {
             (Event::Completed(Completion { stdout, stderr, return_value, tool_calls, stats }), Some(sandbox))
+        }
+        Ending::Returned(Outcome::Hibernated, _) => {
+            // `Guest::execute` re-enters a program that got off the stack until it ends.
+            let message = "the program left the stack and was not re-entered".to_string();
+            (Event::Failed(failure(FailureKind::Internal, message)), None)
         }
         Ending::Returned(Outcome::Failed(f), sandbox) => {
             let kind = match f.kind {

@@ -42,7 +42,16 @@ impl Guest {
         session: bool,
     ) -> wasmtime::Result<Outcome> {
         match self {
-            Guest::Component(sandbox) => sandbox.call_execute(store, code, tools, session).await,
+            Guest::Component(sandbox) => {
+                let mut outcome = sandbox.call_execute(&mut *store, code, tools, session).await?;
+                // The program got off the native stack when the host asked
+                // (`Control::request_unwind`); it is re-entered in this same instance at once.
+                // Hibernation will save the instance here and re-enter it in another.
+                while let Outcome::Hibernated = outcome {
+                    outcome = sandbox.call_resume(&mut *store).await?;
+                }
+                Ok(outcome)
+            }
             Guest::Data(instance) => instance.execute(store, code, tools, session).await,
         }
     }

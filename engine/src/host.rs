@@ -95,7 +95,7 @@ impl wit::Host for HostState {
         &mut self,
         calls: Vec<wit::ToolCall>,
         timeout_ms: Option<u64>,
-    ) -> wasmtime::Result<Vec<wit::ToolResult>> {
+    ) -> wasmtime::Result<wit::WaitAnswer> {
         self.broker.wait_for_tools(calls, timeout_ms).await
     }
 }

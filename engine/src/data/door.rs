@@ -97,7 +97,17 @@ pub(super) async fn door(
                 .into_iter()
                 .map(|(id, name, input, namespace)| wit::ToolCall { id, name, input, namespace })
                 .collect();
-            let results = caller.data_mut().broker.wait_for_tools(calls, timeout_ms).await?;
+            let broker = &mut caller.data_mut().broker;
+            let mut answer = broker.wait_for_tools(calls, timeout_ms).await?;
+            // The data runtime cannot get off the stack yet: it refuses, as a guest whose own
+            // loop is not the one running does, by waiting again (the host asks once).
+            if let wit::WaitAnswer::Hibernate = answer {
+                answer = broker.wait_for_tools(Vec::new(), timeout_ms).await?;
+            }
+            let results = match answer {
+                wit::WaitAnswer::Results(results) => results,
+                wit::WaitAnswer::Hibernate => Vec::new(),
+            };
             let rows: Vec<(String, bool, String)> = results
                 .into_iter()
                 .map(|r| match r.outcome {

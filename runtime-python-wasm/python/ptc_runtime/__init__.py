@@ -8,10 +8,11 @@ on the host's CPython; `app.py` next to this package binds it to the WIT world.
 from .errors import ToolError, InvalidTools
 from .names import normalize_name, assign_python_names
 from .stubs import ToolSpec, make_stub, describe
-from .loop import Broker, BatchingEventLoop
-from .runner import Outcome, run_program, prepare
+from .loop import Broker, BatchingEventLoop, HIBERNATE
+from .runner import Outcome, run_program, resume_program, prepare
 
 __all__ = [
     "ToolError", "InvalidTools", "normalize_name", "assign_python_names", "ToolSpec",
-    "make_stub", "describe", "Broker", "BatchingEventLoop", "Outcome", "run_program", "prepare",
+    "make_stub", "describe", "Broker", "BatchingEventLoop", "HIBERNATE", "Outcome", "run_program",
+    "resume_program", "prepare",
 ]

@@ -21,12 +21,25 @@ class Deadlock(RuntimeError):
     pass
 
 
+HIBERNATE = object()
+"""What `wait_for_tools` returns when the host asks the program to get off the stack."""
+
+
+class Hibernate(BaseException):
+    """Unwinds the runtime's own event loop out of the export that runs it, leaving the
+    program's tasks pending in memory (`runner.resume_program` re-enters the loop). `task` is
+    set by the runner on its way out."""
+
+    task = None
+
+
 class Broker:
     """Tool calls made by the program, and the exchange with the host.
 
     `wait_for_tools(calls, timeout_ms)` takes a list of (id, name, input_json, namespace) and returns a list
-    of (id, ok, payload): payload is JSON text when ok, the error message otherwise. It may be
-    set after construction, as long as it is set before the first exchange.
+    of (id, ok, payload): payload is JSON text when ok, the error message otherwise; or
+    `HIBERNATE`, when the host asks the program to get off the stack. It may be set after
+    construction, as long as it is set before the first exchange.
     """
 
     def __init__(self, wait_for_tools=None):
@@ -70,10 +83,20 @@ class Broker:
         """Whether a live task waits on a call (abandoned calls, e.g. after a timeout, do not count)."""
         return bool(self._new) or any(not f.done() for f, _ in self._outstanding.values())
 
-    def exchange(self, timeout):
+    def exchange(self, timeout, hibernatable=False):
+        """Hands the new calls to the host and takes the results that came back. With
+        `hibernatable` (the runtime's own loop is running, with only the runtime's frames under
+        it), the host's `HIBERNATE` raises `Hibernate`; otherwise the program's own frames are
+        on the stack, so the host is asked again and goes on waiting."""
         calls, self._new = self._new, []
         timeout_ms = None if timeout is None else max(0, math.ceil(timeout * 1000))
         results = self.wait_for_tools(calls, timeout_ms)
+        if results is HIBERNATE:
+            if hibernatable:
+                raise Hibernate()
+            results = self.wait_for_tools([], timeout_ms)
+            if results is HIBERNATE:
+                results = []
         self.rounds += 1
         for call_id, ok, payload in results:
             entry = self._outstanding.pop(call_id, None)
@@ -96,12 +119,15 @@ class _HostSelector:
 
     def __init__(self, broker):
         self._broker = broker
+        # Set by the runner while it drives this loop itself (`runner._drive`): only then may a
+        # wait unwind the loop out of the export.
+        self.hibernatable = False
 
     def select(self, timeout=None):
         if timeout is not None and timeout <= 0:
             return []
         if self._broker.waiting():
-            self._broker.exchange(timeout)
+            self._broker.exchange(timeout, self.hibernatable)
         elif timeout is None:
             raise Deadlock(
                 "every task is waiting and nothing can wake them: no tool call is outstanding "

@@ -14,7 +14,7 @@ import warnings
 from dataclasses import dataclass
 
 from .errors import InvalidTools, ToolError
-from .loop import BatchingEventLoop, Broker
+from .loop import BatchingEventLoop, Broker, Hibernate
 from .session import Live
 from .stubs import bind_tools, parse_tools, where_is
 from .wire import json_text
@@ -286,13 +286,14 @@ def run_program(code, tool_defs, wait_for_tools, persist=False):
     linecache.cache[FILENAME] = (len(code), None, code.splitlines(True), FILENAME)
     _set_policy(session.policy)
     asyncio.set_event_loop(loop)
-    try:
-        return _evaluate(code, FILENAME, namespace, loop, specs)
-    finally:
+
+    def finish():
         _close(loop)
         asyncio.set_event_loop(None)
         _set_policy(None)
         linecache.cache.pop(FILENAME, None)
+
+    return _settle(lambda: _evaluate(code, FILENAME, namespace, loop, specs), loop, specs, finish)
 
 
 def _run_in_session(code, tool_defs, wait_for_tools):
@@ -316,9 +317,8 @@ def _run_in_session(code, tool_defs, wait_for_tools):
     linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
     _set_policy(run.policy)
     asyncio.set_event_loop(loop)
-    try:
-        return _evaluate(code, filename, live.globals, loop, specs)
-    finally:
+
+    def finish():
         if asyncio.all_tasks(loop):
             # Tasks the program left behind never run in the next program: they are
             # cancelled with this loop, and the next program gets a new one.
@@ -326,6 +326,52 @@ def _run_in_session(code, tool_defs, wait_for_tools):
             live.run = None
         live.end(code)
         live.leave(previous_main)
+
+    return _settle(lambda: _evaluate(code, filename, live.globals, loop, specs), loop, specs, finish)
+
+
+HIBERNATED = Outcome(False, kind="hibernated")
+"""What a run returns when the host asked it off the stack: `resume_program` carries on."""
+
+
+class _Asleep:
+    """A program off the stack: its task and loop, pending in memory, and what its run does
+    once it ends (`finish`), which waits for the end."""
+
+    def __init__(self, task, loop, specs, finish):
+        self.task, self.loop, self.specs, self.finish = task, loop, specs, finish
+
+
+_asleep = None
+
+
+def _settle(step, loop, specs, finish):
+    """`step` (a program's evaluation, or its resumption), then `finish`; unless the host asked
+    the program off the stack, when it is kept, unfinished, for `resume_program`."""
+    global _asleep
+    try:
+        outcome = step()
+    except Hibernate as h:
+        _asleep = _Asleep(h.task, loop, specs, finish)
+        return HIBERNATED
+    except BaseException:
+        finish()
+        raise
+    finish()
+    return outcome
+
+
+def resume_program(wait_for_tools):
+    """Re-enters the event loop of the program that was asked off the stack, and runs it on as
+    `run_program` would have; never raises."""
+    global _asleep
+    asleep, _asleep = _asleep, None
+    if asleep is None:
+        return Outcome(False, kind="internal", message="resume: no program of this instance is waiting to go on")
+    loop = asleep.loop
+    loop._selector._broker.wait_for_tools = wait_for_tools
+    asyncio.set_event_loop(loop)
+    return _settle(lambda: _drive(loop, asleep.task, asleep.specs), loop, asleep.specs, asleep.finish)
 
 
 def _evaluate(code, filename, namespace, loop, specs):
@@ -335,27 +381,53 @@ def _evaluate(code, filename, namespace, loop, specs):
         return _failure("python-error", e)
     try:
         result = eval(program, namespace)
-        if inspect.iscoroutine(result):
-            loop.run_until_complete(result)
+    except BaseException as e:
+        return _ended(e, specs)
+    if not inspect.iscoroutine(result):
         return Outcome(True)
-    except _Return as r:
-        if inspect.iscoroutine(r.value):
+    return _drive(loop, loop.create_task(result), specs)
+
+
+def _drive(loop, task, specs):
+    """Runs the program's task to its end on the runtime's own loop, the one place where a wait
+    may unwind the loop (`Hibernate`, with the task)."""
+    selector = loop._selector
+    selector.hibernatable = True
+    try:
+        loop.run_until_complete(task)
+    except Hibernate as h:
+        h.task = task
+        raise
+    except BaseException as e:
+        if task.done() and not task.cancelled():
+            # An exit or interrupt left the loop with the task's exception unread, which
+            # asyncio would log when the task is collected.
+            task.exception()
+        return _ended(e, specs)
+    finally:
+        selector.hibernatable = False
+    return Outcome(True)
+
+
+def _ended(e, specs):
+    """How a program that raised `e` ended: its `return`, its exit, or a failure."""
+    if isinstance(e, _Return):
+        if inspect.iscoroutine(e.value):
             # A tool (or async function) called without `await`: it never ran, and its
             # repr as the result would look like success.
-            name = getattr(r.value, "__qualname__", "a coroutine")
-            r.value.close()
+            name = getattr(e.value, "__qualname__", "a coroutine")
+            e.value.close()
             return Outcome(
                 False,
                 kind="python-error",
                 message=f"TypeError: the program's result is {name}(...) called without `await`, so it never ran: "
                 f"write `await {name}(...)`",
             )
-        return Outcome(True, value_json=_to_json(r.value))
-    except SystemExit as e:
+        return Outcome(True, value_json=_to_json(e.value))
+    if isinstance(e, SystemExit):
         return _exit_outcome(e)
-    except BaseException as e:
-        _point_to_namespace(e, specs)
-        return _failure("python-error", e)
+    _point_to_namespace(e, specs)
+    return _failure("python-error", e)
 
 
 def _close(loop):

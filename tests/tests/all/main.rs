@@ -13,6 +13,7 @@ mod grpc_execute;
 mod grpc_service;
 mod grpc_sessions;
 mod grpcurl;
+mod hibernation;
 mod host_files;
 mod http_files;
 mod http_programmatic;
