@@ -285,3 +285,25 @@ async def test_text_the_wire_cannot_carry_is_escaped_not_a_crash(sb):
         await sb.run("raise ValueError('\\ud800')")
     with pytest.raises(ptc_engine.PythonError, match=r"called without `await`, so it never ran: write `await echo\(...\)`"):
         await sb.run("return echo(s='x')", tools=[echo])
+
+
+async def test_an_execute_whose_refusal_grpcio_lost_is_made_again(monkeypatch):
+    # A server that refuses a stream at once can end it while the client still sends Start;
+    # grpcio then reports its own INTERNAL error instead of the server's status. The client
+    # makes the call again (nothing ran) to learn the real status, and the last attempt
+    # reports whatever it gets.
+    from ptc_engine import _client
+    from ptc_engine._proto import sandbox_pb2 as pb
+
+    tries = []
+
+    async def once(self, start, tools, on_output, on_event, may_retry):
+        tries.append(may_retry)
+        if len(tries) < 3:
+            raise _client._RefusalLost()
+        return "the real answer"
+
+    monkeypatch.setattr(_client.Sandbox, "_execute_once", once)
+    async with Sandbox("http://127.0.0.1:9") as sb:
+        assert await sb._execute(pb.Start(code="pass"), [], None, None) == "the real answer"
+    assert tries == [True, True, False]

@@ -352,6 +352,22 @@ class Sandbox:
         on_output: Callable[[Output], Awaitable[None] | None] | None,
         on_event: Callable[[Event], Awaitable[None] | None] | None,
     ) -> Result:
+        tools = list(tools)
+        for attempt in range(_REFUSAL_ATTEMPTS):
+            try:
+                return await self._execute_once(start, tools, on_output, on_event, attempt + 1 < _REFUSAL_ATTEMPTS)
+            except _RefusalLost:
+                continue
+        raise AssertionError("unreachable: the last attempt raises")
+
+    async def _execute_once(
+        self,
+        start: pb.Start,
+        tools: Iterable[ToolLike],
+        on_output: Callable[[Output], Awaitable[None] | None] | None,
+        on_event: Callable[[Event], Awaitable[None] | None] | None,
+        may_retry: bool,
+    ) -> Result:
         by_name = {(t.namespace or None, t.name): t for t in map(as_tool, tools)}
         call = self._stub().Execute(metadata=self._metadata)
         writing = asyncio.Lock()
@@ -371,7 +387,10 @@ class Sandbox:
                     await r
 
         try:
-            await send(pb.ClientMessage(start=start))
+            try:
+                await send(pb.ClientMessage(start=start))
+            except asyncio.InvalidStateError:
+                pass  # The server ended the call already: reading it says why.
             while True:
                 message = await call.read()
                 if message is grpc.aio.EOF:
@@ -406,6 +425,8 @@ class Sandbox:
                     # The server refused results this client sent (a bug here, not the program's).
                     raise PtcError(f"the server refused a message: {message.error.code}: {message.error.message}")
         except grpc.aio.AioRpcError as e:
+            if may_retry and not execution_id and _lost_refusal(e):
+                raise _RefusalLost() from None
             raise _rpc_error(e, self.url) from None
         finally:
             for task in answering:
@@ -590,6 +611,22 @@ def _execution_error(failed: pb.Failed, execution_id: str) -> ExecutionError:
     if failed.traceback and failed.traceback not in message:
         message = f"{message}\n{failed.traceback}"
     return cls(message, result)
+
+
+_REFUSAL_ATTEMPTS = 3
+"""How many times an `Execute` refused at once is made again to learn why (`_lost_refusal`)."""
+
+
+class _RefusalLost(Exception):
+    """An `Execute` the server refused before it started was reported as grpcio's own error."""
+
+
+def _lost_refusal(e: grpc.aio.AioRpcError) -> bool:
+    """Whether `e` is grpcio's "Internal error from Core": what a client that is still sending
+    `Start` reports when the server has already ended the call (a refused key, a full
+    tenant), instead of the server's status. Nothing ran (the server never read `Start`), so
+    the call can be made again to learn the real status; seen once in a CI run."""
+    return e.code() == grpc.StatusCode.INTERNAL and (e.details() or "") == "Internal error from Core"
 
 
 def _rpc_error(e: grpc.aio.AioRpcError, url: str) -> PtcError:
