@@ -252,13 +252,12 @@ async fn build_core(config: &ServerConfig, signer: &token::Signer) -> anyhow::Re
         .map_err(|e| anyhow::anyhow!("cannot open the files directory {}: {e}", config.files.dir.display()))?;
     let files = Arc::new(files);
     let key = sessions::snapshot_key(signer);
-    let sessions = sessions::Sessions::new(engine.clone(), config.sessions.clone(), key, Some(files.clone()));
+    let sessions = sessions::Sessions::new(engine.clone(), config.sessions.clone(), key, Some(files));
     Ok(Core {
         engine,
         keys: Arc::new(config.api_keys.clone()),
         tenants: Tenants::new(config.tenant_limits),
         sessions,
-        files: Some(files),
         tasks: TaskTracker::new(),
     })
 }

@@ -56,7 +56,6 @@ async fn mcp(args: ptc_server::cli::McpArgs) -> anyhow::Result<()> {
         engine,
         keys: Default::default(),
         tenants: ptc_server::core::tenants::Tenants::new(Default::default()),
-        files: None,
         tasks: tokio_util::task::TaskTracker::new(),
     };
     let downstream = ptc_server::front::mcp::Downstream::new(&mcp_config);

@@ -31,11 +31,17 @@ pub struct Core {
     pub engine: Engine,
     pub keys: Arc<ApiKeys>,
     pub tenants: Arc<Tenants>,
-    /// Live sessions (gRPC and MCP).
+    /// Live sessions (gRPC and MCP), and the session files (`/mnt/data`) every run's directory
+    /// is kept in, if the server keeps any (not MCP on stdio).
     pub sessions: Arc<Sessions>,
-    /// Session files (`/mnt/data`); `None` where the server keeps none (MCP on stdio).
-    pub files: Option<Arc<FileStore>>,
     /// Work started on behalf of requests (gRPC stream pumps, file watchers): shutdown waits
     /// for it, so that final events reach their clients.
     pub tasks: TaskTracker,
+}
+
+impl Core {
+    /// Where runs keep their `/mnt/data`: the live sessions' file store, if there is one.
+    pub fn files(&self) -> Option<&Arc<FileStore>> {
+        self.sessions.file_store()
+    }
 }

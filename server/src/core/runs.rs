@@ -23,7 +23,7 @@ use ptc_engine::{Completion, Engine, Execution, ExecutionRequest, Failure, Limit
 use super::Core;
 use super::advice;
 use super::error::{Error, ErrorKind};
-use super::files::{FileRef, FilesError, Import, ScanEntry};
+use super::files::{FileRef, Import, ScanEntry};
 use super::run_files::RunFiles;
 use super::sessions::LiveSession;
 use super::tenants::Admission;
@@ -99,12 +99,12 @@ pub enum Outcome {
     },
 }
 
-impl Outcome {
-    /// The program's own end, whatever the quota made of it.
-    pub fn program_end(&self) -> Result<&Completion, &Failure> {
-        match self {
-            Outcome::Completed(c) | Outcome::OverQuota { end: Ok(c), .. } => Ok(c),
-            Outcome::Failed(f) | Outcome::OverQuota { end: Err(f), .. } => Err(f),
+impl From<Result<Completion, Failure>> for Outcome {
+    /// The program's own end, as its run's outcome when its files are within the quota.
+    fn from(end: Result<Completion, Failure>) -> Self {
+        match end {
+            Ok(c) => Outcome::Completed(c),
+            Err(f) => Outcome::Failed(f),
         }
     }
 }
@@ -160,7 +160,7 @@ impl Core {
         if matches!(dir, DataDir::None) {
             return Ok(None);
         }
-        let store = self.files.as_ref().ok_or_else(no_files)?;
+        let store = self.files().ok_or_else(no_files)?;
         let tenant = tenant.unwrap_or(super::auth::LOCAL_TENANT);
         let files = match dir {
             DataDir::Own(inputs) => RunFiles::own(store, tenant, inputs).await?,
@@ -179,7 +179,7 @@ impl Core {
         live: &LiveSession,
         inputs: Vec<(String, Vec<u8>)>,
     ) -> Result<Option<Arc<RunFiles>>, Error> {
-        let (Some(store), Some(dir)) = (&self.files, &live.files) else {
+        let (Some(store), Some(dir)) = (self.files(), &live.files) else {
             return if inputs.is_empty() { Ok(None) } else { Err(no_files()) };
         };
         RunFiles::put(store, dir, inputs).await?;
@@ -216,11 +216,7 @@ impl Run {
     /// `read`, the bytes of the written files it wants.
     pub async fn end(&self, end: Result<Completion, Failure>, read: Option<Read>) -> Ending {
         let Some(files) = &self.files else {
-            let outcome = match end {
-                Ok(c) => Outcome::Completed(c),
-                Err(f) => Outcome::Failed(f),
-            };
-            return Ending { outcome, files: Ok(Vec::new()), contents: Vec::new() };
+            return Ending { outcome: end.into(), files: Ok(Vec::new()), contents: Vec::new() };
         };
         let settled = files.settle().await;
         if let Some((why, stopped)) = files.quota_breach(&settled) {
@@ -238,14 +234,6 @@ impl Run {
             }
             _ => Vec::new(),
         };
-        let outcome = match end {
-            Ok(c) => Outcome::Completed(c),
-            Err(f) => Outcome::Failed(f),
-        };
-        Ending { outcome, files: settled.map_err(settle_error), contents }
+        Ending { outcome: end.into(), files: settled.map_err(Error::from), contents }
     }
-}
-
-fn settle_error(e: FilesError) -> Error {
-    Error::from(e)
 }

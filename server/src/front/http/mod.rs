@@ -63,7 +63,7 @@ pub struct HttpState {
 impl HttpState {
     /// The API over `core`, which must keep files (`/mnt/data` is every run's here).
     pub fn new(core: Core, signer: Signer, cluster: Arc<Cluster>, limits: HttpLimits, runtime: Runtime) -> Arc<Self> {
-        let files = core.files.clone().expect("the HTTP API's core keeps files");
+        let files = core.files().cloned().expect("the HTTP API's core keeps files");
         Arc::new(HttpState { core, files, signer, limits, paused: Registry::default(), runtime, cluster })
     }
 
