@@ -41,6 +41,12 @@ pub(crate) struct Broker {
     log_room: usize,
     /// A journaled execution's recorder (`journal.rs`).
     pub(crate) journal: Option<Arc<Recorder>>,
+    /// How long a wait may find nothing before the program is asked off the stack to
+    /// hibernate (`hibernation.rs`); `None`: never.
+    pub(crate) hibernate_after: Option<Duration>,
+    /// When the program's next timer is due, as its last wait before it unwound said (`None`:
+    /// it has none).
+    timer_due: Option<Instant>,
 }
 
 /// How a tool input or result too large for the call log is kept there: a JSON string.
@@ -74,6 +80,8 @@ impl Broker {
             run_slot,
             log_room: ceilings.max_call_log_bytes,
             journal: None,
+            hibernate_after: None,
+            timer_due: None,
         }
     }
 
@@ -276,15 +284,26 @@ impl Broker {
                 // A parked guest holds no run slot; it queues for one again before resuming.
                 self.run_slot.release();
                 // Empty if the wait timed out (the guest has timers to run).
-                let waited = self.exchange.wait(timeout_ms.map(Duration::from_millis)).await;
+                let timeout = timeout_ms.map(Duration::from_millis);
+                let started = Instant::now();
+                let waited = self.exchange.wait(timeout, self.hibernate_after).await;
                 self.run_slot.acquire().await;
                 match waited {
                     Waited::Ready(ready) => ready,
-                    Waited::Unwind => return Ok(WaitAnswer::Hibernate),
+                    Waited::Unwind => {
+                        self.timer_due = timeout.map(|t| started + t);
+                        return Ok(WaitAnswer::Hibernate);
+                    }
                 }
             }
         };
         Ok(WaitAnswer::Results(self.settle_all(ready)))
+    }
+
+    /// How long until the timer the program's last wait was bounded by is due; `None`: it
+    /// had none.
+    pub(crate) fn next_timer(&self) -> Option<Duration> {
+        self.timer_due.map(|due| due.saturating_duration_since(Instant::now()))
     }
 
     /// Logs each answer against its call and hands it to the guest.

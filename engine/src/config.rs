@@ -232,6 +232,13 @@ pub struct EngineConfig {
     /// Default: one less than the number of cores (at least 1), so that one tenant's busy
     /// programs always leave a core to the others. `None`: unbounded.
     pub tenant_max_running: Option<usize>,
+    /// How long an execution of the default runtime may wait for tool results, or a live
+    /// session of it stay idle, before it hibernates: its instance and execution slot are
+    /// freed, and the pages of memory it changed are kept compressed (tens of KiB) until an
+    /// answer arrives, a timer of the program is due, or the session's next command
+    /// (`docs/hibernation.md`). Executions in a live session and journaled ones do not
+    /// hibernate while they wait. `None`: never. Default `None` for now.
+    pub hibernate_after: Option<Duration>,
 }
 
 /// The default memory budget: 3/4 of the machine's memory.
@@ -286,6 +293,7 @@ impl Default for EngineConfig {
             memory_budget,
             tenant_memory_budget: None,
             tenant_max_running: Some(default_tenant_max_running()),
+            hibernate_after: None,
         }
     }
 }

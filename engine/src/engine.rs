@@ -17,6 +17,7 @@ use crate::data::DataRuntime;
 use crate::error::{Error, ErrorKind, Result};
 use crate::execution::{Control, Execution, Job, drive};
 use crate::guest::Pre;
+use crate::hibernation::Hibernation;
 use crate::host::HostState;
 use crate::journal::Recorder;
 use crate::request::{ExecutionRequest, Runtime, ToolDef, check_tools_size};
@@ -40,7 +41,7 @@ struct Inner {
     /// The runtime's version: see [`Engine::component_digest`].
     digest: [u8; 32],
     /// What instances and their stores are made from.
-    stores: Stores,
+    stores: Arc<Stores>,
     config: EngineConfig,
     slots: Arc<Semaphore>,
     /// Executions between their start and their end, paused or not.
@@ -116,8 +117,15 @@ impl Engine {
         let ticker = EpochTicker::start(engines, config.epoch_tick);
         tracing::info!(pooling, "sandbox engine ready");
         let shares = Shares::new(config.memory_budget, config.tenant_memory_budget, config.tenant_max_running);
-        let stores =
-            Stores::new(wasmtime, pre, data, config.fuel, config.ceilings.clone(), shares, config.warm_instances);
+        let stores = Arc::new(Stores::new(
+            wasmtime,
+            pre,
+            data,
+            config.fuel,
+            config.ceilings.clone(),
+            shares,
+            config.warm_instances,
+        ));
         Ok(Engine {
             inner: Arc::new(Inner {
                 digest,
@@ -177,9 +185,15 @@ impl Engine {
         self.inner.stores.warm.len()
     }
 
-    /// Executions parked waiting for tool results.
+    /// Executions parked waiting for tool results (hibernated ones included).
     pub fn paused_executions(&self) -> usize {
         self.inner.stores.paused.load(Ordering::Relaxed)
+    }
+
+    /// Executions and idle live sessions hibernated: their instances freed, their memory
+    /// kept as compressed pages ([`EngineConfig::hibernate_after`]).
+    pub fn hibernated(&self) -> usize {
+        self.inner.stores.hibernated.load(Ordering::Relaxed)
     }
 
     /// Refuses new executions (kind `Unavailable`) and lets running ones finish.
@@ -221,7 +235,7 @@ impl Engine {
         let schemas = Schemas::compile_shared(&request.tools).await?;
         let permit = self.acquire().await?;
         let started = Instant::now();
-        let (store, instance, host) = inner.stores.new_instance(&StoreSpec {
+        let (mut store, instance, host) = inner.stores.new_instance(&StoreSpec {
             limits: &limits,
             schemas: Some(schemas),
             data_dir: request.data_dir.as_deref(),
@@ -229,6 +243,22 @@ impl Engine {
             runtime: request.runtime,
             journal: journal.as_ref(),
         })?;
+        // A journaled execution is not hibernated: its replay would record the wait that the
+        // program makes again after a thaw.
+        let hibernates = request.runtime == Runtime::Python && journal.is_none();
+        let hibernate_after = inner.config.hibernate_after.filter(|_| hibernates);
+        store.data_mut().broker.hibernate_after = hibernate_after;
+        let (permit, hibernation) = match hibernate_after {
+            None => (Some(permit), None),
+            Some(_) => {
+                let hibernation = Hibernation {
+                    stores: inner.stores.clone(),
+                    slots: inner.slots.clone(),
+                    permit: std::sync::Mutex::new(Some(permit)),
+                };
+                (None, Some(hibernation))
+            }
+        };
 
         let id: Arc<str> = new_id().into();
         let cancel = CancellationToken::new();
@@ -244,7 +274,8 @@ impl Engine {
             cancel: cancel.clone(),
             shutdown: inner.shutdown.clone(),
             started,
-            _permit: Some(permit),
+            _permit: permit,
+            hibernation,
             refill: (request.runtime == Runtime::Python).then(|| self.refill()),
             running: inner.running.clone(),
         };
@@ -309,7 +340,20 @@ impl Engine {
             budget,
             closing: inner.closing.clone(),
             shutdown: inner.shutdown.clone(),
-            _permit: permit,
+            _permit: None,
+            hibernation: None,
+        };
+        // Only the default runtime hibernates.
+        let serve = match inner.config.hibernate_after.filter(|_| request.runtime == Runtime::Python) {
+            Some(after) => {
+                let hibernation = Hibernation {
+                    stores: inner.stores.clone(),
+                    slots: inner.slots.clone(),
+                    permit: std::sync::Mutex::new(Some(permit)),
+                };
+                session::Serve { hibernation: Some((hibernation, after)), ..serve }
+            }
+            None => session::Serve { _permit: Some(permit), ..serve },
         };
         let span = tracing::info_span!("session", id = %shared.id);
         inner.drivers.spawn(tracing::Instrument::instrument(session::serve(serve, store, sandbox), span));
@@ -352,6 +396,7 @@ impl Engine {
             shutdown: inner.shutdown.clone(),
             started,
             _permit: None,
+            hibernation: None,
             refill: None,
             running: inner.running.clone(),
         };

@@ -225,7 +225,9 @@ impl Exchange {
 
     /// Guest side: parks until answers arrive (at least one) or `timeout` passes (then none).
     /// Counts as paused meanwhile, also when the wait is abandoned (cancelled, timed out).
-    pub(crate) async fn wait(&self, timeout: Option<Duration>) -> Waited {
+    /// Ends with [`Waited::Unwind`] when the host asks ([`Exchange::request_unwind`]), or
+    /// once nothing has arrived for `hibernate_after`.
+    pub(crate) async fn wait(&self, timeout: Option<Duration>, hibernate_after: Option<Duration>) -> Waited {
         let _paused = Paused::new(self);
         let arrival = async {
             loop {
@@ -239,9 +241,43 @@ impl Exchange {
                 notified.await;
             }
         };
+        let idle = async {
+            match hibernate_after {
+                Some(after) => tokio::time::sleep(after).await,
+                None => std::future::pending().await,
+            }
+        };
+        let arrival = async {
+            tokio::select! {
+                waited = arrival => waited,
+                () = idle => Waited::Unwind,
+            }
+        };
         match timeout {
             None => arrival.await,
             Some(t) => tokio::time::timeout(t, arrival).await.unwrap_or(Waited::Ready(Vec::new())),
+        }
+    }
+
+    /// Host side, for a hibernated program: parks, without taking them, until answers have
+    /// arrived or `timeout` passes (the program's next timer is due). Counts as paused.
+    pub(crate) async fn arrival(&self, timeout: Option<Duration>) {
+        let _paused = Paused::new(self);
+        let arrived = async {
+            loop {
+                let notified = self.arrived.notified();
+                // The guest's wait, after the thaw, drains before it parks: no permit is owed.
+                if !self.state().arrived.is_empty() {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        match timeout {
+            None => arrived.await,
+            Some(t) => {
+                let _ = tokio::time::timeout(t, arrived).await;
+            }
         }
     }
 
@@ -380,13 +416,13 @@ mod tests {
         x.register(1, [("a", "t"), ("b", "t")]);
         x.submit(vec![ToolResult::ok_json("a", "1")]).unwrap();
         assert_eq!(
-            x.wait(None).await,
+            x.wait(None, None).await,
             Waited::Ready(vec![ToolResult::ok_json("a", "1")]),
             "an answer given before the wait is taken at once"
         );
         let waiter = tokio::spawn({
             let x = x.clone();
-            async move { x.wait(None).await }
+            async move { x.wait(None, None).await }
         });
         while !x.is_paused() {
             tokio::task::yield_now().await;
@@ -402,7 +438,7 @@ mod tests {
     async fn wait_with_a_timeout_returns_nothing_when_nothing_arrives() {
         let x = exchange();
         x.register(1, [("a", "t")]);
-        assert_eq!(x.wait(Some(Duration::from_millis(5))).await, Waited::Ready(Vec::new()));
+        assert_eq!(x.wait(Some(Duration::from_millis(5)), None).await, Waited::Ready(Vec::new()));
         assert!(!x.is_paused());
     }
 
@@ -412,7 +448,7 @@ mod tests {
         x.register(1, [("a", "t"), ("b", "t")]);
         let waiter = tokio::spawn({
             let x = x.clone();
-            async move { x.wait(None).await }
+            async move { x.wait(None, None).await }
         });
         while !x.is_paused() {
             tokio::task::yield_now().await;
@@ -421,9 +457,9 @@ mod tests {
         assert_eq!(waiter.await.unwrap(), Waited::Unwind);
         x.submit(vec![ToolResult::ok_json("a", "1")]).unwrap();
         // Asked once, answered once: the next wait takes the answer.
-        assert_eq!(x.wait(None).await, Waited::Ready(vec![ToolResult::ok_json("a", "1")]));
+        assert_eq!(x.wait(None, None).await, Waited::Ready(vec![ToolResult::ok_json("a", "1")]));
         // A request made while the program runs ends its next wait.
         x.request_unwind();
-        assert_eq!(x.wait(None).await, Waited::Unwind);
+        assert_eq!(x.wait(None, None).await, Waited::Unwind);
     }
 }

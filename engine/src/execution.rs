@@ -14,6 +14,7 @@ use crate::error::{Error, ErrorKind, HostTrap, Result};
 use crate::events::{Completion, Event, Failure, FailureKind, OutputStream, Stats, ToolResult};
 use crate::exchange::Exchange;
 use crate::guest::{Guest, Pre};
+use crate::hibernation::Hibernation;
 use crate::host::HostState;
 use crate::journal::{Journal, JournalTake, Recorder};
 use crate::output::Output;
@@ -147,8 +148,11 @@ pub(crate) struct Job {
     pub(crate) cancel: CancellationToken,
     pub(crate) shutdown: CancellationToken,
     pub(crate) started: Instant,
-    /// The execution slot of a fresh instance; a session holds its own.
+    /// The execution slot of a fresh instance (unless `hibernation` holds it); a session
+    /// holds its own.
     pub(crate) _permit: Option<OwnedSemaphorePermit>,
+    /// What the program needs to hibernate, if it may.
+    pub(crate) hibernation: Option<Hibernation>,
     /// Tops the engine's warm instances up once this execution has ended.
     pub(crate) refill: Option<Refill>,
     /// The engine's count of executions under way (see `Engine::fill_warm`).
@@ -249,7 +253,16 @@ async fn race(
                 sandbox
             }
         };
-        let outcome = sandbox.execute(&mut *store, &job.code, &job.tools, session).await?;
+        let mut sandbox = sandbox;
+        let mut outcome = sandbox.execute(&mut *store, &job.code, &job.tools, session).await?;
+        // Off the stack: hibernated and thawed into another instance, or (when it may not
+        // hibernate, or was asked only to unwind) re-entered in this one.
+        while let Outcome::Hibernated = outcome {
+            if let Some(hibernation) = &job.hibernation {
+                sandbox = hibernation.sleep(&mut *store, sandbox).await?;
+            }
+            outcome = sandbox.resume(&mut *store).await?;
+        }
         Ok((outcome, sandbox))
     };
     tokio::select! {
@@ -301,7 +314,7 @@ fn final_event(
             (Event::Completed(Completion { stdout, stderr, return_value, tool_calls, stats }), Some(sandbox))
         }
         Ending::Returned(Outcome::Hibernated, _) => {
-            // `Guest::execute` re-enters a program that got off the stack until it ends.
+            // `race` re-enters a program that got off the stack until it ends.
             let message = "the program left the stack and was not re-entered".to_string();
             (Event::Failed(failure(FailureKind::Internal, message)), None)
         }

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use wasmtime::Store;
+use wasmtime::component::Instance;
 
 use crate::bindings::{Outcome, Restored, Sandbox, SandboxPre, SessionState, ToolDef};
 use crate::data::DataRuntime;
@@ -19,14 +20,19 @@ pub(crate) enum Pre {
 
 /// One instance of either runtime.
 pub(crate) enum Guest {
-    Component(Sandbox),
+    /// The component's exports, and the instance they belong to (hibernation reaches its
+    /// memory through it).
+    Component(Sandbox, Instance),
     Data(DataInstance),
 }
 
 impl Pre {
     pub(crate) async fn instantiate(&self, store: &mut Store<HostState>) -> wasmtime::Result<Guest> {
         Ok(match self {
-            Pre::Component(pre) => Guest::Component(pre.instantiate_async(store).await?),
+            Pre::Component(pre) => {
+                let instance = pre.instance_pre().instantiate_async(&mut *store).await?;
+                Guest::Component(Sandbox::new(&mut *store, &instance)?, instance)
+            }
             Pre::Data(runtime) => Guest::Data(runtime.instantiate(store).await?),
         })
     }
@@ -34,6 +40,9 @@ impl Pre {
 
 impl Guest {
     /// Runs one program; `session` keeps its globals for the next program in this instance.
+    /// `Outcome::Hibernated`: the program got off the native stack at a wait for tools, and
+    /// [`Guest::resume`] carries it on (in this instance, or in another its memory was
+    /// thawed into).
     pub(crate) async fn execute(
         &self,
         store: &mut Store<HostState>,
@@ -42,17 +51,17 @@ impl Guest {
         session: bool,
     ) -> wasmtime::Result<Outcome> {
         match self {
-            Guest::Component(sandbox) => {
-                let mut outcome = sandbox.call_execute(&mut *store, code, tools, session).await?;
-                // The program got off the native stack when the host asked
-                // (`Control::request_unwind`); it is re-entered in this same instance at once.
-                // Hibernation will save the instance here and re-enter it in another.
-                while let Outcome::Hibernated = outcome {
-                    outcome = sandbox.call_resume(&mut *store).await?;
-                }
-                Ok(outcome)
-            }
+            Guest::Component(sandbox, _) => sandbox.call_execute(&mut *store, code, tools, session).await,
             Guest::Data(instance) => instance.execute(store, code, tools, session).await,
+        }
+    }
+
+    /// Carries on the program that returned `Outcome::Hibernated`. Only the component
+    /// hibernates: the data runtime declines (`data/door.rs`).
+    pub(crate) async fn resume(&self, store: &mut Store<HostState>) -> wasmtime::Result<Outcome> {
+        match self {
+            Guest::Component(sandbox, _) => sandbox.call_resume(&mut *store).await,
+            Guest::Data(_) => Err(wasmtime::Error::msg("the data runtime does not hibernate")),
         }
     }
 
@@ -63,7 +72,7 @@ impl Guest {
         max_bytes: u64,
     ) -> wasmtime::Result<Result<SessionState, String>> {
         match self {
-            Guest::Component(sandbox) => sandbox.call_snapshot(store, max_bytes).await,
+            Guest::Component(sandbox, _) => sandbox.call_snapshot(store, max_bytes).await,
             Guest::Data(instance) => instance.snapshot(store, max_bytes).await,
         }
     }
@@ -75,7 +84,7 @@ impl Guest {
         data: &[u8],
     ) -> wasmtime::Result<Result<Restored, String>> {
         match self {
-            Guest::Component(sandbox) => sandbox.call_restore(store, data).await,
+            Guest::Component(sandbox, _) => sandbox.call_restore(store, data).await,
             Guest::Data(instance) => instance.restore(store, data).await,
         }
     }

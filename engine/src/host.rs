@@ -22,6 +22,12 @@ pub(crate) struct HostState {
     /// The engine's count of live instances; `None` for a warm instance's placeholder state
     /// (`warm.rs`), which is not an execution.
     live: Option<Arc<AtomicUsize>>,
+    /// The engine's count of hibernated executions, while this one is (its instance is
+    /// gone, so it is not live meanwhile).
+    hibernated: Option<(Arc<AtomicUsize>, u64)>,
+    /// The WASI handles every instance takes first (`prime`): stdout, stderr and the
+    /// preopened directory if there is one. An instance that holds more cannot hibernate.
+    pub(crate) primed_handles: usize,
 }
 
 /// One turn of the data runtime, as its door sees it: the job the guest asks for, and what
@@ -62,18 +68,72 @@ impl HostState {
         &self.broker.output
     }
 
-    pub(crate) fn new(wasi: Wasi, limiter: Limiter, broker: Broker, live: Option<Arc<AtomicUsize>>) -> Self {
+    /// `preopened`: a directory is preopened (`/mnt/data`).
+    pub(crate) fn new(
+        wasi: Wasi,
+        limiter: Limiter,
+        broker: Broker,
+        live: Option<Arc<AtomicUsize>>,
+        preopened: bool,
+    ) -> Self {
         if let Some(live) = &live {
             live.fetch_add(1, Ordering::Relaxed);
             metrics::gauge!("ptc_live_instances").increment(1.0);
         }
-        HostState { wasi, limiter, broker, turn: TurnState::default(), live }
+        let primed_handles = 2 + usize::from(preopened);
+        HostState { wasi, limiter, broker, turn: TurnState::default(), live, hibernated: None, primed_handles }
+    }
+
+    /// WASI handles the guest holds: the entries of the host's resource table.
+    pub(crate) fn wasi_handles(&mut self) -> usize {
+        match &mut self.wasi {
+            Wasi::P2 { table, .. } => table.iter_mut().count(),
+            Wasi::P1(_) => 0,
+        }
+    }
+
+    /// The instance is gone (hibernated, in `bytes`): it no longer counts as live, but as
+    /// hibernated in `count`; the handles it held go with it (a thaw takes them again).
+    pub(crate) fn asleep(&mut self, count: &Arc<AtomicUsize>, bytes: u64) {
+        if let Wasi::P2 { table, .. } = &mut self.wasi {
+            *table = ResourceTable::new();
+        }
+        if let Some(live) = &self.live {
+            live.fetch_sub(1, Ordering::Relaxed);
+            metrics::gauge!("ptc_live_instances").decrement(1.0);
+        }
+        count.fetch_add(1, Ordering::Relaxed);
+        metrics::gauge!("ptc_hibernated").increment(1.0);
+        metrics::gauge!("ptc_hibernated_bytes").increment(bytes as f64);
+        self.hibernated = Some((count.clone(), bytes));
+    }
+
+    /// Thawed into an instance again.
+    pub(crate) fn awake(&mut self) {
+        if let Some(live) = &self.live {
+            live.fetch_add(1, Ordering::Relaxed);
+            metrics::gauge!("ptc_live_instances").increment(1.0);
+        }
+        self.wake_count();
+    }
+
+    fn wake_count(&mut self) {
+        if let Some((count, bytes)) = self.hibernated.take() {
+            count.fetch_sub(1, Ordering::Relaxed);
+            metrics::gauge!("ptc_hibernated").decrement(1.0);
+            metrics::gauge!("ptc_hibernated_bytes").decrement(bytes as f64);
+        }
     }
 }
 
 impl Drop for HostState {
     /// The store (and with it the instance) is gone: this is what "freed" means in tests.
     fn drop(&mut self) {
+        if self.hibernated.is_some() {
+            // It ended while hibernated: it was counted there, not as live.
+            self.wake_count();
+            return;
+        }
         if let Some(live) = &self.live {
             live.fetch_sub(1, Ordering::Relaxed);
             metrics::gauge!("ptc_live_instances").decrement(1.0);

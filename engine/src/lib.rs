@@ -32,6 +32,7 @@ mod events;
 mod exchange;
 mod execution;
 mod guest;
+mod hibernation;
 mod host;
 mod journal;
 mod limiter;

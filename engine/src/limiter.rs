@@ -20,7 +20,8 @@ use crate::shares::MemoryClaim;
 /// memory of an instance (`current == 0`: the snapshot, mapped copy-on-write) is not.
 pub(crate) struct Limiter {
     max_memory: u64,
-    claim: MemoryClaim,
+    /// Also charged for a hibernated instance's pages (`hibernation.rs`).
+    pub(crate) claim: MemoryClaim,
     /// The largest the linear memory has been.
     pub(crate) peak: u64,
     /// While set, refused growth fails (`memory.grow` returns -1) instead of trapping.

@@ -29,6 +29,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::events::Event;
 use crate::execution::{Job, run};
 use crate::guest::Guest;
+use crate::hibernation::Hibernation;
 use crate::host::HostState;
 use crate::output::Output;
 use crate::request::{Runtime, ToolDef};
@@ -168,6 +169,29 @@ pub(crate) type Install = Box<dyn FnOnce(&mut Store<HostState>) + Send>;
 pub(crate) enum Command {
     Execute(Box<Job>, Install),
     Snapshot { max_bytes: u64, reply: oneshot::Sender<Result<SessionState>> },
+}
+
+impl Command {
+    /// Answers the command with `reason` as an internal failure, without running it.
+    fn refuse(self, reason: &str) {
+        match self {
+            Command::Execute(job, _) => {
+                let _ = job.events.send(Event::Failed(crate::events::Failure {
+                    kind: crate::events::FailureKind::Internal,
+                    message: reason.to_string(),
+                    traceback: String::new(),
+                    exit_code: None,
+                    stdout: String::new(),
+                    stderr: String::new(),
+                    tool_calls: Vec::new(),
+                    stats: Default::default(),
+                }));
+            }
+            Command::Snapshot { reply, .. } => {
+                let _ = reply.send(Err(Error::engine("taking the snapshot", reason)));
+            }
+        }
+    }
 }
 
 impl Session {
@@ -338,7 +362,11 @@ pub(crate) struct Serve {
     /// The engine stops accepting (ends idle sessions) or shuts down (ends all).
     pub(crate) closing: CancellationToken,
     pub(crate) shutdown: CancellationToken,
-    pub(crate) _permit: tokio::sync::OwnedSemaphorePermit,
+    /// The session's execution slot, unless `hibernation` holds it.
+    pub(crate) _permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// With `hibernate_after`: an idle session hibernates after that long, and thaws at its
+    /// next command.
+    pub(crate) hibernation: Option<(Hibernation, Duration)>,
 }
 
 /// The session's task: runs its commands one at a time until something ends it; dropping the
@@ -346,20 +374,48 @@ pub(crate) struct Serve {
 pub(crate) async fn serve(mut serve: Serve, mut store: Store<HostState>, sandbox: Guest) {
     metrics::gauge!("ptc_sessions_open").increment(1.0);
     let mut sandbox = Some(sandbox);
+    let mut asleep = None;
+    let mut idle_since = tokio::time::Instant::now();
     let reason = loop {
+        let hibernate = serve.hibernation.as_ref().filter(|_| asleep.is_none() && sandbox.is_some());
+        let hibernate_at = idle_since + hibernate.map_or(Duration::ZERO, |(_, after)| *after);
         let command = tokio::select! {
             biased;
             _ = serve.shared.ended.cancelled() => break None,
             _ = serve.shutdown.cancelled() => break Some("the server is shutting down".to_string()),
             _ = serve.closing.cancelled() => break Some("the server is shutting down".to_string()),
-            _ = tokio::time::sleep(serve.idle_timeout) => {
+            _ = tokio::time::sleep_until(idle_since + serve.idle_timeout) => {
                 break Some(format!("idle for {} s", serve.idle_timeout.as_secs()));
             }
             command = serve.commands.recv() => match command {
                 Some(command) => command,
                 None => break Some("closed".to_string()),
             },
+            _ = tokio::time::sleep_until(hibernate_at), if hibernate.is_some() => {
+                let (hibernation, _) = hibernate.expect("checked");
+                let guest = sandbox.take().expect("checked");
+                match hibernation.freeze(&mut store, guest).await {
+                    Ok(frozen) => asleep = Some(frozen),
+                    Err(guest) => {
+                        // It would decline again: it stays live for good.
+                        sandbox = Some(guest);
+                        serve.hibernation = None;
+                    }
+                }
+                continue;
+            }
         };
+        if let (Some(frozen), Some((hibernation, _))) = (asleep.take(), &serve.hibernation) {
+            match hibernation.thaw(&mut store, frozen).await {
+                Ok(guest) => sandbox = Some(guest),
+                Err(e) => {
+                    let reason = format!("thawing its hibernated instance failed: {e:#}");
+                    serve.shared.end(reason.clone());
+                    command.refuse(&reason);
+                    break None;
+                }
+            }
+        }
         match command {
             Command::Execute(job, install) => {
                 install(&mut store);
@@ -385,6 +441,7 @@ pub(crate) async fn serve(mut serve: Serve, mut store: Store<HostState>, sandbox
                 if sandbox.is_none() {
                     break None;
                 }
+                idle_since = tokio::time::Instant::now();
             }
             Command::Snapshot { max_bytes, reply } => {
                 let instance = sandbox.as_ref().expect("a live session has its instance");
@@ -402,6 +459,7 @@ pub(crate) async fn serve(mut serve: Serve, mut store: Store<HostState>, sandbox
                 if stopped {
                     break None;
                 }
+                idle_since = tokio::time::Instant::now();
             }
         }
     };

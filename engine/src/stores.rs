@@ -19,6 +19,7 @@ use crate::error::{Error, Result};
 use crate::events::{Event, OutputStream};
 use crate::exchange::Exchange;
 use crate::guest::{Guest, Pre};
+use crate::hibernation::Image;
 use crate::host::{HostState, Wasi};
 use crate::journal::Recorder;
 use crate::limiter::Limiter;
@@ -45,6 +46,11 @@ pub(crate) struct Stores {
     pub(crate) paused: Arc<AtomicUsize>,
     /// Instances made ahead of demand (`warm.rs`).
     pub(crate) warm: WarmPool,
+    /// Executions hibernated (`hibernation.rs`).
+    pub(crate) hibernated: Arc<AtomicUsize>,
+    /// The component's memory as every instance starts with it, read at the first
+    /// hibernation.
+    image: tokio::sync::OnceCell<Arc<Image>>,
 }
 
 /// What one instance's store is made for.
@@ -88,6 +94,8 @@ impl Stores {
             live: Arc::new(AtomicUsize::new(0)),
             paused: Arc::new(AtomicUsize::new(0)),
             warm: WarmPool::new(warm_instances),
+            hibernated: Arc::new(AtomicUsize::new(0)),
+            image: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -151,7 +159,7 @@ impl Stores {
         state.limiter.peak = initial;
         *warm.store.data_mut() = state;
         arm(&mut warm.store, host.fuel)?;
-        Ok((warm.store, Some(Guest::Component(warm.sandbox)), host))
+        Ok((warm.store, Some(warm.guest), host))
     }
 
     /// One warm instance: the component instantiated in a store with a placeholder state.
@@ -167,8 +175,52 @@ impl Stores {
         };
         let (state, host) = self.host_state(&spec, false)?;
         let mut store = self.store_with(state, Runtime::Python, host.fuel)?;
-        let sandbox = self.pre.instantiate_async(&mut store).await.map_err(|e| Error::engine("instantiating", e))?;
-        Ok(Warm { store, sandbox })
+        let guest = Pre::Component(self.pre.clone())
+            .instantiate(&mut store)
+            .await
+            .map_err(|e| Error::engine("instantiating", e))?;
+        Ok(Warm { store, guest })
+    }
+
+    /// The component's memory as a fresh instance has it (`hibernation.rs`), read once.
+    pub(crate) async fn image(&self) -> Result<Arc<Image>> {
+        let image = self.image.get_or_try_init(|| async {
+            let mut warm = self.make_warm().await?;
+            let Guest::Component(_, instance) = warm.guest else { unreachable!("make_warm makes the component") };
+            Ok::<_, Error>(Arc::new(Image::of(&mut warm.store, instance)))
+        });
+        image.await.cloned()
+    }
+
+    /// A host state that stands in for an execution's while its own is elsewhere: in a store
+    /// about to be dropped, say. It is not an execution (not live, charged nothing).
+    pub(crate) fn placeholder(&self) -> Result<HostState> {
+        let limits = Limits::default().with_max_memory_bytes(self.ceilings.max_memory_bytes);
+        let spec = StoreSpec {
+            limits: &limits,
+            schemas: None,
+            data_dir: None,
+            tenant: None,
+            runtime: Runtime::Python,
+            journal: None,
+        };
+        Ok(self.host_state(&spec, false)?.0)
+    }
+
+    /// A store of the component, with no instance yet, for `state`.
+    pub(crate) fn bare_store(&self, state: HostState, fuel: Option<u64>) -> Result<Store<HostState>> {
+        self.store_with(state, Runtime::Python, fuel)
+    }
+
+    /// Moves `store`'s state into a warm instance's store, which takes its place; `None`:
+    /// none is ready, and nothing changed.
+    pub(crate) fn move_to_warm(&self, store: &mut Store<HostState>, fuel: Option<u64>) -> Result<Option<Guest>> {
+        let Some(mut warm) = self.warm.take() else { return Ok(None) };
+        std::mem::swap(store.data_mut(), warm.store.data_mut());
+        // The warm store now holds the execution's state; the one it replaces, the placeholder.
+        drop(std::mem::replace(store, warm.store));
+        arm(store, fuel)?;
+        Ok(Some(warm.guest))
     }
 
     fn wasmtime_for(&self, runtime: Runtime) -> &wasmtime::Engine {
@@ -209,7 +261,7 @@ impl Stores {
         let mut broker =
             Broker::new(exchange.clone(), events_tx.clone(), output.clone(), run_slot, schemas, limits, &self.ceilings);
         broker.journal = journal.cloned();
-        let state = HostState::new(wasi, limiter, broker, live.then(|| self.live.clone()));
+        let state = HostState::new(wasi, limiter, broker, live.then(|| self.live.clone()), data_dir.is_some());
         let fuel = self.fuel(limits);
         Ok((state, HostSide { events: events_tx, events_rx, exchange, output, fuel }))
     }

@@ -16,13 +16,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use wasmtime::Store;
 
-use crate::bindings::Sandbox;
+use crate::guest::Guest;
 use crate::host::HostState;
 
 /// One instance of the component, instantiated with a placeholder host state.
 pub(crate) struct Warm {
     pub(crate) store: Store<HostState>,
-    pub(crate) sandbox: Sandbox,
+    pub(crate) guest: Guest,
 }
 
 pub(crate) struct WarmPool {

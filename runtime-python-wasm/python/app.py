@@ -4,6 +4,7 @@ Everything imported at module level is snapshotted during pre-initialisation. Ea
 catches BaseException, because an exception escaping an export traps the whole instance.
 """
 
+import os
 import random
 import sys
 
@@ -56,10 +57,27 @@ def _internal(e):
         wit_world.Failure(wit_world.FailureKind.INTERNAL, plain_text(f"{type(e).__name__}: {e}"), plain_text(tb), None))
 
 
+def _prime():
+    """Takes stdout's, stderr's and the preopened directories' WASI handles, in that order.
+
+    wasi-libc takes each the first time it is used and keeps its index in linear memory, so a
+    program's own order would decide which handle is which. Taking them first, in every
+    instance, gives them the same indices everywhere, which is what lets a hibernated
+    instance's memory be thawed into another (the host calls the `prime` export there)."""
+    os.write(1, b"")
+    os.write(2, b"")
+    try:
+        # Any path makes wasi-libc list the preopens, which takes a handle for each.
+        os.stat("/mnt/data")
+    except OSError:
+        pass
+
+
 class WitWorld(wit_world.WitWorld):
     def execute(self, code, tools, session):
         try:
             if not self._seeded:
+                _prime()
                 sys.stdout = Stream(1, "<stdout>")
                 sys.stderr = Stream(2, "<stderr>")
                 # The snapshot froze the generator's state; without this every instance would
@@ -73,6 +91,13 @@ class WitWorld(wit_world.WitWorld):
             return _internal(e)
 
     _seeded = False
+
+    def prime(self):
+        try:
+            _prime()
+        except BaseException:
+            # A handle that cannot be taken shows as a handle missing: the host counts them.
+            pass
 
     def resume(self):
         try:

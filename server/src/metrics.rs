@@ -3,7 +3,9 @@
 //!
 //! The engine records through the `metrics` facade: `ptc_executions_total{outcome}`,
 //! `ptc_round_trips_total`, `ptc_tool_calls_total`, `ptc_paused_executions`,
-//! `ptc_live_instances`, `ptc_execution_seconds`, `ptc_instantiate_seconds`.
+//! `ptc_live_instances`, `ptc_execution_seconds`, `ptc_instantiate_seconds`, and for
+//! hibernation `ptc_hibernated`, `ptc_hibernated_bytes`, `ptc_hibernate_seconds`,
+//! `ptc_thaw_seconds`.
 
 use std::sync::OnceLock;
 

@@ -92,6 +92,9 @@ impl EngineArgs {
         engine.pooling = !self.no_pooling;
         engine.warm_instances = self.warm_instances;
         engine.memory_reservation = self.memory_reservation_mib.map(|m| m * MIB);
+        if let Some(ms) = self.hibernate_after_ms {
+            engine.hibernate_after = Some(Duration::from_millis(ms));
+        }
     }
 }
 

@@ -1,9 +1,13 @@
-//! Hibernation's first step: a parked program asked off the native stack
-//! (`Control::request_unwind`) unwinds its event loop out of the instance's export, keeping its
-//! tasks in memory, and is re-entered (`resume`) where it was; a program running a loop of its
-//! own, and the data runtime, decline and stay parked.
+//! Hibernation. A parked program asked off the native stack (`Control::request_unwind`)
+//! unwinds its event loop out of the instance's export, keeping its tasks in memory, and is
+//! re-entered (`resume`) where it was; a program running a loop of its own, and the data
+//! runtime, decline and stay parked. With `EngineConfig::hibernate_after`, a program that
+//! waits that long is hibernated: its instance and slot freed, its memory kept as compressed
+//! pages, and thawed into another instance when answers arrive or a timer is due.
 
-use ptc_engine::{Event, Execution, ExecutionRequest, Runtime, SessionRequest, ToolResult};
+use std::time::Duration;
+
+use ptc_engine::{Engine, Event, Execution, ExecutionRequest, FailureKind, Runtime, SessionRequest, ToolResult};
 use ptc_tests::*;
 use serde_json::json;
 
@@ -113,4 +117,169 @@ async fn the_data_runtime_declines_and_stays_parked() {
     let exec = data_engine().start(request).await.unwrap();
     let done = unwind_mid_gather(exec).await.completed();
     assert_eq!(done.stdout, "got 2.0\ngot 4.0\n[2.0, 4.0]\n", "{}", done.stderr);
+}
+
+/// An engine that hibernates a program once it has waited 30 ms; `max_concurrent` slots.
+fn hibernating(max_concurrent: usize) -> Engine {
+    engine_with(|c| {
+        c.hibernate_after = Some(Duration::from_millis(30));
+        c.max_concurrent = max_concurrent;
+    })
+}
+
+/// The first batch of calls, the program's output before it included.
+async fn first_calls(exec: &mut Execution) -> Vec<ptc_engine::ToolCall> {
+    loop {
+        match exec.next_event().await.expect("an event") {
+            Event::ToolCalls { calls, .. } => return calls,
+            Event::Output { .. } => {}
+            other => panic!("expected tool calls, got {other:?}"),
+        }
+    }
+}
+
+async fn until_hibernated(engine: &Engine, n: usize) {
+    eventually("the program hibernates", || engine.hibernated() == n).await;
+}
+
+#[tokio::test]
+async fn a_waiting_program_hibernates_and_thaws_where_it_stopped() {
+    let engine = hibernating(64);
+    let (root, dir) = data_dir_beside_a_secret("hibernate");
+    // Output on both streams and a file written and read back before the first wait; a
+    // gather half answered; a timer due while it is hibernated; clocks and random values
+    // read before and after, and a generator of its own, all carried in memory.
+    let code = format!(
+        "{ENTERED_BY}\
+import random, sys, time\n\
+t0 = time.monotonic()\n\
+x = random.random()\n\
+squares = (i * i for i in range(10))\n\
+first = [next(squares) for _ in range(3)]\n\
+print('out before', resumed())\n\
+print('err before', file=sys.stderr)\n\
+with open('/mnt/data/notes.txt', 'w') as f:\n    f.write('kept')\n\
+async def later():\n    await asyncio.sleep(0.3)\n    return 'slept'\n\
+timer = asyncio.ensure_future(later())\n\
+{}\
+print('after', resumed(), r)\n\
+print('err after', file=sys.stderr)\n\
+return [r, await timer, time.monotonic() - t0 >= 0.3, 0 <= x < 1, random.random() != x, \
+first + list(squares), open('/mnt/data/notes.txt').read()]",
+        gather(3)
+    );
+    let request = ExecutionRequest::new(code).with_tools(standard_tools()).with_data_dir(dir.clone());
+    let mut exec = engine.start(request).await.unwrap();
+    let calls = first_calls(&mut exec).await;
+    let answer = |c: &ptc_engine::ToolCall| ToolResult::ok(&c.id, &standard_handler(c).unwrap());
+    exec.submit(vec![answer(&calls[0])]).unwrap();
+    until_hibernated(&engine, 1).await;
+    assert_eq!(engine.live_instances(), 0, "the instance is freed");
+    assert!(exec.control().is_paused(), "a hibernated program is paused");
+    // The timer is due while it sleeps: it thaws, runs it, waits and hibernates again.
+    eventually("the timer thaws it", || engine.hibernated() == 0).await;
+    until_hibernated(&engine, 1).await;
+    exec.submit(calls[1..].iter().map(answer).collect()).unwrap();
+    let done = drive(exec, standard_handler).await.completed();
+    assert_eq!(
+        done.stdout, "out before False\ngot 2.0\ngot 4.0\ngot 6.0\nafter True [2.0, 4.0, 6.0]\n",
+        "{}",
+        done.stderr
+    );
+    assert_eq!(done.stderr, "err before\nerr after\n");
+    let value: serde_json::Value = serde_json::from_str(&done.return_value).unwrap();
+    assert_eq!(
+        value,
+        json!([[2.0, 4.0, 6.0], "slept", true, true, true, [0, 1, 4, 9, 16, 25, 36, 49, 64, 81], "kept"])
+    );
+    assert_eq!(done.stats.round_trips, 1, "the calls went out once");
+    assert_eq!((engine.hibernated(), engine.live_instances()), (0, 0));
+    std::fs::remove_dir_all(root).unwrap();
+}
+
+#[tokio::test]
+async fn a_program_holding_an_open_file_stays_live() {
+    let engine = hibernating(64);
+    let (root, dir) = data_dir_beside_a_secret("hibernate-open");
+    std::fs::write(dir.join("in.txt"), "abc").unwrap();
+    let code = "f = open('/mnt/data/in.txt')\nr = await add(a=1, b=2)\nreturn [r, f.read()]";
+    let request = ExecutionRequest::new(code).with_tools(standard_tools()).with_data_dir(dir.clone());
+    let mut exec = engine.start(request).await.unwrap();
+    let calls = first_calls(&mut exec).await;
+    // Past hibernate_after, it is still live: asked, it declined.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!((engine.hibernated(), engine.live_instances()), (0, 1));
+    exec.submit(vec![ToolResult::ok(&calls[0].id, &json!(3))]).unwrap();
+    let done = drive(exec, standard_handler).await.completed();
+    assert_eq!(done.return_value, r#"[3, "abc"]"#);
+    std::fs::remove_dir_all(root).unwrap();
+}
+
+#[tokio::test]
+async fn a_hibernated_program_gives_its_slot_to_another() {
+    let engine = hibernating(1);
+    let mut first =
+        engine.start(ExecutionRequest::new("return await add(a=1, b=2)").with_tools(standard_tools())).await.unwrap();
+    let calls = first_calls(&mut first).await;
+    until_hibernated(&engine, 1).await;
+    // The only slot is free again: another program runs to its end meanwhile.
+    let other = engine.start(ExecutionRequest::new("print('other')")).await.unwrap();
+    assert_eq!(drive(other, standard_handler).await.completed().stdout, "other\n");
+    first.submit(vec![ToolResult::ok(&calls[0].id, &json!(3))]).unwrap();
+    assert_eq!(drive(first, standard_handler).await.completed().return_value, "3");
+}
+
+#[tokio::test]
+async fn a_hibernated_program_can_be_cancelled_and_times_out() {
+    let engine = hibernating(64);
+    let code = "print('waiting')\nreturn await add(a=1, b=2)";
+    let mut cancelled = engine.start(ExecutionRequest::new(code).with_tools(standard_tools())).await.unwrap();
+    first_calls(&mut cancelled).await;
+    until_hibernated(&engine, 1).await;
+    cancelled.cancel();
+    let failed = drive(cancelled, standard_handler).await.failed();
+    assert_eq!((failed.kind, failed.stdout.as_str()), (FailureKind::Cancelled, "waiting\n"));
+    assert_eq!(engine.hibernated(), 0);
+
+    let request = ExecutionRequest::new(code)
+        .with_tools(standard_tools())
+        .with_limits(limits_with_timeout(Duration::from_secs(1)));
+    let mut late = engine.start(request).await.unwrap();
+    first_calls(&mut late).await;
+    until_hibernated(&engine, 1).await;
+    let failed = drive(late, |_| Err("never answered".into())).await;
+    let failed = failed.failed();
+    assert_eq!(failed.kind, FailureKind::Timeout);
+    assert_eq!((engine.hibernated(), engine.live_instances()), (0, 0));
+}
+
+#[tokio::test]
+async fn an_idle_session_hibernates_and_its_next_program_finds_everything() {
+    let engine = hibernating(64);
+    let (root, dir) = data_dir_beside_a_secret("hibernate-session");
+    // Hibernated before its first program too: it then holds no handles at all.
+    let (session, _) = engine.open_session(SessionRequest::new().with_data_dir(dir.clone())).await.unwrap();
+    until_hibernated(&engine, 1).await;
+    assert_eq!(engine.live_instances(), 0);
+    let run = |code: &str| {
+        let request = ExecutionRequest::new(code).with_tools(standard_tools());
+        let exec = engine.execute_in(&session, request);
+        async move { drive(exec.await.unwrap(), standard_handler).await.completed() }
+    };
+    let code = "import random, time\nt0 = time.monotonic()\nx = random.random()\n\
+                squares = (i * i for i in range(10))\nfirst = next(squares)\n\
+                open('/mnt/data/s.txt', 'w').write('kept')\nprint('one')";
+    assert_eq!(run(code).await.stdout, "one\n");
+    until_hibernated(&engine, 1).await;
+    assert_eq!(engine.live_instances(), 0);
+    let code = "print('two', first, next(squares), time.monotonic() >= t0, random.random() != x, \
+                open('/mnt/data/s.txt').read(), await add(a=1, b=2))";
+    assert_eq!(run(code).await.stdout, "two 0 1 True True kept 3.0\n");
+    until_hibernated(&engine, 1).await;
+    // A snapshot thaws it too.
+    let state = session.snapshot(1 << 20).await.unwrap();
+    assert!(state.kept.contains(&"x".to_string()), "{:?}", state.kept);
+    session.close();
+    eventually("the session ends", || engine.hibernated() == 0 && engine.live_instances() == 0).await;
+    std::fs::remove_dir_all(root).unwrap();
 }

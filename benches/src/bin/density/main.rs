@@ -230,7 +230,7 @@ async fn harness(args: Args) -> anyhow::Result<()> {
             drop((server, channels));
             (server, channels) = ready_server(&args, max).await?;
         }
-        Some(idle_sessions(&server, &channels, key.as_deref(), args.idle_sessions).await?)
+        Some(idle_sessions(&server, &channels, key.as_deref(), &args).await?)
     } else {
         None
     };
@@ -257,9 +257,10 @@ async fn idle_sessions(
     server: &Server,
     channels: &[SandboxClient<Channel>],
     key: Option<&str>,
-    n: usize,
+    args: &Args,
 ) -> anyhow::Result<report::IdleSessions> {
     use ptc_server::proto;
+    let n = args.idle_sessions;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let before = Memory::read(server.pid)?;
     let mut ids = Vec::with_capacity(n);
@@ -283,6 +284,13 @@ async fn idle_sessions(
     }
     let open = started.elapsed();
     tokio::time::sleep(Duration::from_millis(1000)).await;
+    let hibernated = match (&server.metrics_addr, hibernates(args)) {
+        (Some(addr), true) => {
+            let count = reach_gauge(addr, "ptc_hibernated", n as f64).await;
+            Some((count, gauge(addr, "ptc_hibernated_bytes").await))
+        }
+        _ => None,
+    };
     let at_n = Memory::read(server.pid)?;
     let mut correct = 0;
     let mut reads = Vec::with_capacity(n);
@@ -306,9 +314,10 @@ async fn idle_sessions(
         before,
         at_n,
         open,
-        first_p50: percentile(&runs, 50.0),
-        first_engine_p50: percentile(&engine_runs, 50.0),
-        next_p50: percentile(&reads, 50.0),
+        first_p50: percentile(&runs, 0.50),
+        first_engine_p50: percentile(&engine_runs, 0.50),
+        next_p50: percentile(&reads, 0.50),
+        hibernated,
     })
 }
 
@@ -401,6 +410,13 @@ async fn run_step(
     let launch = launch_started.elapsed();
     // Let the last instances settle (output flushes, task wake-ups) before reading memory.
     tokio::time::sleep(Duration::from_millis(1000)).await;
+    let hibernated = match (&server.metrics_addr, hibernates(args)) {
+        (Some(addr), true) => {
+            let count = reach_gauge(addr, "ptc_hibernated", paused.len() as f64).await;
+            Some((count, gauge(addr, "ptc_hibernated_bytes").await))
+        }
+        _ => None,
+    };
     let at_n = Memory::read(server.pid)?;
     let paused_gauge = match &server.metrics_addr {
         Some(addr) => gauge(addr, "ptc_paused_executions").await,
@@ -458,6 +474,7 @@ async fn run_step(
         at_n,
         after,
         paused_gauge,
+        hibernated,
         live_after,
         correct,
         errors: errors.into_iter().take(5).collect(),
@@ -549,6 +566,24 @@ async fn gauge(addr: &str, name: &str) -> Option<f64> {
     let mut body = String::new();
     conn.read_to_string(&mut body).await.ok()?;
     body.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// Whether the server hibernates (`-- --hibernate-after-ms N`): memory is then read once all
+/// N paused executions (or idle sessions) have.
+fn hibernates(args: &Args) -> bool {
+    args.serve_flags.iter().any(|f| f.starts_with("--hibernate-after"))
+}
+
+/// A gauge once it reaches `target` (or its value after two minutes).
+async fn reach_gauge(addr: &str, name: &str, target: f64) -> Option<f64> {
+    let started = Instant::now();
+    loop {
+        let value = gauge(addr, name).await;
+        if value == Some(target) || started.elapsed() > Duration::from_secs(120) {
+            return value;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// A gauge once it stops changing (instances are freed by tasks finishing after the stream).

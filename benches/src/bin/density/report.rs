@@ -22,6 +22,9 @@ pub struct Step {
     pub after: Memory,
     /// The server's own count of paused executions while all N waited.
     pub paused_gauge: Option<f64>,
+    /// With a server that hibernates: its count of hibernated executions and their bytes,
+    /// once all N had hibernated.
+    pub hibernated: Option<(Option<f64>, Option<f64>)>,
     /// Live instances once every stream finished (0 unless something leaked).
     pub live_after: Option<f64>,
     /// Executions that paused, resumed and printed exactly what they were sent.
@@ -58,6 +61,7 @@ impl Step {
             "server_at_n": self.at_n.to_json(),
             "server_after": self.after.to_json(),
             "paused_gauge": self.paused_gauge,
+            "hibernated": self.hibernated.map(|(count, bytes)| json!({"executions": count, "bytes": bytes})),
             "live_instances_after": self.live_after,
             "errors": self.errors,
         })
@@ -96,6 +100,8 @@ pub struct IdleSessions {
     pub first_engine_p50: Duration,
     /// Median of its next program (`print(v)`), once all N had been idle.
     pub next_p50: Duration,
+    /// As [`Step::hibernated`].
+    pub hibernated: Option<(Option<f64>, Option<f64>)>,
 }
 
 impl IdleSessions {
@@ -113,6 +119,7 @@ impl IdleSessions {
             "first_program_us_p50": us(self.first_p50),
             "first_program_engine_us_p50": us(self.first_engine_p50),
             "next_program_us_p50": us(self.next_p50),
+            "hibernated": self.hibernated.map(|(count, bytes)| json!({"sessions": count, "bytes": bytes})),
         })
     }
 }
@@ -161,6 +168,18 @@ impl Report {
                 s.at_n.maps,
             );
         }
+        for s in &self.steps {
+            if let Some((count, bytes)) = s.hibernated {
+                let (count, bytes) = (count.unwrap_or(0.0), bytes.unwrap_or(0.0));
+                let _ = writeln!(
+                    out,
+                    "hibernated at N = {}: {count}, {:.1} KiB each at rest ({:.1} MiB in all)",
+                    s.n,
+                    bytes / count.max(1.0) / 1024.0,
+                    bytes / (1u64 << 20) as f64
+                );
+            }
+        }
         if let Some(s) = self.steps.last() {
             let _ = writeln!(
                 out,
@@ -194,6 +213,14 @@ impl Report {
                 ms(s.first_engine_p50),
                 ms(s.next_p50)
             );
+            if let Some((count, bytes)) = s.hibernated {
+                let (count, bytes) = (count.unwrap_or(0.0), bytes.unwrap_or(0.0));
+                let _ = writeln!(
+                    out,
+                    "idle sessions hibernated: {count}, {:.1} KiB each at rest",
+                    bytes / count.max(1.0) / 1024.0
+                );
+            }
         }
         if let Some(why) = &self.stopped {
             let _ = writeln!(out, "stopped early: {why}");

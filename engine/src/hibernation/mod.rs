@@ -1,0 +1,304 @@
+//! Hibernation: a program parked on its tools is taken off the native stack (`wait-for-tools`
+//! answers `hibernate`, the guest unwinds its event loop out of the export), kept as the pages
+//! of its memory that differ from the runtime's snapshot, XORed with the snapshot's and
+//! compressed, and its instance and execution slot are freed. When an answer arrives, or the
+//! program's next timer is due, the pages are thawed into another instance of the same
+//! runtime and `resume` carries the program on where it stopped.
+//!
+//! Why the pages are all of it (`docs/hibernation.md`): after the export has returned, no
+//! wasm frame is on any stack and the core globals are back at their snapshot values; the
+//! host state (tool exchange, call log, clocks, random, output) stays this process's own
+//! `HostState`, moved from store to store; and the only handles the guest holds are the
+//! ones every instance takes first (`prime`): stdout, stderr, the preopened directory. A
+//! program holding any other (an open file) is not hibernated and stays live.
+//!
+//! The memory is reached through wasmtime's `#[doc(hidden)]` `LowerContext` (probe 2 in the
+//! doc), pinned with wasmtime `=48.0.8`: recheck it on every upgrade.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use wasmtime::component::__internal::{LowerContext, wasmtime_environ};
+use wasmtime::component::Instance;
+use wasmtime::{AsContextMut, Store};
+use wasmtime_environ::component::{CanonicalOptionsDataModel, OptionsIndex};
+
+use crate::guest::{Guest, Pre};
+use crate::host::HostState;
+use crate::stores::Stores;
+
+mod delta;
+mod pagemap;
+
+use delta::{Delta, Unpacked};
+
+const PAGE: usize = 4096;
+
+/// Pages compared or written between two yields to the scheduler (16 MiB, a few ms): a
+/// memory of hundreds of MiB must not hold an async worker for long.
+const PAGES_PER_TURN: usize = 4096;
+
+/// The memory every instance of the component starts with, which a hibernated instance is
+/// kept against: a copy, taken once per engine (24 MB for the embedded component).
+pub(crate) struct Image {
+    memory: Vec<u8>,
+    /// The canonical options that name the component's linear memory.
+    options: OptionsIndex,
+}
+
+impl Image {
+    /// Reads a fresh instance's memory.
+    pub(crate) fn of(store: &mut Store<HostState>, instance: Instance) -> Image {
+        let options = memory_options(store, instance);
+        let memory = with_memory(store, instance, options, |m| m.to_vec());
+        Image { memory, options }
+    }
+}
+
+/// The first canonical options of the component that name a linear memory: every export that
+/// takes a string does, and all of them name the component's one memory.
+fn memory_options(store: &mut Store<HostState>, instance: Instance) -> OptionsIndex {
+    (0u32..)
+        .map(OptionsIndex::from_u32)
+        .find(|&options| {
+            let cx = LowerContext::new(store.as_context_mut(), options, instance);
+            matches!(cx.options().data_model, CanonicalOptionsDataModel::LinearMemory(o) if o.memory.is_some())
+        })
+        .expect("a component with string parameters has canonical options with a memory")
+}
+
+/// Runs `f` on the instance's whole linear memory. No wasm runs meanwhile (it cannot: `f` is
+/// synchronous and borrows the store).
+fn with_memory<R>(
+    store: &mut Store<HostState>,
+    instance: Instance,
+    options: OptionsIndex,
+    f: impl FnOnce(&mut [u8]) -> R,
+) -> R {
+    let mut cx = LowerContext::new(store.as_context_mut(), options, instance);
+    f(cx.as_slice_mut())
+}
+
+/// A hibernated instance: the pages of its memory that differ from the image, XORed with the
+/// image's and compressed.
+pub(crate) struct Frozen {
+    /// Bytes of linear memory.
+    len: usize,
+    /// Indices of the 4 KiB pages that differ from the image, ascending.
+    pages: Vec<u32>,
+    /// How those pages differ from the image's, compressed (`delta.rs`).
+    packed: Vec<u8>,
+    /// WASI handles the guest held (all of them taken by priming).
+    handles: usize,
+}
+
+impl Frozen {
+    /// What it takes at rest, about.
+    pub(crate) fn size(&self) -> u64 {
+        (self.packed.len() + self.pages.len() * 4) as u64
+    }
+}
+
+/// Takes a hibernated instance's pages, or says why it cannot be hibernated (it then stays
+/// live, and goes on where it is).
+pub(crate) async fn freeze(store: &mut Store<HostState>, instance: Instance, image: &Image) -> Result<Frozen, String> {
+    let handles = store.data_mut().wasi_handles();
+    let primed = store.data().primed_handles;
+    // None: a live session that has run no program yet.
+    if handles != primed && handles != 0 {
+        return Err(format!("the program holds {handles} WASI handles where priming takes {primed} (an open file)"));
+    }
+    let len = with_memory(store, instance, image.options, |m| m.len());
+    if len != image.memory.len() {
+        // A thaw would have to grow the fresh instance's memory first; not yet.
+        return Err(format!("its memory grew past the snapshot's ({} to {len} bytes)", image.memory.len()));
+    }
+    let t0 = Instant::now();
+    let written = with_memory(store, instance, image.options, |m| pagemap::written(m));
+    let mut pages = Vec::new();
+    let mut delta = Delta::default();
+    let total = len / PAGE;
+    let mut first = 0;
+    while first < total {
+        let end = (first + PAGES_PER_TURN).min(total);
+        with_memory(store, instance, image.options, |memory| {
+            for i in first..end {
+                if written.as_ref().is_some_and(|w| !w[i]) {
+                    continue;
+                }
+                let range = i * PAGE..(i + 1) * PAGE;
+                let (now, base) = (&memory[range.clone()], &image.memory[range]);
+                if now != base {
+                    pages.push(i as u32);
+                    delta.push(now, base);
+                }
+            }
+        });
+        first = end;
+        tokio::task::yield_now().await;
+    }
+    let diffed = t0.elapsed();
+    let packed = tokio::task::spawn_blocking(move || delta.pack())
+        .await
+        .map_err(|e| format!("compressing failed: {e}"))?
+        .map_err(|e| format!("compressing failed: {e}"))?;
+    tracing::debug!(?diffed, packed = ?t0.elapsed(), "freeze phases");
+    Ok(Frozen { len, pages, packed, handles })
+}
+
+/// Makes a fresh instance's memory the hibernated one's: primes it (the same handles, at the
+/// same indices), then writes every page that differs from the target, the image XOR the
+/// kept pages (priming's own writes included).
+pub(crate) async fn thaw(
+    store: &mut Store<HostState>,
+    guest: &Guest,
+    image: &Image,
+    frozen: Frozen,
+) -> wasmtime::Result<()> {
+    let Guest::Component(sandbox, instance) = guest else {
+        return Err(wasmtime::Error::msg("only the component hibernates"));
+    };
+    let t0 = Instant::now();
+    if frozen.handles > 0 {
+        sandbox.call_prime(&mut *store).await?;
+    }
+    let primed = t0.elapsed();
+    let handles = store.data_mut().wasi_handles();
+    if handles != frozen.handles {
+        return Err(wasmtime::Error::msg(format!(
+            "priming took {handles} WASI handles where the hibernated instance held {}",
+            frozen.handles
+        )));
+    }
+    let len = with_memory(store, *instance, image.options, |m| m.len());
+    let total = len / PAGE;
+    let ordered = frozen.pages.windows(2).all(|w| w[0] < w[1]);
+    if len != frozen.len || !ordered || frozen.pages.last().is_some_and(|&p| p as usize >= total) {
+        return Err(wasmtime::Error::msg("the hibernated pages do not fit this instance's memory"));
+    }
+    let (packed, pages) = (frozen.packed, frozen.pages.len());
+    let mut unpacked =
+        tokio::task::spawn_blocking(move || Unpacked::new(&packed, pages)).await?.map_err(wasmtime::Error::msg)?;
+    let inflated = t0.elapsed();
+    // Pages priming (or instantiation) wrote, which may differ from the image.
+    let written = with_memory(store, *instance, image.options, |m| pagemap::written(m));
+    let mut kept = frozen.pages.iter().peekable();
+    let mut first = 0;
+    while first < total {
+        let end = (first + PAGES_PER_TURN).min(total);
+        with_memory(store, *instance, image.options, |memory| {
+            for i in first..end {
+                let range = i * PAGE..(i + 1) * PAGE;
+                let (page, base) = (&mut memory[range.clone()], &image.memory[range]);
+                match kept.next_if(|p| **p as usize == i) {
+                    Some(_) => unpacked.apply_next(page, base),
+                    None if written.as_ref().is_some_and(|w| !w[i]) => {}
+                    None if page != base => page.copy_from_slice(base),
+                    None => {}
+                }
+            }
+        });
+        first = end;
+        tokio::task::yield_now().await;
+    }
+    tracing::debug!(?primed, ?inflated, written = ?t0.elapsed(), "thaw phases");
+    Ok(())
+}
+
+/// What an execution or a live session needs to hibernate: the engine's stores (the image,
+/// warm instances, the component) and its execution slots, one of which it gives back while
+/// it sleeps.
+pub(crate) struct Hibernation {
+    pub(crate) stores: Arc<Stores>,
+    pub(crate) slots: Arc<Semaphore>,
+    /// The execution's (or session's) slot, while it has one.
+    pub(crate) permit: Mutex<Option<OwnedSemaphorePermit>>,
+}
+
+/// A hibernated instance, and what its store had besides.
+pub(crate) struct Asleep {
+    frozen: Frozen,
+    image: Arc<Image>,
+    fuel: Option<u64>,
+}
+
+impl Hibernation {
+    /// The program returned `hibernated`: hibernates it, waits until an answer arrives or its
+    /// next timer is due, and thaws it into another instance, which it returns. A program
+    /// that cannot be hibernated is returned as it is, and is not asked again. The deadline
+    /// and cancellation still end it meanwhile (the driver races this).
+    pub(crate) async fn sleep(&self, store: &mut Store<HostState>, guest: Guest) -> wasmtime::Result<Guest> {
+        let asleep = match self.freeze(store, guest).await {
+            Ok(asleep) => asleep,
+            Err(guest) => {
+                store.data_mut().broker.hibernate_after = None;
+                return Ok(guest);
+            }
+        };
+        // A parked program holds no run slot of its tenant; the wait took it back to unwind.
+        let run_slot = store.data().broker.run_slot.clone();
+        run_slot.release();
+        let due = store.data().broker.next_timer();
+        store.data().broker.exchange.clone().arrival(due).await;
+        run_slot.acquire().await;
+        self.thaw(store, asleep).await
+    }
+
+    /// Keeps the instance's pages, frees it (its store is replaced by one without an
+    /// instance, holding the same host state) and gives its execution slot back; or, when
+    /// it cannot be hibernated, says why in the log and hands the instance back.
+    pub(crate) async fn freeze(&self, store: &mut Store<HostState>, guest: Guest) -> Result<Asleep, Guest> {
+        let Guest::Component(_, instance) = &guest else { return Err(guest) };
+        let started = Instant::now();
+        let placeholder = self.stores.placeholder().map_err(|e| e.to_string());
+        let frozen = match (self.stores.image().await, placeholder) {
+            (Ok(image), Ok(placeholder)) => {
+                freeze(store, *instance, &image).await.map(|frozen| (frozen, image, placeholder))
+            }
+            (Err(e), _) => Err(e.to_string()),
+            (_, Err(why)) => Err(why),
+        };
+        // Its pages count against its memory claim while it sleeps.
+        let frozen = frozen.and_then(|f| store.data_mut().limiter.claim.grow(f.0.size()).map(|()| f));
+        let (frozen, image, placeholder) = match frozen {
+            Ok(frozen) => frozen,
+            Err(why) => {
+                tracing::debug!(%why, "not hibernating; the instance stays live");
+                return Err(guest);
+            }
+        };
+        let fuel = store.get_fuel().ok();
+        let host = std::mem::replace(store.data_mut(), placeholder);
+        drop(guest);
+        // The old store goes, and the instance with it. Arming the new one only sets the fuel
+        // read from the old, which cannot fail.
+        *store = self.stores.bare_store(host, fuel).expect("arming a store as the last one was");
+        let size = frozen.size();
+        store.data_mut().asleep(&self.stores.hibernated, size);
+        drop(self.permit.lock().unwrap_or_else(|e| e.into_inner()).take());
+        tracing::debug!(pages = frozen.pages.len(), bytes = size, elapsed = ?started.elapsed(), "hibernated");
+        metrics::histogram!("ptc_hibernate_seconds").record(started.elapsed().as_secs_f64());
+        Ok(Asleep { frozen, image, fuel })
+    }
+
+    /// Takes an execution slot again, and thaws the instance into a warm (or new) one.
+    pub(crate) async fn thaw(&self, store: &mut Store<HostState>, asleep: Asleep) -> wasmtime::Result<Guest> {
+        let permit = self.slots.clone().acquire_owned().await?;
+        *self.permit.lock().unwrap_or_else(|e| e.into_inner()) = Some(permit);
+        let started = Instant::now();
+        let guest = match self.stores.move_to_warm(store, asleep.fuel).map_err(wasmtime::Error::msg)? {
+            Some(guest) => guest,
+            None => Pre::Component(self.stores.pre.clone()).instantiate(&mut *store).await?,
+        };
+        let instantiated = started.elapsed();
+        let size = asleep.frozen.size();
+        thaw(store, &guest, &asleep.image, asleep.frozen).await?;
+        let data = store.data_mut();
+        data.limiter.claim.shrink(size);
+        data.awake();
+        tracing::debug!(?instantiated, elapsed = ?started.elapsed(), "thawed");
+        metrics::histogram!("ptc_thaw_seconds").record(started.elapsed().as_secs_f64());
+        Ok(guest)
+    }
+}
