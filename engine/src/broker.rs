@@ -15,6 +15,7 @@ use crate::config::{Ceilings, Limits};
 use crate::error::HostTrap;
 use crate::events::{Event, FailureKind, ToolCall, ToolCallRecord, ToolResult};
 use crate::exchange::{Drained, Exchange, Waited};
+use crate::hibernation::{Parked, Sleeper};
 use crate::journal::{Journal, RecordedCall, RecordedResult, Recorder, Replayed};
 use crate::output::Output;
 use crate::request::label;
@@ -44,6 +45,9 @@ pub(crate) struct Broker {
     /// How long a wait may find nothing before the program is asked off the stack to
     /// hibernate (`hibernation.rs`); `None`: never.
     pub(crate) hibernate_after: Option<Duration>,
+    /// Where a wait that may hibernate is listed, so that a start finding no slot can ask it
+    /// to hibernate now (with `hibernate_after`).
+    pub(crate) parked: Option<Arc<Parked>>,
     /// When the program's next timer is due, as its last wait before it unwound said (`None`:
     /// it has none).
     timer_due: Option<Instant>,
@@ -81,6 +85,7 @@ impl Broker {
             log_room: ceilings.max_call_log_bytes,
             journal: None,
             hibernate_after: None,
+            parked: None,
             timer_due: None,
         }
     }
@@ -286,7 +291,12 @@ impl Broker {
                 // Empty if the wait timed out (the guest has timers to run).
                 let timeout = timeout_ms.map(Duration::from_millis);
                 let started = Instant::now();
+                let listed = match (&self.parked, self.hibernate_after) {
+                    (Some(parked), Some(_)) => Some(parked.list(started, Sleeper::Execution(self.exchange.clone()))),
+                    _ => None,
+                };
                 let waited = self.exchange.wait(timeout, self.hibernate_after).await;
+                drop(listed);
                 self.run_slot.acquire().await;
                 match waited {
                     Waited::Ready(ready) => ready,

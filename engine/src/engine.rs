@@ -28,6 +28,10 @@ use crate::stores::{StoreSpec, Stores};
 use crate::warm::Refill;
 use crate::wasm::{EpochTicker, build_engine};
 
+/// How long a start refused when busy ([`WhenBusy::Refuse`]) waits for the slot of a program
+/// it asked to hibernate: a freeze takes a few ms (`docs/hibernation.md`).
+const SLOT_GRACE: Duration = Duration::from_millis(250);
+
 /// How long the engine must have had nothing to run before it makes warm instances.
 const WARM_IDLE: Duration = Duration::from_millis(2);
 
@@ -248,6 +252,7 @@ impl Engine {
         let hibernates = request.runtime == Runtime::Python && journal.is_none();
         let hibernate_after = inner.config.hibernate_after.filter(|_| hibernates);
         store.data_mut().broker.hibernate_after = hibernate_after;
+        store.data_mut().broker.parked = Some(inner.stores.parked.clone());
         let (permit, hibernation) = match hibernate_after {
             None => (Some(permit), None),
             Some(_) => {
@@ -483,15 +488,15 @@ impl Engine {
         }
     }
 
-    /// An execution slot, waiting or refusing as configured.
+    /// An execution slot, waiting or refusing as configured. When none is free, the program
+    /// (or idle session) that has waited longest and may hibernate is asked to, which gives
+    /// its slot back (`hibernation/parked.rs`).
     async fn acquire(&self) -> Result<OwnedSemaphorePermit> {
         let inner = &self.inner;
-        match inner.config.when_busy {
-            WhenBusy::Queue => Ok(inner.slots.clone().acquire_owned().await.expect("never closed")),
-            WhenBusy::Refuse => inner.slots.clone().try_acquire_owned().map_err(|_| {
-                Error::new(ErrorKind::Busy, format!("all {} execution slots are in use", inner.config.max_concurrent))
-            }),
-        }
+        let wait = inner.config.when_busy == WhenBusy::Queue;
+        inner.stores.parked.slot(&inner.slots, wait, SLOT_GRACE).await.ok_or_else(|| {
+            Error::new(ErrorKind::Busy, format!("all {} execution slots are in use", inner.config.max_concurrent))
+        })
     }
 
     /// Fills the pool of warm instances in idle time: after a pause, and only while no

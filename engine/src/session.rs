@@ -29,7 +29,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::events::Event;
 use crate::execution::{Job, run};
 use crate::guest::Guest;
-use crate::hibernation::Hibernation;
+use crate::hibernation::{Hibernation, Sleeper};
 use crate::host::HostState;
 use crate::output::Output;
 use crate::request::{Runtime, ToolDef};
@@ -376,9 +376,19 @@ pub(crate) async fn serve(mut serve: Serve, mut store: Store<HostState>, sandbox
     let mut sandbox = Some(sandbox);
     let mut asleep = None;
     let mut idle_since = tokio::time::Instant::now();
+    // Rung when a start finds no free slot and this session has been idle longest.
+    let wake = Arc::new(tokio::sync::Notify::new());
     let reason = loop {
         let hibernate = serve.hibernation.as_ref().filter(|_| asleep.is_none() && sandbox.is_some());
         let hibernate_at = idle_since + hibernate.map_or(Duration::ZERO, |(_, after)| *after);
+        let listed =
+            hibernate.map(|(h, _)| h.stores.parked.list(idle_since.into_std(), Sleeper::Session(wake.clone())));
+        let hibernate_now = async {
+            tokio::select! {
+                () = tokio::time::sleep_until(hibernate_at) => {}
+                () = wake.notified() => {}
+            }
+        };
         let command = tokio::select! {
             biased;
             _ = serve.shared.ended.cancelled() => break None,
@@ -391,7 +401,7 @@ pub(crate) async fn serve(mut serve: Serve, mut store: Store<HostState>, sandbox
                 Some(command) => command,
                 None => break Some("closed".to_string()),
             },
-            _ = tokio::time::sleep_until(hibernate_at), if hibernate.is_some() => {
+            () = hibernate_now, if hibernate.is_some() => {
                 let (hibernation, _) = hibernate.expect("checked");
                 let guest = sandbox.take().expect("checked");
                 match hibernation.freeze(&mut store, guest).await {
@@ -405,6 +415,8 @@ pub(crate) async fn serve(mut serve: Serve, mut store: Store<HostState>, sandbox
                 continue;
             }
         };
+        // Busy now: not to be hibernated for a slot.
+        drop(listed);
         if let (Some(frozen), Some((hibernation, _))) = (asleep.take(), &serve.hibernation) {
             match hibernation.thaw(&mut store, frozen).await {
                 Ok(guest) => sandbox = Some(guest),

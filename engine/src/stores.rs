@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::events::{Event, OutputStream};
 use crate::exchange::Exchange;
 use crate::guest::{Guest, Pre};
-use crate::hibernation::Image;
+use crate::hibernation::{Image, Parked};
 use crate::host::{HostState, Wasi};
 use crate::journal::Recorder;
 use crate::limiter::Limiter;
@@ -48,6 +48,8 @@ pub(crate) struct Stores {
     pub(crate) warm: WarmPool,
     /// Executions hibernated (`hibernation.rs`).
     pub(crate) hibernated: Arc<AtomicUsize>,
+    /// Executions and sessions that may be hibernated now, for a start that finds no slot.
+    pub(crate) parked: Arc<Parked>,
     /// The component's memory as every instance starts with it, read at the first
     /// hibernation.
     image: tokio::sync::OnceCell<Arc<Image>>,
@@ -95,6 +97,7 @@ impl Stores {
             paused: Arc::new(AtomicUsize::new(0)),
             warm: WarmPool::new(warm_instances),
             hibernated: Arc::new(AtomicUsize::new(0)),
+            parked: Arc::default(),
             image: tokio::sync::OnceCell::new(),
         }
     }

@@ -16,7 +16,7 @@
 //! doc), pinned with wasmtime `=48.0.8`: recheck it on every upgrade.
 
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use wasmtime::component::__internal::{LowerContext, wasmtime_environ};
@@ -30,8 +30,10 @@ use crate::stores::Stores;
 
 mod delta;
 mod pagemap;
+mod parked;
 
 use delta::{Delta, Unpacked};
+pub(crate) use parked::{Parked, Sleeper};
 
 const PAGE: usize = 4096;
 
@@ -284,7 +286,12 @@ impl Hibernation {
 
     /// Takes an execution slot again, and thaws the instance into a warm (or new) one.
     pub(crate) async fn thaw(&self, store: &mut Store<HostState>, asleep: Asleep) -> wasmtime::Result<Guest> {
-        let permit = self.slots.clone().acquire_owned().await?;
+        let permit = self
+            .stores
+            .parked
+            .slot(&self.slots, true, Duration::ZERO)
+            .await
+            .ok_or_else(|| wasmtime::Error::msg("the engine's execution slots were closed"))?;
         *self.permit.lock().unwrap_or_else(|e| e.into_inner()) = Some(permit);
         let started = Instant::now();
         let guest = match self.stores.move_to_warm(store, asleep.fuel).map_err(wasmtime::Error::msg)? {

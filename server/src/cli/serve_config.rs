@@ -92,9 +92,7 @@ impl EngineArgs {
         engine.pooling = !self.no_pooling;
         engine.warm_instances = self.warm_instances;
         engine.memory_reservation = self.memory_reservation_mib.map(|m| m * MIB);
-        if let Some(ms) = self.hibernate_after_ms {
-            engine.hibernate_after = Some(Duration::from_millis(ms));
-        }
+        engine.hibernate_after = (self.hibernate_after_ms > 0).then(|| Duration::from_millis(self.hibernate_after_ms));
     }
 }
 

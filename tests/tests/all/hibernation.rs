@@ -283,3 +283,78 @@ async fn an_idle_session_hibernates_and_its_next_program_finds_everything() {
     eventually("the session ends", || engine.hibernated() == 0 && engine.live_instances() == 0).await;
     std::fs::remove_dir_all(root).unwrap();
 }
+
+#[tokio::test]
+async fn a_start_finding_no_slot_hibernates_the_longest_waiting_first() {
+    // Nothing hibernates on its own within the test: only for want of a slot.
+    let engine = engine_with(|c| {
+        c.hibernate_after = Some(Duration::from_secs(60));
+        c.max_concurrent = 2;
+        c.when_busy = ptc_engine::WhenBusy::Refuse;
+    });
+    let mut waiting =
+        engine.start(ExecutionRequest::new("return await add(a=1, b=2)").with_tools(standard_tools())).await.unwrap();
+    let calls = first_calls(&mut waiting).await;
+    let (session, _) = engine.open_session(SessionRequest::new()).await.unwrap();
+    let request = ExecutionRequest::new("kept = 5").with_tools(standard_tools());
+    drive(engine.execute_in(&session, request).await.unwrap(), standard_handler).await.completed();
+    assert_eq!((engine.hibernated(), engine.live_instances()), (0, 2));
+
+    // Both slots are taken: the paused program, which has waited longest, hibernates.
+    let mut first =
+        engine.start(ExecutionRequest::new("return await add(a=2, b=2)").with_tools(standard_tools())).await.unwrap();
+    let first_calls_ = first_calls(&mut first).await;
+    assert_eq!(engine.hibernated(), 1);
+    // Then the idle session, idle since before `first` paused.
+    let second = engine.start(ExecutionRequest::new("print('second')")).await.unwrap();
+    assert_eq!(drive(second, standard_handler).await.completed().stdout, "second\n");
+    assert_eq!(engine.hibernated(), 2);
+    // Each thaws when needed: the session into the slot `second` left; the first program
+    // into the slot of `first`, which hibernates for it.
+    let request = ExecutionRequest::new("print(kept)").with_tools(standard_tools());
+    let done = drive(engine.execute_in(&session, request).await.unwrap(), standard_handler).await.completed();
+    assert_eq!(done.stdout, "5\n");
+    assert_eq!(engine.hibernated(), 1);
+    waiting.submit(vec![ToolResult::ok(&calls[0].id, &json!(3))]).unwrap();
+    assert_eq!(drive(waiting, standard_handler).await.completed().return_value, "3");
+    assert_eq!(engine.hibernated(), 1, "`first` gave its slot up");
+    first.submit(vec![ToolResult::ok(&first_calls_[0].id, &json!(4))]).unwrap();
+    assert_eq!(drive(first, standard_handler).await.completed().return_value, "4");
+    assert_eq!(engine.hibernated(), 0);
+}
+
+#[tokio::test]
+async fn grpc_and_the_http_api_thaw_what_hibernated() {
+    use ptc_tests::grpc::{Msg, Stream, client, completed, config, result, serve, start_message, tool};
+    let mut config = config(&[]);
+    config.engine.hibernate_after = Some(Duration::from_millis(30));
+    let server = serve(config).await;
+    let code = "print('a')\nv = await ten(a=1)\nprint('b', v)";
+
+    let mut grpc = client(&server).await;
+    let mut stream = Stream::open(&mut grpc, start_message(code, vec![tool("ten", None)]), None).await.unwrap();
+    let calls = stream.until(|m| if let Msg::ToolCalls(c) = m { Some(c) } else { None }).await;
+    eventually("the stream's program hibernates", || server.engine.hibernated() == 1).await;
+    stream.send_results(vec![result(&calls.calls[0].id, Ok(json!(7)))]).await;
+    let done = completed(stream.until(|m| matches!(m, Msg::Completed(_) | Msg::Failed(_)).then_some(m)).await);
+    assert_eq!(done.stdout, "a\nb 7\n");
+
+    let tools = json!([{"name": "ten", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}}]);
+    let path = "/exec/programmatic";
+    let reply = ptc_tests::http::post(server.http_addr, path, None, &json!({"code": code, "tools": tools})).await;
+    assert_eq!(reply.body["status"], "tool_call_required", "{}", reply.text);
+    eventually("the HTTP program hibernates", || server.engine.hibernated() == 1).await;
+    let call_id = reply.body["tool_calls"][0]["id"].clone();
+    let next = json!({
+        "continuation_token": reply.body["continuation_token"],
+        "tool_results": [{"call_id": call_id, "result": 8, "is_error": false}],
+    });
+    let reply = ptc_tests::http::post(server.http_addr, path, None, &next).await;
+    assert_eq!(
+        (reply.body["status"].as_str(), reply.body["stdout"].as_str()),
+        (Some("completed"), Some("a\nb 8\n")),
+        "{}",
+        reply.text
+    );
+    assert_eq!(server.engine.hibernated(), 0);
+}

@@ -568,18 +568,28 @@ async fn gauge(addr: &str, name: &str) -> Option<f64> {
     body.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
-/// Whether the server hibernates (`-- --hibernate-after-ms N`): memory is then read once all
-/// N paused executions (or idle sessions) have.
+/// Whether the server hibernates (as `serve` does by default; `-- --hibernate-after-ms 0`
+/// measures executions and sessions kept live): memory is then read once all N paused
+/// executions (or idle sessions) have.
 fn hibernates(args: &Args) -> bool {
-    args.serve_flags.iter().any(|f| f.starts_with("--hibernate-after"))
+    let flags = &args.serve_flags;
+    let value = flags.iter().enumerate().find_map(|(i, f)| match f.strip_prefix("--hibernate-after-ms") {
+        Some("") => flags.get(i + 1).map(String::as_str),
+        Some(v) => v.strip_prefix('='),
+        None => None,
+    });
+    value != Some("0")
 }
 
-/// A gauge once it reaches `target` (or its value after two minutes).
+/// A gauge once it reaches `target`, or once it has not moved for 3 s.
 async fn reach_gauge(addr: &str, name: &str, target: f64) -> Option<f64> {
-    let started = Instant::now();
+    let (mut last, mut moved) = (None, Instant::now());
     loop {
         let value = gauge(addr, name).await;
-        if value == Some(target) || started.elapsed() > Duration::from_secs(120) {
+        if value != last {
+            (last, moved) = (value, Instant::now());
+        }
+        if value == Some(target) || moved.elapsed() > Duration::from_secs(3) {
             return value;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
