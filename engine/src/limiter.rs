@@ -33,6 +33,11 @@ impl Limiter {
         Limiter { max_memory, claim, peak: 0, soft: Arc::default() }
     }
 
+    /// The most bytes the memory may grow to.
+    pub(crate) fn max_memory(&self) -> u64 {
+        self.max_memory
+    }
+
     /// The switch that makes refused growth fail instead of trap (see the type's docs).
     pub(crate) fn soft(&self) -> Arc<AtomicBool> {
         self.soft.clone()

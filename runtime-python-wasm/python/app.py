@@ -57,6 +57,9 @@ def _internal(e):
         wit_world.Failure(wit_world.FailureKind.INTERNAL, plain_text(f"{type(e).__name__}: {e}"), plain_text(tb), None))
 
 
+_GROWN = []
+
+
 def _prime():
     """Takes stdout's, stderr's and the preopened directories' WASI handles, in that order.
 
@@ -92,11 +95,17 @@ class WitWorld(wit_world.WitWorld):
 
     _seeded = False
 
-    def prime(self):
+    def prime(self, grow_by):
         try:
             _prime()
+            if grow_by:
+                # Kept, so that a second call grows memory by all it asks: this one first takes
+                # the free space at the heap's end. The host then writes the hibernated memory
+                # over all of it, this list included.
+                _GROWN.append(bytes(grow_by))
         except BaseException:
-            # A handle that cannot be taken shows as a handle missing: the host counts them.
+            # A handle that cannot be taken, or memory that cannot grow, shows to the host,
+            # which counts both.
             pass
 
     def resume(self):

@@ -37,6 +37,10 @@ pub(crate) use parked::{Parked, Sleeper};
 
 const PAGE: usize = 4096;
 
+/// How far past a hibernated memory's size a thaw may grow it (`freeze` keeps that far
+/// within the limit): the allocator's rounding, a few 64 KiB pages.
+const GROWTH_SLACK: u64 = 1 << 20;
+
 /// Pages compared or written between two yields to the scheduler (16 MiB, a few ms): a
 /// memory of hundreds of MiB must not hold an async worker for long.
 const PAGES_PER_TURN: usize = 4096;
@@ -49,7 +53,15 @@ pub(crate) struct Image {
     options: OptionsIndex,
 }
 
+/// What a page past the image starts as.
+static ZERO: [u8; PAGE] = [0; PAGE];
+
 impl Image {
+    /// Page `i` as a fresh instance has it: the image's, or zeros past it.
+    fn page(&self, i: usize) -> &[u8] {
+        self.memory.get(i * PAGE..(i + 1) * PAGE).unwrap_or(&ZERO)
+    }
+
     /// Reads a fresh instance's memory.
     pub(crate) fn of(store: &mut Store<HostState>, instance: Instance) -> Image {
         let options = memory_options(store, instance);
@@ -112,9 +124,10 @@ pub(crate) async fn freeze(store: &mut Store<HostState>, instance: Instance, ima
         return Err(format!("the program holds {handles} WASI handles where priming takes {primed} (an open file)"));
     }
     let len = with_memory(store, instance, image.options, |m| m.len());
-    if len != image.memory.len() {
-        // A thaw would have to grow the fresh instance's memory first; not yet.
-        return Err(format!("its memory grew past the snapshot's ({} to {len} bytes)", image.memory.len()));
+    // A thaw grows a fresh instance's memory to this size, overshooting by the allocator's
+    // rounding (a few 64 KiB pages): it must stay within the limit.
+    if len > image.memory.len() && (len as u64).saturating_add(GROWTH_SLACK) > store.data().limiter.max_memory() {
+        return Err(format!("its memory ({len} bytes) is too close to its limit to be grown again at a thaw"));
     }
     let t0 = Instant::now();
     let written = with_memory(store, instance, image.options, |m| pagemap::written(m));
@@ -129,8 +142,7 @@ pub(crate) async fn freeze(store: &mut Store<HostState>, instance: Instance, ima
                 if written.as_ref().is_some_and(|w| !w[i]) {
                     continue;
                 }
-                let range = i * PAGE..(i + 1) * PAGE;
-                let (now, base) = (&memory[range.clone()], &image.memory[range]);
+                let (now, base) = (&memory[i * PAGE..(i + 1) * PAGE], image.page(i));
                 if now != base {
                     pages.push(i as u32);
                     delta.push(now, base);
@@ -162,8 +174,20 @@ pub(crate) async fn thaw(
         return Err(wasmtime::Error::msg("only the component hibernates"));
     };
     let t0 = Instant::now();
-    if frozen.handles > 0 {
-        sandbox.call_prime(&mut *store).await?;
+    // Priming also grows memory to the hibernated size: twice at most, since the first
+    // allocation takes the free space at the heap's end and the second then grows by what
+    // it asks (`app.py`). Its growth was kept charged while it slept: it is charged anew now.
+    let len = |store: &mut Store<HostState>| with_memory(store, *instance, image.options, |m| m.len());
+    let grown = frozen.len.saturating_sub(image.memory.len()) as u64;
+    store.data_mut().limiter.claim.shrink(grown);
+    for _ in 0..2 {
+        let short = frozen.len.saturating_sub(len(store)) as u64;
+        if frozen.handles > 0 || short > 0 {
+            sandbox.call_prime(&mut *store, short).await?;
+        }
+        if short == 0 {
+            break;
+        }
     }
     let primed = t0.elapsed();
     let handles = store.data_mut().wasi_handles();
@@ -173,11 +197,14 @@ pub(crate) async fn thaw(
             frozen.handles
         )));
     }
-    let len = with_memory(store, *instance, image.options, |m| m.len());
-    let total = len / PAGE;
+    let len = len(store);
+    let total = frozen.len / PAGE;
     let ordered = frozen.pages.windows(2).all(|w| w[0] < w[1]);
-    if len != frozen.len || !ordered || frozen.pages.last().is_some_and(|&p| p as usize >= total) {
-        return Err(wasmtime::Error::msg("the hibernated pages do not fit this instance's memory"));
+    if len < frozen.len || !ordered || frozen.pages.last().is_some_and(|&p| p as usize >= total) {
+        return Err(wasmtime::Error::msg(format!(
+            "the hibernated memory ({} bytes) does not fit this instance's ({len} bytes)",
+            frozen.len
+        )));
     }
     let (packed, pages) = (frozen.packed, frozen.pages.len());
     let mut unpacked =
@@ -191,8 +218,7 @@ pub(crate) async fn thaw(
         let end = (first + PAGES_PER_TURN).min(total);
         with_memory(store, *instance, image.options, |memory| {
             for i in first..end {
-                let range = i * PAGE..(i + 1) * PAGE;
-                let (page, base) = (&mut memory[range.clone()], &image.memory[range]);
+                let (page, base) = (&mut memory[i * PAGE..(i + 1) * PAGE], image.page(i));
                 match kept.next_if(|p| **p as usize == i) {
                     Some(_) => unpacked.apply_next(page, base),
                     None if written.as_ref().is_some_and(|w| !w[i]) => {}

@@ -358,3 +358,18 @@ async fn grpc_and_the_http_api_thaw_what_hibernated() {
     );
     assert_eq!(server.engine.hibernated(), 0);
 }
+
+#[tokio::test]
+async fn a_program_whose_memory_grew_thaws_into_memory_grown_as_far() {
+    let engine = hibernating(64);
+    // 30 MB past the snapshot's 24 MB heap, with bytes of its own spread over it.
+    let code = "b = bytearray(range(256)) * 120000\nb[12345] = 7\nb[-1] = 9\nv = await add(a=1, b=2)\n\
+                c = bytearray(5_000_000)\n\
+                return [len(b), b[12345], b[-1], b[-2], sum(b[:1000]), v, len(c)]";
+    let mut exec = engine.start(ExecutionRequest::new(code).with_tools(standard_tools())).await.unwrap();
+    let calls = first_calls(&mut exec).await;
+    until_hibernated(&engine, 1).await;
+    exec.submit(vec![ToolResult::ok(&calls[0].id, &json!(3))]).unwrap();
+    let done = drive(exec, standard_handler).await.completed();
+    assert_eq!(done.return_value, "[30720000, 7, 9, 254, 124716, 3, 5000000]");
+}
