@@ -13,6 +13,9 @@ fn benches(c: &mut Criterion) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let mut config = ServerConfig::ephemeral();
     config.engine.python_data = Some(ptc_engine::python_data_artifacts());
+    // As `serve` runs by default: nothing here waits long enough to hibernate, so this measures
+    // what having it on costs the fast path.
+    config.engine.hibernate_after = Some(Duration::from_secs(1));
     let server = rt.block_on(start(config)).unwrap();
     let engine = Engine::new(server.engine.config().clone()).unwrap();
     let url = format!("http://{}", server.grpc_addr);

@@ -180,7 +180,10 @@ async fn harness(args: Args) -> anyhow::Result<()> {
     let max = args.counts.iter().copied().max().unwrap_or(1);
     let (mut server, mut channels) = ready_server(&args, max).await?;
     let mut steps = Vec::new();
-    let mut per_exec_estimate: u64 = 4 << 20;
+    // What one paused execution takes, server and harness together, until a step measures it
+    // (a hibernated one takes a tenth of a live one), and the least a measure is trusted as.
+    let (mut per_exec_estimate, floor): (u64, u64) =
+        if hibernates(&args) { (1 << 20, 128 << 10) } else { (4 << 20, 256 << 10) };
     let mut stopped = None;
     for &n in &args.counts {
         if started.elapsed() > Duration::from_secs(args.time_budget_secs) {
@@ -206,7 +209,7 @@ async fn harness(args: Args) -> anyhow::Result<()> {
         let step = run_step(&server, &channels, key.as_deref(), n, &args).await?;
         eprintln!("{}", report::step_line(&step));
         if step.correct == n {
-            per_exec_estimate = step.pss_per_exec().max(256 << 10);
+            per_exec_estimate = step.pss_per_exec().max(floor);
         }
         let failed = step.correct < n;
         steps.push(step);
