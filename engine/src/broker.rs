@@ -43,7 +43,7 @@ pub(crate) struct Broker {
     /// A journaled execution's recorder (`journal.rs`).
     pub(crate) journal: Option<Arc<Recorder>>,
     /// How long a wait may find nothing before the program is asked off the stack to
-    /// hibernate (`hibernation.rs`); `None`: never.
+    /// hibernate (`hibernation/`); `None`: never.
     pub(crate) hibernate_after: Option<Duration>,
     /// Where a wait that may hibernate is listed, so that a start finding no slot can ask it
     /// to hibernate now (with `hibernate_after`).

@@ -20,7 +20,7 @@ use crate::shares::MemoryClaim;
 /// memory of an instance (`current == 0`: the snapshot, mapped copy-on-write) is not.
 pub(crate) struct Limiter {
     max_memory: u64,
-    /// Also charged for a hibernated instance's pages (`hibernation.rs`).
+    /// Also charged for a hibernated instance's pages (`hibernation/`).
     pub(crate) claim: MemoryClaim,
     /// The largest the linear memory has been.
     pub(crate) peak: u64,

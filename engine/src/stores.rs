@@ -46,7 +46,7 @@ pub(crate) struct Stores {
     pub(crate) paused: Arc<AtomicUsize>,
     /// Instances made ahead of demand (`warm.rs`).
     pub(crate) warm: WarmPool,
-    /// Executions hibernated (`hibernation.rs`).
+    /// Executions hibernated (`hibernation/`).
     pub(crate) hibernated: Arc<AtomicUsize>,
     /// Executions and sessions that may be hibernated now, for a start that finds no slot.
     pub(crate) parked: Arc<Parked>,
@@ -167,16 +167,7 @@ impl Stores {
 
     /// One warm instance: the component instantiated in a store with a placeholder state.
     pub(crate) async fn make_warm(&self) -> Result<Warm> {
-        let limits = Limits::default().with_max_memory_bytes(self.ceilings.max_memory_bytes);
-        let spec = StoreSpec {
-            limits: &limits,
-            schemas: None,
-            data_dir: None,
-            tenant: None,
-            runtime: Runtime::Python,
-            journal: None,
-        };
-        let (state, host) = self.host_state(&spec, false)?;
+        let (state, host) = self.placeholder_state()?;
         let mut store = self.store_with(state, Runtime::Python, host.fuel)?;
         let guest = Pre::Component(self.pre.clone())
             .instantiate(&mut store)
@@ -185,7 +176,7 @@ impl Stores {
         Ok(Warm { store, guest })
     }
 
-    /// The component's memory as a fresh instance has it (`hibernation.rs`), read once.
+    /// The component's memory as a fresh instance has it (`hibernation/`), read once.
     pub(crate) async fn image(&self) -> Result<Arc<Image>> {
         let image = self.image.get_or_try_init(|| async {
             let mut warm = self.make_warm().await?;
@@ -198,6 +189,11 @@ impl Stores {
     /// A host state that stands in for an execution's while its own is elsewhere: in a store
     /// about to be dropped, say. It is not an execution (not live, charged nothing).
     pub(crate) fn placeholder(&self) -> Result<HostState> {
+        Ok(self.placeholder_state()?.0)
+    }
+
+    /// A placeholder state of the component, with the widest limits, and its host side.
+    fn placeholder_state(&self) -> Result<(HostState, HostSide)> {
         let limits = Limits::default().with_max_memory_bytes(self.ceilings.max_memory_bytes);
         let spec = StoreSpec {
             limits: &limits,
@@ -207,7 +203,7 @@ impl Stores {
             runtime: Runtime::Python,
             journal: None,
         };
-        Ok(self.host_state(&spec, false)?.0)
+        self.host_state(&spec, false)
     }
 
     /// A store of the component, with no instance yet, for `state`.

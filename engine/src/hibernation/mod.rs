@@ -3,7 +3,8 @@
 //! of its memory that differ from the runtime's snapshot, XORed with the snapshot's and
 //! compressed, and its instance and execution slot are freed. When an answer arrives, or the
 //! program's next timer is due, the pages are thawed into another instance of the same
-//! runtime and `resume` carries the program on where it stopped.
+//! runtime and `resume` carries the program on where it stopped. An idle live session is
+//! kept the same way (no export runs then), and thawed at its next command.
 //!
 //! Why the pages are all of it (`docs/hibernation.md`): after the export has returned, no
 //! wasm frame is on any stack and the core globals are back at their snapshot values; the
