@@ -197,7 +197,9 @@ pub struct EngineConfig {
     /// compiles the cached snapshot, ~37 s); with `cache_dir` later starts load it in ~0.1 s. Default `None`: executions asking for it get
     /// [`crate::ErrorKind::InvalidRequest`].
     pub python_data: Option<PathBuf>,
-    /// Executions alive at once (running or paused). Default: what the memory budget holds
+    /// Executions (and live sessions) with an instance at once: running, or paused and not
+    /// hibernated; a start that finds them all taken first asks the longest-waiting one to
+    /// hibernate ([`EngineConfig::hibernate_after`]). Default: what the memory budget holds
     /// at 3 MiB per paused execution, at most 12,000 (about where `vm.max_map_count`'s default
     /// of 65,530 mappings runs out), at least 64; 6,144 on a 24 GiB machine.
     pub max_concurrent: usize,

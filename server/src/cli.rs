@@ -114,8 +114,10 @@ pub struct TenantArgs {
 #[derive(Args, Debug, Clone)]
 #[command(next_help_heading = "Engine")]
 pub struct EngineArgs {
-    /// Executions alive at once on this server (running or paused); more are refused.
-    /// Default: what the memory budget holds at 3 MiB each, 64 to 12,000.
+    /// Executions with an instance at once on this server (running, or paused and not
+    /// hibernated); when all are taken the longest-waiting one is hibernated, and only then
+    /// are more refused (or queued). Default: what the memory budget holds at 3 MiB each, 64
+    /// to 12,000.
     #[arg(long, env = "PTC_MAX_CONCURRENT")]
     pub max_concurrent: Option<usize>,
     /// Bytes, MiB, that all executions together may grow their memory by (default: 3/4 of

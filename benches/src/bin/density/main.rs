@@ -584,15 +584,20 @@ fn hibernates(args: &Args) -> bool {
     value != Some("0")
 }
 
-/// A gauge once it reaches `target`, or once it has not moved for 3 s.
+/// A gauge once it reaches `target`, or once it has not risen for 3 s (executions that time
+/// out meanwhile make it fall), or after a minute.
 async fn reach_gauge(addr: &str, name: &str, target: f64) -> Option<f64> {
-    let (mut last, mut moved) = (None, Instant::now());
+    let started = Instant::now();
+    let (mut high, mut rose) = (None, Instant::now());
     loop {
         let value = gauge(addr, name).await;
-        if value != last {
-            (last, moved) = (value, Instant::now());
+        if value > high {
+            (high, rose) = (value, Instant::now());
         }
-        if value == Some(target) || moved.elapsed() > Duration::from_secs(3) {
+        if value == Some(target)
+            || rose.elapsed() > Duration::from_secs(3)
+            || started.elapsed() > Duration::from_secs(60)
+        {
             return value;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
