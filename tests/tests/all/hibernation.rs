@@ -159,7 +159,7 @@ first = [next(squares) for _ in range(3)]\n\
 print('out before', resumed())\n\
 print('err before', file=sys.stderr)\n\
 with open('/mnt/data/notes.txt', 'w') as f:\n    f.write('kept')\n\
-async def later():\n    await asyncio.sleep(0.3)\n    return 'slept'\n\
+async def later():\n    await asyncio.sleep(0.3)\n    print('timer fired')\n    return 'slept'\n\
 timer = asyncio.ensure_future(later())\n\
 {}\
 print('after', resumed(), r)\n\
@@ -174,15 +174,22 @@ first + list(squares), open('/mnt/data/notes.txt').read()]",
     let answer = |c: &ptc_engine::ToolCall| ToolResult::ok(&c.id, &standard_handler(c).unwrap());
     exec.submit(vec![answer(&calls[0])]).unwrap();
     until_hibernated(&engine, 1).await;
+    // The timer is due 0.3 s in, while it sleeps: it thaws, runs it, waits and hibernates
+    // again, this time until the answers come.
+    let mut printed = String::new();
+    while !printed.contains("timer fired") {
+        match exec.next_event().await.expect("an event") {
+            Event::Output { data, .. } => printed.push_str(&String::from_utf8_lossy(&data)),
+            other => panic!("expected the program's output, got {other:?}"),
+        }
+    }
+    until_hibernated(&engine, 1).await;
     assert_eq!(engine.live_instances(), 0, "the instance is freed");
     assert!(exec.control().is_paused(), "a hibernated program is paused");
-    // The timer is due while it sleeps: it thaws, runs it, waits and hibernates again.
-    eventually("the timer thaws it", || engine.hibernated() == 0).await;
-    until_hibernated(&engine, 1).await;
     exec.submit(calls[1..].iter().map(answer).collect()).unwrap();
     let done = drive(exec, standard_handler).await.completed();
     assert_eq!(
-        done.stdout, "out before False\ngot 2.0\ngot 4.0\ngot 6.0\nafter True [2.0, 4.0, 6.0]\n",
+        done.stdout, "out before False\ngot 2.0\ntimer fired\ngot 4.0\ngot 6.0\nafter True [2.0, 4.0, 6.0]\n",
         "{}",
         done.stderr
     );
