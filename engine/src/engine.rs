@@ -255,14 +255,7 @@ impl Engine {
         store.data_mut().broker.parked = Some(inner.stores.parked.clone());
         let (permit, hibernation) = match hibernate_after {
             None => (Some(permit), None),
-            Some(_) => {
-                let hibernation = Hibernation {
-                    stores: inner.stores.clone(),
-                    slots: inner.slots.clone(),
-                    permit: std::sync::Mutex::new(Some(permit)),
-                };
-                (None, Some(hibernation))
-            }
+            Some(_) => (None, Some(self.hibernation(permit))),
         };
 
         let id: Arc<str> = new_id().into();
@@ -350,14 +343,7 @@ impl Engine {
         };
         // Only the default runtime hibernates.
         let serve = match inner.config.hibernate_after.filter(|_| request.runtime == Runtime::Python) {
-            Some(after) => {
-                let hibernation = Hibernation {
-                    stores: inner.stores.clone(),
-                    slots: inner.slots.clone(),
-                    permit: std::sync::Mutex::new(Some(permit)),
-                };
-                session::Serve { hibernation: Some((hibernation, after)), ..serve }
-            }
+            Some(after) => session::Serve { hibernation: Some((self.hibernation(permit), after)), ..serve },
             None => session::Serve { _permit: Some(permit), ..serve },
         };
         let span = tracing::info_span!("session", id = %shared.id);
@@ -485,6 +471,17 @@ impl Engine {
             Ok(())
         } else {
             Err(Error::new(ErrorKind::Unavailable, "the engine is shutting down"))
+        }
+    }
+
+    /// What an execution or a session holding `permit` needs to hibernate; it holds the
+    /// permit from then on, and gives it back while it sleeps.
+    fn hibernation(&self, permit: OwnedSemaphorePermit) -> Hibernation {
+        let inner = &self.inner;
+        Hibernation {
+            stores: inner.stores.clone(),
+            slots: inner.slots.clone(),
+            permit: std::sync::Mutex::new(Some(permit)),
         }
     }
 
