@@ -378,8 +378,10 @@ pub(crate) async fn serve(mut serve: Serve, mut store: Store<HostState>, sandbox
     let mut idle_since = tokio::time::Instant::now();
     // Rung when a start finds no free slot and this session has been idle longest.
     let wake = Arc::new(tokio::sync::Notify::new());
+    // False once it declined: it would again. Its `Hibernation` is kept, holding its slot.
+    let mut may_hibernate = true;
     let reason = loop {
-        let hibernate = serve.hibernation.as_ref().filter(|_| asleep.is_none() && sandbox.is_some());
+        let hibernate = serve.hibernation.as_ref().filter(|_| may_hibernate && asleep.is_none() && sandbox.is_some());
         let hibernate_at = idle_since + hibernate.map_or(Duration::ZERO, |(_, after)| *after);
         let listed =
             hibernate.map(|(h, _)| h.stores.parked.list(idle_since.into_std(), Sleeper::Session(wake.clone())));
@@ -407,9 +409,8 @@ pub(crate) async fn serve(mut serve: Serve, mut store: Store<HostState>, sandbox
                 match hibernation.freeze(&mut store, guest).await {
                     Ok(frozen) => asleep = Some(frozen),
                     Err(guest) => {
-                        // It would decline again: it stays live for good.
                         sandbox = Some(guest);
-                        serve.hibernation = None;
+                        may_hibernate = false;
                     }
                 }
                 continue;
