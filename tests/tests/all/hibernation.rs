@@ -380,3 +380,23 @@ async fn a_program_whose_memory_grew_thaws_into_memory_grown_as_far() {
     let done = drive(exec, standard_handler).await.completed();
     assert_eq!(done.return_value, "[30720000, 7, 9, 254, 124716, 3, 5000000]");
 }
+
+#[tokio::test]
+async fn a_session_that_declines_keeps_its_slot() {
+    let engine = engine_with(|c| {
+        c.hibernate_after = Some(Duration::from_millis(30));
+        c.max_concurrent = 1;
+        c.when_busy = ptc_engine::WhenBusy::Refuse;
+    });
+    let (root, dir) = data_dir_beside_a_secret("hibernate-declines");
+    let (session, _) = engine.open_session(SessionRequest::new().with_data_dir(dir.clone())).await.unwrap();
+    // It keeps a file open, so it declines, once idle (and again when a start asks it).
+    let request = ExecutionRequest::new("f = open('/mnt/data/x.txt', 'w')").with_tools(standard_tools());
+    drive(engine.execute_in(&session, request).await.unwrap(), standard_handler).await.completed();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!((engine.hibernated(), engine.live_instances()), (0, 1));
+    let refused = engine.start(ExecutionRequest::new("pass")).await.err().expect("the only slot is the session's");
+    assert_eq!(refused.kind(), ptc_engine::ErrorKind::Busy);
+    session.close();
+    std::fs::remove_dir_all(root).unwrap();
+}
