@@ -51,6 +51,9 @@ pub(crate) struct Broker {
     /// When the program's next timer is due, as its last wait before it unwound said (`None`:
     /// it has none).
     timer_due: Option<Instant>,
+    /// The last wait answered `hibernate`: the next one, with no new calls, is the same wait
+    /// re-entered after the thaw, which a journal does not record again.
+    resuming: bool,
 }
 
 /// How a tool input or result too large for the call log is kept there: a JSON string.
@@ -87,7 +90,38 @@ impl Broker {
             hibernate_after: None,
             parked: None,
             timer_due: None,
+            resuming: false,
         }
+    }
+
+    /// What a sealed image keeps of the broker: rounds and calls so far, the call log (an
+    /// unanswered call's duration is how long it has waited), the log's room left, and how
+    /// long until the program's next timer.
+    pub(crate) fn kept(&self) -> (u32, u32, Vec<ToolCallRecord>, usize, Option<Duration>) {
+        let mut log = self.log.clone();
+        for (i, started) in self.index.values() {
+            log[*i].duration = started.elapsed();
+        }
+        (self.rounds, self.calls, log, self.log_room, self.next_timer())
+    }
+
+    /// Puts back what [`Broker::kept`] kept, in a thawed execution's new broker; the program
+    /// goes on in the wait it hibernated in.
+    pub(crate) fn restore(
+        &mut self,
+        (rounds, calls, log, log_room, timer): (u32, u32, Vec<ToolCallRecord>, usize, Option<Duration>),
+    ) {
+        let now = Instant::now();
+        self.seen = log.iter().map(|r| r.id.clone()).collect();
+        self.index = log
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.outcome.is_none() && r.round > 0)
+            .map(|(i, r)| (r.id.clone(), (i, now.checked_sub(r.duration).unwrap_or(now))))
+            .collect();
+        (self.rounds, self.calls, self.log, self.log_room) = (rounds, calls, log, log_room);
+        self.timer_due = timer.map(|t| now + t);
+        self.resuming = true;
     }
 
     /// Starts the next execution of a live session: its own exchange, events, tools and
@@ -147,9 +181,14 @@ impl Broker {
     ) -> wasmtime::Result<WaitAnswer> {
         // The guest is about to block: what it printed so far goes out first.
         self.output.flush();
+        let resumed = std::mem::take(&mut self.resuming);
+        if let (true, Some(journal)) = (resumed, &self.journal) {
+            journal.set_quiet(false);
+        }
         // A replay answers from the journal while it lasts, and checks the calls against it.
         let replayed = match &self.journal {
             None => None,
+            Some(_) if resumed && calls.is_empty() => None,
             Some(journal) => {
                 let recorded: Vec<RecordedCall> = calls
                     .iter()
@@ -171,6 +210,12 @@ impl Broker {
         };
         let from_journal = replayed.is_some();
         let answer = self.exchange_calls(calls, timeout_ms, replayed).await?;
+        if let WaitAnswer::Hibernate = answer {
+            self.resuming = true;
+            if let Some(journal) = &self.journal {
+                journal.set_quiet(true);
+            }
+        }
         if let (Some(journal), WaitAnswer::Results(results)) = (&self.journal, &answer)
             && !from_journal
         {

@@ -102,6 +102,10 @@ pub struct Ceilings {
     /// [`crate::Journal`]). Past it the journal is dropped and the execution can no longer be
     /// replayed ([`crate::JournalTake::lost`]); it runs on. Default 16 MiB.
     pub max_journal_bytes: usize,
+    /// Bytes of a sealed hibernated execution ([`crate::Hibernated`]) that
+    /// [`crate::Engine::thaw`] accepts; one that would be larger is not sealed, and its
+    /// execution stays live. Default 64 MiB.
+    pub max_hibernated_bytes: usize,
 }
 
 impl Default for Ceilings {
@@ -120,6 +124,7 @@ impl Default for Ceilings {
             max_tool_result_bytes: 8 * MIB as usize,
             max_call_log_bytes: MIB as usize,
             max_journal_bytes: 16 * MIB as usize,
+            max_hibernated_bytes: 64 * MIB as usize,
         }
     }
 }
@@ -238,9 +243,14 @@ pub struct EngineConfig {
     /// session of it stay idle, before it hibernates: its instance and execution slot are
     /// freed, and the pages of memory it changed are kept compressed (tens of KiB) until an
     /// answer arrives, a timer of the program is due, or the session's next command
-    /// (`docs/hibernation.md`). Executions in a live session and journaled ones do not
-    /// hibernate while they wait. `None`: never. Default `None` for now.
+    /// (`docs/hibernation.md`). Executions in a live session do not hibernate while they
+    /// wait. `None`: never. Default `None` for now.
     pub hibernate_after: Option<Duration>,
+    /// Seals the images of hibernated executions handed to a [`crate::Keeper`], and checks
+    /// those [`crate::Engine::thaw`] is given: engines that thaw each other's images must
+    /// share it (the server derives it from its token secret). `None`: a random key of this
+    /// engine's own, so that only it can thaw what it sealed.
+    pub seal_key: Option<Vec<u8>>,
 }
 
 /// The default memory budget: 3/4 of the machine's memory.
@@ -296,6 +306,7 @@ impl Default for EngineConfig {
             tenant_memory_budget: None,
             tenant_max_running: Some(default_tenant_max_running()),
             hibernate_after: None,
+            seal_key: None,
         }
     }
 }

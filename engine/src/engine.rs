@@ -15,9 +15,9 @@ use crate::bindings::{self, Sandbox, SandboxPre};
 use crate::config::{ComponentSource, EngineConfig, MIB, WhenBusy};
 use crate::data::DataRuntime;
 use crate::error::{Error, ErrorKind, Result};
-use crate::execution::{Control, Execution, Job, drive};
+use crate::execution::{Control, Execution, Job, Start, drive};
 use crate::guest::Pre;
-use crate::hibernation::Hibernation;
+use crate::hibernation::{Asleep, Binding, Hibernation, Sealing, sealed};
 use crate::host::HostState;
 use crate::journal::Recorder;
 use crate::request::{ExecutionRequest, Runtime, ToolDef, check_tools_size};
@@ -44,6 +44,11 @@ pub struct Engine {
 struct Inner {
     /// The runtime's version: see [`Engine::component_digest`].
     digest: [u8; 32],
+    /// The component's own bytes, as SHA-256: a hibernated image is of one build's memory
+    /// (the sources' digest is the same for builds whose snapshots differ).
+    build: [u8; 32],
+    /// Seals hibernated images ([`EngineConfig::seal_key`]).
+    seal_key: Arc<[u8]>,
     /// What instances and their stores are made from.
     stores: Arc<Stores>,
     config: EngineConfig,
@@ -99,12 +104,21 @@ impl Engine {
                 .map_err(|e| Error::engine(&format!("reading component {}", path.display()), e))?
                 .into(),
         };
-        let (wasmtime, component, pooling) = build_engine(&config, &bytes)?;
+        let build: [u8; 32] = {
+            use sha2::Digest;
+            sha2::Sha256::digest(&bytes).into()
+        };
+        let (wasmtime, component, pooling) = build_engine(&config, &bytes, &build)?;
         let digest = match &config.component {
             ComponentSource::Embedded => *ptc_runtime_python_wasm::RUNTIME_DIGEST,
-            ComponentSource::File(_) => {
-                use sha2::Digest;
-                sha2::Sha256::digest(&bytes).into()
+            ComponentSource::File(_) => build,
+        };
+        let seal_key: Arc<[u8]> = match &config.seal_key {
+            Some(key) => key.as_slice().into(),
+            None => {
+                let mut key = [0u8; 32];
+                getrandom::fill(&mut key).map_err(|e| Error::engine("a seal key", e))?;
+                key.as_slice().into()
             }
         };
         let mut linker = Linker::<HostState>::new(&wasmtime);
@@ -133,6 +147,8 @@ impl Engine {
         Ok(Engine {
             inner: Arc::new(Inner {
                 digest,
+                build,
+                seal_key,
                 stores,
                 slots: Arc::new(Semaphore::new(config.max_concurrent)),
                 running: Arc::new(AtomicUsize::new(0)),
@@ -246,19 +262,21 @@ impl Engine {
             tenant: request.tenant.as_deref(),
             runtime: request.runtime,
             journal: journal.as_ref(),
+            monotonic_from: 0,
         })?;
-        // A journaled execution is not hibernated: its replay would record the wait that the
-        // program makes again after a thaw.
-        let hibernates = request.runtime == Runtime::Python && journal.is_none();
-        let hibernate_after = inner.config.hibernate_after.filter(|_| hibernates);
+        let hibernate_after =
+            request.hibernate_after.or(inner.config.hibernate_after).filter(|_| request.runtime == Runtime::Python);
         store.data_mut().broker.hibernate_after = hibernate_after;
         store.data_mut().broker.parked = Some(inner.stores.parked.clone());
+        let id: Arc<str> = new_id().into();
         let (permit, hibernation) = match hibernate_after {
             None => (Some(permit), None),
-            Some(_) => (None, Some(self.hibernation(permit))),
+            Some(_) => {
+                let sealing = self.sealing(&request, &id, started, host.fuel);
+                (None, Some(self.hibernation(Some(permit), sealing)))
+            }
         };
 
-        let id: Arc<str> = new_id().into();
         let cancel = CancellationToken::new();
         let job = Job {
             pre,
@@ -278,8 +296,89 @@ impl Engine {
             running: inner.running.clone(),
         };
         let span = tracing::info_span!("execution", id = %id, session = request.session_id.as_deref().unwrap_or(""));
-        inner.drivers.spawn(tracing::Instrument::instrument(drive(job, store, instance), span));
+        inner.drivers.spawn(tracing::Instrument::instrument(drive(job, store, Start::Fresh(instance)), span));
         let control = Control { id, exchange: host.exchange, cancel, journal };
+        Ok(Execution::new(control, host.events_rx))
+    }
+
+    /// Thaws execution `id` from its sealed image: what its [`crate::Keeper`] was given when
+    /// it hibernated, here or on another engine with the same component and
+    /// [`EngineConfig::seal_key`]. It goes on exactly where it stopped, waiting for the same
+    /// tool calls, and the returned [`Execution`] (with the same id) takes their results;
+    /// nothing is run again. `request` gives what the image does not hold: the tools, the
+    /// limits (its timeout should be what remains of the first deadline), the tenant (the
+    /// image's own), `/mnt/data`, and a keeper for its next hibernation; its code is not used.
+    /// An image that is refused (altered or sealed under another key, another tenant's,
+    /// another build's, too large) is an [`ErrorKind::InvalidRequest`] saying why.
+    pub async fn thaw(&self, id: &str, image: &[u8], request: ExecutionRequest) -> Result<Execution> {
+        let inner = &self.inner;
+        self.check_accepting()?;
+        let limits = request.limits.clone().unwrap_or_else(|| inner.config.default_limits.clone());
+        inner.config.ceilings.check(&limits, inner.config.fuel)?;
+        request.check_size(&inner.config.ceilings)?;
+        if request.runtime != Runtime::Python || request.journal.is_some() {
+            return Err(Error::invalid("only an unjournaled execution of the python runtime is thawed"));
+        }
+        let binding = Binding { tenant: request.tenant.as_deref(), runtime: inner.build, execution: id };
+        let max = inner.config.ceilings.max_hibernated_bytes;
+        let body = sealed::open(&inner.seal_key, image, max, &binding)
+            .map_err(|why| Error::invalid(format!("the hibernated execution cannot be thawed: {why}")))?;
+        let sealed_len = image.len();
+        let schemas = Schemas::compile_shared(&request.tools).await?;
+        let image = inner.stores.image().await?;
+        let sealed::Host { fuel, fuel_initial, monotonic, elapsed_ms, timer_ms, .. } = body.host;
+        let (mut store, host) = inner.stores.new_store(&StoreSpec {
+            limits: &limits,
+            schemas: Some(schemas),
+            data_dir: request.data_dir.as_deref(),
+            tenant: request.tenant.as_deref(),
+            runtime: Runtime::Python,
+            journal: None,
+            monotonic_from: monotonic,
+        })?;
+        if let Some(fuel) = fuel.filter(|_| inner.config.fuel) {
+            store.set_fuel(fuel).map_err(|e| Error::engine("setting fuel", e))?;
+        }
+        let asleep = Asleep::new(body.frozen, image, fuel);
+        let h = body.host;
+        let answered: Vec<String> = h.log.iter().filter(|r| r.outcome.is_some()).map(|r| r.id.clone()).collect();
+        host.exchange.restore(h.pending, answered);
+        host.output.restore(h.stdout, h.stderr, h.truncated);
+        let data = store.data_mut();
+        data.broker.restore((h.rounds, h.calls, h.log, h.log_room as usize, timer_ms.map(Duration::from_millis)));
+        data.broker.hibernate_after = request.hibernate_after.or(inner.config.hibernate_after);
+        data.broker.parked = Some(inner.stores.parked.clone());
+        data.limiter.peak = h.peak_memory;
+        // Charged as its hibernation left it charged: its pages, and the memory it had grown.
+        data.limiter.claim.grow(asleep.grown() + asleep.size()).map_err(|why| Error::new(ErrorKind::Busy, why))?;
+        data.asleep(&inner.stores.hibernated, asleep.size());
+
+        let now = Instant::now();
+        let started = now.checked_sub(Duration::from_millis(elapsed_ms)).unwrap_or(now);
+        let id: Arc<str> = id.into();
+        let sealing = self.sealing(&request, &id, started, fuel_initial);
+        let cancel = CancellationToken::new();
+        let job = Job {
+            pre: Pre::Component(inner.stores.pre.clone()),
+            code: String::new(),
+            tools: wit_tools(&request.tools),
+            deadline: tokio::time::Instant::from_std(now + limits.timeout),
+            timeout: limits.timeout,
+            fuel: fuel_initial,
+            output: host.output,
+            events: host.events,
+            cancel: cancel.clone(),
+            shutdown: inner.shutdown.clone(),
+            started,
+            _permit: None,
+            hibernation: Some(self.hibernation(None, sealing)),
+            refill: Some(self.refill()),
+            running: inner.running.clone(),
+        };
+        let span = tracing::info_span!("execution", id = %id, session = request.session_id.as_deref().unwrap_or(""));
+        tracing::debug!(parent: &span, round = body.round, bytes = sealed_len, "thawing a sealed image");
+        inner.drivers.spawn(tracing::Instrument::instrument(drive(job, store, Start::Asleep(asleep)), span));
+        let control = Control { id, exchange: host.exchange, cancel, journal: None };
         Ok(Execution::new(control, host.events_rx))
     }
 
@@ -303,6 +402,7 @@ impl Engine {
             tenant: request.tenant.as_deref(),
             runtime: request.runtime,
             journal: None,
+            monotonic_from: 0,
         })?;
         let shared = SessionCore::new(new_id().into(), request.tenant.clone(), host.output);
         let budget = session::Budget { timeout: limits.timeout, fuel: inner.stores.fuel(&limits) };
@@ -343,7 +443,7 @@ impl Engine {
         };
         // Only the default runtime hibernates.
         let serve = match inner.config.hibernate_after.filter(|_| request.runtime == Runtime::Python) {
-            Some(after) => session::Serve { hibernation: Some((self.hibernation(permit), after)), ..serve },
+            Some(after) => session::Serve { hibernation: Some((self.hibernation(Some(permit), None), after)), ..serve },
             None => session::Serve { _permit: Some(permit), ..serve },
         };
         let span = tracing::info_span!("session", id = %shared.id);
@@ -421,6 +521,7 @@ impl Engine {
             tenant,
             runtime: Runtime::Python,
             journal: None,
+            monotonic_from: 0,
         };
         let (mut store, _host) = self.inner.stores.new_store(&spec)?;
         store.epoch_deadline_async_yield_and_update(1);
@@ -476,13 +577,35 @@ impl Engine {
 
     /// What an execution or a session holding `permit` needs to hibernate; it holds the
     /// permit from then on, and gives it back while it sleeps.
-    fn hibernation(&self, permit: OwnedSemaphorePermit) -> Hibernation {
+    fn hibernation(&self, permit: Option<OwnedSemaphorePermit>, sealing: Option<Sealing>) -> Hibernation {
         let inner = &self.inner;
         Hibernation {
             stores: inner.stores.clone(),
             slots: inner.slots.clone(),
-            permit: std::sync::Mutex::new(Some(permit)),
+            permit: std::sync::Mutex::new(permit),
+            sealing,
         }
+    }
+
+    /// Where execution `id` of `request` (started at `started` with `fuel`) keeps its sealed
+    /// image when it hibernates: its request's keeper, if it has one.
+    fn sealing(
+        &self,
+        request: &ExecutionRequest,
+        id: &Arc<str>,
+        started: Instant,
+        fuel: Option<u64>,
+    ) -> Option<Sealing> {
+        let keeper = request.keeper.clone()?;
+        Some(Sealing {
+            keeper,
+            key: self.inner.seal_key.clone(),
+            tenant: request.tenant.clone(),
+            runtime: self.inner.build,
+            execution: id.clone(),
+            started,
+            fuel,
+        })
     }
 
     /// An execution slot, waiting or refusing as configured. When none is free, the program

@@ -65,7 +65,7 @@ impl ToolResult {
 }
 
 /// One call as it happened, for the execution's log.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ToolCallRecord {
     pub id: String,
     pub name: String,

@@ -28,6 +28,10 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::events::ToolResult;
 use crate::shares::MemoryClaim;
 
+/// The least time a hibernated program should sleep: `Exchange::wait` does not hibernate one
+/// whose timer is due sooner.
+const MIN_SLEEP: Duration = Duration::from_millis(50);
+
 pub(crate) struct Exchange {
     state: Mutex<State>,
     /// Signalled by `submit`; `notify_one` keeps a permit when nobody waits, so an answer that
@@ -116,6 +120,24 @@ impl Exchange {
         let mut state = self.state();
         for (id, name) in calls {
             state.pending.insert(id.to_string(), (name.into(), round));
+        }
+    }
+
+    /// The calls awaiting answers, (id, tool, round), for a sealed image.
+    pub(crate) fn pending_calls(&self) -> Vec<(String, String, u32)> {
+        let state = self.state();
+        let mut calls: Vec<_> =
+            state.pending.iter().map(|(id, (name, round))| (id.clone(), name.clone(), *round)).collect();
+        calls.sort_by(|a, b| (a.2, &a.0).cmp(&(b.2, &b.0)));
+        calls
+    }
+
+    /// A thawed execution's exchange: these calls await answers, and these ids were answered.
+    pub(crate) fn restore(&self, pending: Vec<(String, String, u32)>, answered: impl IntoIterator<Item = String>) {
+        let mut state = self.state();
+        state.answered.extend(answered);
+        for (id, name, round) in pending {
+            state.pending.insert(id, (name, round));
         }
     }
 
@@ -229,6 +251,9 @@ impl Exchange {
     /// once nothing has arrived for `hibernate_after`.
     pub(crate) async fn wait(&self, timeout: Option<Duration>, hibernate_after: Option<Duration>) -> Waited {
         let _paused = Paused::new(self);
+        // A wait whose timer ends it before it could sleep a while is not worth a freeze and
+        // a thaw (a few ms together); with `hibernate_after` 0, one due at once would loop.
+        let hibernate_after = hibernate_after.filter(|after| timeout.is_none_or(|t| t > *after + MIN_SLEEP));
         let arrival = async {
             loop {
                 let notified = self.arrived.notified();

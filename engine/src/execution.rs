@@ -14,7 +14,7 @@ use crate::error::{Error, ErrorKind, HostTrap, Result};
 use crate::events::{Completion, Event, Failure, FailureKind, OutputStream, Stats, ToolResult};
 use crate::exchange::Exchange;
 use crate::guest::{Guest, Pre};
-use crate::hibernation::Hibernation;
+use crate::hibernation::{Asleep, Hibernation};
 use crate::host::HostState;
 use crate::journal::{Journal, JournalTake, Recorder};
 use crate::output::Output;
@@ -187,10 +187,20 @@ enum Ending {
     Shutdown,
 }
 
-/// Runs the program of a fresh instance to its end and sends the final event. The store is
-/// dropped on return, whatever happened, which frees the instance.
-pub(crate) async fn drive(mut job: Job, mut store: Store<HostState>, warm: Option<Guest>) {
-    let (event, _) = run(&job, &mut store, warm, false).await;
+/// Where a run starts.
+// One per execution, moved once (as `Ending`).
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Start {
+    /// The program's first line, in this instance (a live session's, or a warm one) or a new one.
+    Fresh(Option<Guest>),
+    /// Where a hibernated program stopped: it sleeps until an answer or its timer wakes it.
+    Asleep(Asleep),
+}
+
+/// Runs the program to its end and sends the final event. The store is dropped on return,
+/// whatever happened, which frees the instance.
+pub(crate) async fn drive(mut job: Job, mut store: Store<HostState>, start: Start) {
+    let (event, _) = run(&job, &mut store, start, false).await;
     let _ = job.events.send(event);
     // Everything the execution held goes first: its slot, and the event channel, whose end
     // tells the client there is nothing more.
@@ -209,12 +219,12 @@ pub(crate) async fn drive(mut job: Job, mut store: Store<HostState>, warm: Optio
 pub(crate) async fn run(
     job: &Job,
     store: &mut Store<HostState>,
-    instance: Option<Guest>,
+    start: Start,
     session: bool,
 ) -> (Event, Option<Guest>) {
     let mut instantiate_time = None;
     let _running = Running::new(&job.running);
-    let ending = race(job, store, instance, session, &mut instantiate_time).await;
+    let ending = race(job, store, start, session, &mut instantiate_time).await;
     store.data().broker.exchange.finish();
     // A replay that ended without repeating all of its first run did not repeat it.
     let ending = match (ending, store.data().broker.journal.as_ref().and_then(|j| j.divergence())) {
@@ -237,24 +247,33 @@ pub(crate) async fn run(
 async fn race(
     job: &Job,
     store: &mut Store<HostState>,
-    instance: Option<Guest>,
+    start: Start,
     session: bool,
     instantiate_time: &mut Option<Duration>,
 ) -> Ending {
     let run = async {
-        let run_slot = store.data().broker.run_slot.acquire();
-        run_slot.await;
-        let sandbox = match instance {
-            Some(sandbox) => sandbox,
-            None => {
-                let t0 = Instant::now();
-                let sandbox = job.pre.instantiate(&mut *store).await?;
-                *instantiate_time = Some(t0.elapsed());
-                sandbox
+        let (mut sandbox, mut outcome) = match start {
+            Start::Fresh(instance) => {
+                store.data().broker.run_slot.acquire().await;
+                let sandbox = match instance {
+                    Some(sandbox) => sandbox,
+                    None => {
+                        let t0 = Instant::now();
+                        let sandbox = job.pre.instantiate(&mut *store).await?;
+                        *instantiate_time = Some(t0.elapsed());
+                        sandbox
+                    }
+                };
+                let outcome = sandbox.execute(&mut *store, &job.code, &job.tools, session).await?;
+                (sandbox, outcome)
+            }
+            Start::Asleep(asleep) => {
+                let hibernation = job.hibernation.as_ref().expect("a thawed execution may hibernate");
+                let sandbox = hibernation.wake(&mut *store, asleep).await?;
+                let outcome = sandbox.resume(&mut *store).await?;
+                (sandbox, outcome)
             }
         };
-        let mut sandbox = sandbox;
-        let mut outcome = sandbox.execute(&mut *store, &job.code, &job.tools, session).await?;
         // Off the stack: hibernated and thawed into another instance, or (when it may not
         // hibernate, or was asked only to unwind) re-entered in this one.
         while let Outcome::Hibernated = outcome {

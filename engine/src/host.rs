@@ -10,6 +10,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::bindings::{self, ptc::sandbox::host as wit};
 use crate::broker::Broker;
+use crate::clock::Monotonic;
 use crate::limiter::Limiter;
 use crate::output::Output;
 
@@ -28,6 +29,8 @@ pub(crate) struct HostState {
     /// The WASI handles every instance takes first (`prime`): stdout, stderr and the
     /// preopened directory if there is one. An instance that holds more cannot hibernate.
     pub(crate) primed_handles: usize,
+    /// The component's monotonic clock, unless a journal's recorder keeps it.
+    pub(crate) monotonic: Option<Monotonic>,
 }
 
 /// One turn of the data runtime, as its door sees it: the job the guest asks for, and what
@@ -81,7 +84,26 @@ impl HostState {
             metrics::gauge!("ptc_live_instances").increment(1.0);
         }
         let primed_handles = 2 + usize::from(preopened);
-        HostState { wasi, limiter, broker, turn: TurnState::default(), live, hibernated: None, primed_handles }
+        HostState {
+            wasi,
+            limiter,
+            broker,
+            turn: TurnState::default(),
+            live,
+            hibernated: None,
+            primed_handles,
+            monotonic: None,
+        }
+    }
+
+    /// What the guest's monotonic clock reads now, in nanoseconds (without recording it in a
+    /// journal).
+    pub(crate) fn monotonic_now(&self) -> u64 {
+        match (&self.broker.journal, &self.monotonic) {
+            (Some(journal), _) => journal.monotonic_now(),
+            (None, Some(clock)) => clock.read(),
+            (None, None) => 0,
+        }
     }
 
     /// WASI handles the guest holds: the entries of the host's resource table.

@@ -161,6 +161,8 @@ struct State {
     monotonic_offset: u64,
     last_monotonic: u64,
     started: Instant,
+    /// Clocks are read live and not recorded (`Recorder::set_quiet`).
+    quiet: bool,
 }
 
 impl Recorder {
@@ -177,6 +179,7 @@ impl Recorder {
                 monotonic_offset: 0,
                 last_monotonic: 0,
                 started: Instant::now(),
+                quiet: false,
             }),
         })
     }
@@ -270,6 +273,20 @@ impl Recorder {
         (!state.replay.is_empty()).then(|| "it ended before making all the tool calls of its first run".to_string())
     }
 
+    /// Between a wait that answered `hibernate` and the program's next wait (its event loop
+    /// unwinding out of the instance and re-entered after the thaw), the clocks are read live
+    /// and not recorded: a run that did not hibernate made no such readings, so neither
+    /// a replay of it nor of this one may expect them. Only a live run hibernates.
+    pub(crate) fn set_quiet(&self, quiet: bool) {
+        self.state().quiet = quiet;
+    }
+
+    /// What the monotonic clock reads now, not recorded.
+    pub(crate) fn monotonic_now(&self) -> u64 {
+        let state = self.state();
+        (state.started.elapsed().as_nanos() as u64 + state.monotonic_offset).max(state.last_monotonic)
+    }
+
     fn read(&self, wall: bool) -> u64 {
         let mut state = self.state();
         let live = if wall {
@@ -277,7 +294,9 @@ impl Recorder {
         } else {
             state.started.elapsed().as_nanos() as u64
         };
+        let quiet = state.quiet && state.replay.is_empty();
         let value = match state.replay.front() {
+            _ if quiet => None,
             Some(Entry::Wall(v)) if wall => Some(*v),
             Some(Entry::Monotonic(v)) if !wall => Some(*v),
             Some(_) if state.diverged.is_none() => {
@@ -302,6 +321,9 @@ impl Recorder {
             state.last_monotonic = v;
             v
         };
+        if quiet {
+            return value;
+        }
         Self::record(&mut state, if wall { Entry::Wall(value) } else { Entry::Monotonic(value) });
         value
     }

@@ -24,6 +24,7 @@
 
 mod bindings;
 mod broker;
+mod clock;
 mod config;
 mod data;
 mod engine;
@@ -53,6 +54,7 @@ pub use engine::{DescribedTool, Engine, ToolDescription};
 pub use error::{Error, ErrorKind, Result};
 pub use events::{Completion, Event, Failure, FailureKind, OutputStream, Stats, ToolCall, ToolCallRecord, ToolResult};
 pub use execution::{Control, Execution};
+pub use hibernation::{Hibernated, Keeper};
 pub use journal::{Entry, Journal, JournalTake, RecordedCall, RecordedResult};
 pub use request::{DATA_DIR, ExecutionRequest, Runtime, ToolDef};
 pub use schema::{INLINE_CHECK_STEPS, MAX_CHECK_STEPS, MAX_WIDEST, check_tool_schema};

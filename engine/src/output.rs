@@ -99,6 +99,18 @@ impl Output {
         (String::from_utf8_lossy(&b.stdout).into_owned(), String::from_utf8_lossy(&b.stderr).into_owned(), b.truncated)
     }
 
+    /// (stdout, stderr, truncated) as bytes, for a sealed image.
+    pub(crate) fn kept(&self) -> (Vec<u8>, Vec<u8>, bool) {
+        let b = self.0.lock().unwrap();
+        (b.stdout.clone(), b.stderr.clone(), b.truncated)
+    }
+
+    /// What a thawed execution had printed, kept for its final result (it was sent before).
+    pub(crate) fn restore(&self, stdout: Vec<u8>, stderr: Vec<u8>, truncated: bool) {
+        let mut b = self.0.lock().unwrap();
+        (b.stdout, b.stderr, b.truncated) = (stdout, stderr, truncated);
+    }
+
     pub(crate) fn sizes(&self) -> (u64, u64) {
         let b = self.0.lock().unwrap();
         (b.stdout.len() as u64, b.stderr.len() as u64)

@@ -74,6 +74,13 @@ pub struct ExecutionRequest {
     /// [`crate::Journal`]), replaying what the journal already holds; take what it records with
     /// [`crate::Control::take_journal`]. Fresh executions of [`Runtime::Python`] only.
     pub journal: Option<Journal>,
+    /// Where the execution's sealed image goes each time it hibernates
+    /// ([`crate::EngineConfig::hibernate_after`]), so that any engine sharing the seal key
+    /// can thaw it ([`crate::Engine::thaw`]). `None`: it hibernates in this process only.
+    pub keeper: Option<std::sync::Arc<dyn crate::Keeper>>,
+    /// How long it may wait for tool results before it hibernates, in place of
+    /// [`crate::EngineConfig::hibernate_after`] (which `None` keeps).
+    pub hibernate_after: Option<std::time::Duration>,
 }
 
 /// The Python a program runs in, chosen per execution (and per session).
@@ -145,6 +152,16 @@ impl ExecutionRequest {
 
     pub fn with_journal(mut self, journal: Journal) -> Self {
         self.journal = Some(journal);
+        self
+    }
+
+    pub fn with_keeper(mut self, keeper: std::sync::Arc<dyn crate::Keeper>) -> Self {
+        self.keeper = Some(keeper);
+        self
+    }
+
+    pub fn with_hibernate_after(mut self, after: std::time::Duration) -> Self {
+        self.hibernate_after = Some(after);
         self
     }
 

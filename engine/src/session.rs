@@ -27,7 +27,7 @@ use wasmtime::Store;
 use crate::config::Limits;
 use crate::error::{Error, ErrorKind, Result};
 use crate::events::Event;
-use crate::execution::{Job, run};
+use crate::execution::{Job, Start, run};
 use crate::guest::Guest;
 use crate::hibernation::{Hibernation, Sleeper};
 use crate::host::HostState;
@@ -434,7 +434,7 @@ pub(crate) async fn serve(mut serve: Serve, mut store: Store<HostState>, sandbox
                 install(&mut store);
                 // Closing the session cancels the execution too: its token is a child of the
                 // session's.
-                let (event, kept) = run(&job, &mut store, sandbox.take(), true).await;
+                let (event, kept) = run(&job, &mut store, Start::Fresh(sandbox.take()), true).await;
                 store.data().broker.run_slot.release();
                 let ending = match (&event, &kept) {
                     (_, Some(_)) => None,

@@ -13,6 +13,7 @@ use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
 use crate::bindings::SandboxPre;
 use crate::broker::Broker;
+use crate::clock::Monotonic;
 use crate::config::{Ceilings, Limits};
 use crate::data::DataRuntime;
 use crate::error::{Error, Result};
@@ -65,6 +66,9 @@ pub(crate) struct StoreSpec<'a> {
     pub(crate) runtime: Runtime,
     /// A journaled execution's recorder: its random sources and clocks go through it.
     pub(crate) journal: Option<&'a Arc<Recorder>>,
+    /// What the monotonic clock reads at first (nanoseconds): 0, or where a thawed
+    /// execution's clock had got to.
+    pub(crate) monotonic_from: u64,
 }
 
 /// The host's side of one instance: its event channel, tool exchange, output and fuel.
@@ -202,6 +206,7 @@ impl Stores {
             tenant: None,
             runtime: Runtime::Python,
             journal: None,
+            monotonic_from: 0,
         };
         self.host_state(&spec, false)
     }
@@ -234,12 +239,13 @@ impl Stores {
     /// The host state of one instance and the host side of its channels. `live`: it counts
     /// as a live instance (a warm instance's placeholder does not).
     fn host_state(&self, spec: &StoreSpec<'_>, live: bool) -> Result<(HostState, HostSide)> {
-        let StoreSpec { limits, ref schemas, data_dir, tenant, runtime, journal } = *spec;
+        let StoreSpec { limits, ref schemas, data_dir, tenant, runtime, journal, monotonic_from } = *spec;
         let schemas = schemas.clone().unwrap_or_else(|| Arc::new(Schemas::none()));
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let exchange = self.exchange(limits, tenant);
         let output = Output::new(limits.max_output_bytes, events_tx.clone());
 
+        let mut monotonic = None;
         let wasi = match self.data_runtime(runtime) {
             Some(data) => Wasi::P1(data.wasi(&output, data_dir)?),
             None => {
@@ -249,8 +255,13 @@ impl Stores {
                     wasi.preopened_dir(dir, DATA_DIR, FsPerms::ReadWrite)
                         .map_err(|e| Error::engine(&format!("opening {}", dir.display()), e))?;
                 }
-                if let Some(journal) = journal {
-                    journal.apply(&mut wasi);
+                match journal {
+                    Some(journal) => journal.apply(&mut wasi),
+                    None => {
+                        let clock = Monotonic::continuing(monotonic_from);
+                        wasi.monotonic_clock(clock);
+                        monotonic = Some(clock);
+                    }
                 }
                 Wasi::p2(wasi.build())
             }
@@ -260,7 +271,8 @@ impl Stores {
         let mut broker =
             Broker::new(exchange.clone(), events_tx.clone(), output.clone(), run_slot, schemas, limits, &self.ceilings);
         broker.journal = journal.cloned();
-        let state = HostState::new(wasi, limiter, broker, live.then(|| self.live.clone()), data_dir.is_some());
+        let mut state = HostState::new(wasi, limiter, broker, live.then(|| self.live.clone()), data_dir.is_some());
+        state.monotonic = monotonic;
         let fuel = self.fuel(limits);
         Ok((state, HostSide { events: events_tx, events_rx, exchange, output, fuel }))
     }

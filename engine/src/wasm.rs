@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
-use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig};
 
@@ -133,9 +132,11 @@ pub(crate) fn cached_artifact(engine: &Engine, cache_dir: Option<&Path>, name: &
 /// The pool's shape comes from the component itself, so the component is loaded first by an
 /// on-demand engine. Allocation strategy is not part of the compatibility hash, so both
 /// engines share one compiled artifact and the second load is only a file mapping.
-pub(crate) fn build_engine(cfg: &EngineConfig, bytes: &[u8]) -> Result<(Engine, Component, bool)> {
+///
+/// `digest`: the SHA-256 of `bytes`.
+pub(crate) fn build_engine(cfg: &EngineConfig, bytes: &[u8], digest: &[u8; 32]) -> Result<(Engine, Component, bool)> {
     let on_demand = Engine::new(&wasmtime_config(cfg, None)).map_err(|e| Error::engine("wasmtime engine", e))?;
-    let (artifact, component) = Artifact::get(&on_demand, bytes, cfg.cache_dir.as_deref())?;
+    let (artifact, component) = Artifact::get(&on_demand, bytes, digest, cfg.cache_dir.as_deref())?;
     if !cfg.pooling {
         return Ok((on_demand, component, false));
     }
@@ -167,8 +168,8 @@ impl Artifact {
     /// The key combines the component's SHA-256 with `Engine::precompile_compatibility_hash`, so
     /// a new wasmtime or different settings never load a stale artifact. Loading through
     /// `deserialize_file` maps the file, which is what lets instances share its memory image.
-    fn get(engine: &Engine, bytes: &[u8], cache_dir: Option<&Path>) -> Result<(Self, Component)> {
-        let digest = hex::encode(&Sha256::digest(bytes)[..12]);
+    fn get(engine: &Engine, bytes: &[u8], digest: &[u8; 32], cache_dir: Option<&Path>) -> Result<(Self, Component)> {
+        let digest = hex::encode(&digest[..12]);
         let path = cached_artifact(engine, cache_dir, &format!("sandbox-{digest}"));
         if let Some(path) = &path
             && path.exists()

@@ -245,7 +245,11 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
 /// The engine (compiled off the async threads), the tenants' caps, the session files and the
 /// live sessions: what every front end holds.
 async fn build_core(config: &ServerConfig, signer: &token::Signer) -> anyhow::Result<Core> {
-    let engine_config = config.engine.clone();
+    let mut engine_config = config.engine.clone();
+    // Nodes that share the token secret thaw each other's hibernated executions.
+    if engine_config.seal_key.is_none() {
+        engine_config.seal_key = Some(signer.derive(b"ptc-engine hibernated executions v1"));
+    }
     let engine = tokio::task::spawn_blocking(move || Engine::new(engine_config)).await??;
     engine.warm_up();
     let files = files::FileStore::new(config.files.clone())

@@ -32,9 +32,12 @@ use crate::stores::Stores;
 mod delta;
 mod pagemap;
 mod parked;
+pub(crate) mod sealed;
 
 use delta::{Delta, Unpacked};
 pub(crate) use parked::{Parked, Sleeper};
+pub(crate) use sealed::{Binding, Body};
+pub use sealed::{Hibernated, Keeper};
 
 const PAGE: usize = 4096;
 
@@ -97,6 +100,7 @@ fn with_memory<R>(
 
 /// A hibernated instance: the pages of its memory that differ from the image, XORed with the
 /// image's and compressed.
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Frozen {
     /// Bytes of linear memory.
     len: usize,
@@ -243,6 +247,65 @@ pub(crate) struct Hibernation {
     pub(crate) slots: Arc<Semaphore>,
     /// The execution's (or session's) slot, while it has one.
     pub(crate) permit: Mutex<Option<OwnedSemaphorePermit>>,
+    /// Where its sealed image goes at each hibernation, if anywhere.
+    pub(crate) sealing: Option<Sealing>,
+}
+
+/// Where a hibernating execution's sealed image goes, and what it is bound to.
+pub(crate) struct Sealing {
+    pub(crate) keeper: Arc<dyn Keeper>,
+    pub(crate) key: Arc<[u8]>,
+    pub(crate) tenant: Option<String>,
+    pub(crate) runtime: [u8; 32],
+    pub(crate) execution: Arc<str>,
+    /// When the execution started (its stats' wall time counts from there).
+    pub(crate) started: Instant,
+    /// The fuel it started with.
+    pub(crate) fuel: Option<u64>,
+}
+
+impl Sealing {
+    /// What the sealed image of an execution hibernated as `frozen` holds.
+    fn body(&self, store: &Store<HostState>, frozen: &Frozen, fuel: Option<u64>) -> Body {
+        let data = store.data();
+        let broker = &data.broker;
+        let (rounds, calls, log, log_room, timer) = broker.kept();
+        let (stdout, stderr, truncated) = broker.output.kept();
+        Body {
+            tenant: self.tenant.clone(),
+            runtime: self.runtime,
+            execution: self.execution.to_string(),
+            round: rounds,
+            frozen: frozen.clone(),
+            host: sealed::Host {
+                fuel,
+                fuel_initial: self.fuel,
+                monotonic: data.monotonic_now(),
+                elapsed_ms: self.started.elapsed().as_millis() as u64,
+                timer_ms: timer.map(|t| t.as_millis() as u64),
+                rounds,
+                calls,
+                log,
+                log_room: log_room as u64,
+                pending: broker.exchange.pending_calls(),
+                stdout,
+                stderr,
+                truncated,
+                peak_memory: data.limiter.peak,
+            },
+        }
+    }
+
+    /// The image of `body`, sealed.
+    async fn seal(&self, body: Body) -> Result<Hibernated, String> {
+        let round = body.round;
+        // The output and call log it carries may be megabytes: sealed off the async workers.
+        let key = self.key.clone();
+        let bytes = tokio::task::spawn_blocking(move || sealed::seal(&key, &body))
+            .await
+            .map_err(|e| format!("sealing failed: {e}"))?;
+        Ok(Hibernated { execution_id: self.execution.to_string(), tenant: self.tenant.clone(), round, bytes })
+    }
 }
 
 /// A hibernated instance, and what its store had besides.
@@ -250,6 +313,23 @@ pub(crate) struct Asleep {
     frozen: Frozen,
     image: Arc<Image>,
     fuel: Option<u64>,
+}
+
+impl Asleep {
+    /// A sealed image's instance, to thaw on this engine.
+    pub(crate) fn new(frozen: Frozen, image: Arc<Image>, fuel: Option<u64>) -> Self {
+        Asleep { frozen, image, fuel }
+    }
+
+    /// What it takes at rest, about.
+    pub(crate) fn size(&self) -> u64 {
+        self.frozen.size()
+    }
+
+    /// The memory its thaw grows past the image's.
+    pub(crate) fn grown(&self) -> u64 {
+        self.frozen.len.saturating_sub(self.image.memory.len()) as u64
+    }
 }
 
 impl Hibernation {
@@ -266,11 +346,16 @@ impl Hibernation {
             }
         };
         // A parked program holds no run slot of its tenant; the wait took it back to unwind.
-        let run_slot = store.data().broker.run_slot.clone();
-        run_slot.release();
+        store.data().broker.run_slot.release();
+        self.wake(store, asleep).await
+    }
+
+    /// Waits until an answer arrives for the hibernated program in `store`, or its next timer
+    /// is due, then takes its tenant's run slot and thaws it.
+    pub(crate) async fn wake(&self, store: &mut Store<HostState>, asleep: Asleep) -> wasmtime::Result<Guest> {
         let due = store.data().broker.next_timer();
         store.data().broker.exchange.clone().arrival(due).await;
-        run_slot.acquire().await;
+        store.data().broker.run_slot.acquire().await;
         self.thaw(store, asleep).await
     }
 
@@ -298,6 +383,20 @@ impl Hibernation {
             }
         };
         let fuel = store.get_fuel().ok();
+        // Kept elsewhere first: if that fails (a store that is down), it stays live here.
+        if let Some(sealing) = &self.sealing {
+            let body = sealing.body(store, &frozen, fuel);
+            let kept = match sealing.seal(body).await {
+                Ok(image) => sealing.keeper.keep(image).await,
+                Err(why) => Err(why),
+            };
+            if let Err(why) = kept {
+                tracing::warn!(%why, "not hibernating: its image could not be kept; the instance stays live");
+                metrics::counter!("ptc_hibernate_keep_failures_total").increment(1);
+                store.data_mut().limiter.claim.shrink(frozen.size());
+                return Err(guest);
+            }
+        }
         let host = std::mem::replace(store.data_mut(), placeholder);
         drop(guest);
         // The old store goes, and the instance with it. Arming the new one only sets the fuel

@@ -48,6 +48,8 @@ class Broker:
         self._outstanding = {}
         self._seq = 0
         self.rounds = 0
+        # The last exchange unwound (`Hibernate`): the next one takes its place.
+        self.resuming = False
 
     def reset(self, wait_for_tools):
         """For the next program of a live session (call ids start again at call_1)."""
@@ -56,6 +58,7 @@ class Broker:
         self._outstanding = {}
         self._seq = 0
         self.rounds = 0
+        self.resuming = False
 
     def call(self, name, args, namespace=""):
         loop = asyncio.get_running_loop()
@@ -93,6 +96,7 @@ class Broker:
         results = self.wait_for_tools(calls, timeout_ms)
         if results is HIBERNATE:
             if hibernatable:
+                self.resuming = True
                 raise Hibernate()
             results = self.wait_for_tools([], timeout_ms)
             if results is HIBERNATE:
@@ -124,6 +128,14 @@ class _HostSelector:
         self.hibernatable = False
 
     def select(self, timeout=None):
+        # The first wait after a resume goes to the host even when a timer is due (timeout
+        # 0): it is the wait that unwound, and ends as that wait would have, so that the
+        # program goes on exactly as a run that never hibernated (a journal's replay of it
+        # expects that wait's answer, not the timer's callbacks first).
+        if self._broker.resuming and self._broker.waiting():
+            self._broker.resuming = False
+            self._broker.exchange(max(0, timeout) if timeout is not None else None, self.hibernatable)
+            return []
         if timeout is not None and timeout <= 0:
             return []
         if self._broker.waiting():

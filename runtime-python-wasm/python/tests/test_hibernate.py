@@ -123,3 +123,35 @@ class HibernateTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ResumedWaitTest(unittest.TestCase):
+    def test_the_first_wait_after_a_resume_goes_to_the_host_even_with_a_timer_due(self):
+        host = HibernatingHost(at=[1])
+        code = (
+            "async def later():\n"
+            "    await asyncio.sleep(0.01)\n"
+            "    return 'slept'\n"
+            "t = asyncio.ensure_future(later())\n"
+            "x = await add(a=1, b=2)\n"
+            "return [x, await t]"
+        )
+        o, _, _ = quietly(lambda: run_program(code, TOOLS, host))
+        self.assertEqual(o.kind, "hibernated", o)
+        import time
+
+        time.sleep(0.02)  # the timer is due when it resumes
+        waits = host.waits
+        timeouts = []
+        inner = host.__class__.__call__
+
+        def recording(calls, timeout_ms):
+            timeouts.append((len(calls), timeout_ms))
+            return inner(host, calls, timeout_ms)
+
+        o, _, _ = quietly(lambda: resume_program(recording))
+        self.assertTrue(o.ok, o)
+        self.assertEqual(json.loads(o.value_json), [3, "slept"])
+        # It asked the host at once, with no new call and a timeout of 0 (its timer is due).
+        self.assertGreater(host.waits, waits)
+        self.assertEqual(timeouts[0], (0, 0))

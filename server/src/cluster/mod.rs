@@ -7,6 +7,7 @@
 //! node resumes the execution itself by replaying its journal from the shared store (see
 //! `ptc_engine::Journal`); without a journal, the client is told the execution is lost.
 
+mod keeper;
 pub mod store;
 
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
+pub use keeper::StoreKeeper;
 pub use store::{JournalLimits, MemoryStore, RedisStore, Saved, Saving, Segment, Store, StoreError};
 
 /// Set on a forwarded request, naming the node that forwarded it.

@@ -6,6 +6,11 @@
 //! service: nothing survives the node, so it journals nothing), [`RedisStore`] in Redis, which
 //! LibreChat-style deployments already run.
 //!
+//! **Hibernated executions.** The sealed image of an execution's last hibernation is kept
+//! beside its journal ([`Store::keep_image`]), counted with it, and loaded with it: a node
+//! that finds the owner gone thaws it rather than replaying the journal, when its round is
+//! the token's.
+//!
 //! **Bounded.** Journals are counted per tenant and in total ([`JournalLimits`]): 20 paused
 //! executions reading the clock 600,000 times each once took Redis from 1 to 337 MiB, and with
 //! the recommended `noeviction` a full Redis fails every tenant. A save past a bound is
@@ -82,6 +87,9 @@ pub struct Saved {
     pub owner: String,
     /// The round its current token resumes.
     pub round: u32,
+    /// The execution's sealed image from its last hibernation, and the round it waited on
+    /// then ([`Store::keep_image`]).
+    pub image: Option<(u32, Vec<u8>)>,
 }
 
 /// What execution `id` (of `tenant`) recorded up to `round` (`entries`, serialised), with the
@@ -110,6 +118,19 @@ pub trait Store: Send + Sync {
     /// and keeps it all for `ttl` (the execution's deadline). Saving a round again replaces its
     /// segment.
     async fn save(&self, segment: Segment<'_>, owner: &str, ttl: Duration) -> StoreResult<Saving>;
+
+    /// Keeps the sealed image of execution `id` (of `tenant`), hibernated at `round` on
+    /// `owner`, in place of any earlier one, counted with its journal against the same
+    /// bounds; it names `owner` and `round` as [`Store::save`] does, and keeps it all for `ttl`.
+    async fn keep_image(
+        &self,
+        id: &str,
+        tenant: &str,
+        round: u32,
+        image: &[u8],
+        owner: &str,
+        ttl: Duration,
+    ) -> StoreResult<Saving>;
 
     /// Names a new owner (a node that resumed the execution by replay) for the same round.
     async fn set_owner(&self, id: &str, owner: &str, round: u32, ttl: Duration) -> StoreResult<()>;

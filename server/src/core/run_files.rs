@@ -67,6 +67,24 @@ impl RunFiles {
         .unwrap_or_else(|e| Err(format!("preparing files: {e}")))
     }
 
+    /// Session directory `session_id` as it is, for a run thawed from its image: `before`
+    /// is what it held when the program first started.
+    pub(crate) async fn reopen(
+        files: &Arc<FileStore>,
+        tenant: &str,
+        session_id: &str,
+        before: Vec<ScanEntry>,
+    ) -> Result<Arc<Self>, String> {
+        let (files, tenant, session_id) = (files.clone(), tenant.to_string(), session_id.to_string());
+        tokio::task::spawn_blocking(move || {
+            let session = files.open_session(&tenant, &session_id).map_err(|e| e.message().to_string())?;
+            let before = files.reopen(&session, &before)?;
+            Ok(Self::new(&files, Arc::new(session), before))
+        })
+        .await
+        .unwrap_or_else(|e| Err(format!("preparing files: {e}")))
+    }
+
     /// What the directory held before the program started.
     pub(crate) fn before(&self) -> &Scan {
         &self.before

@@ -3,8 +3,8 @@
 //! **Start** ([`Core::admit`], then [`Core::start`]): the tenant is admitted (its caps, its
 //! request id) before anything is prepared for the run; then the run's
 //! `/mnt/data` is prepared (none, a directory of its own, the HTTP API's session directory,
-//! one put back for a replay, or a live session's), the execution starts (fresh, or in the
-//! live session), its tenant slot is bound to it, and a watcher keeps the directory within the
+//! one put back for a replay or reopened for a thaw, or a live session's), the execution
+//! starts (fresh, thawed from its sealed image, or in the live session), its tenant slot is bound to it, and a watcher keeps the directory within the
 //! tenant's file quota while it runs.
 //!
 //! **End** ([`Run::end`]): the run's files are settled exactly once against the quota, and the
@@ -52,16 +52,26 @@ pub enum DataDir {
     Session { id: String, imports: Vec<Import> },
     /// Session directory `id` put back as it was when a replayed run first started.
     Rewound { id: String, before: Vec<ScanEntry> },
+    /// Session directory `id` as it is, for a run thawed from its image; `before` is what it
+    /// held when the run first started.
+    Reopened { id: String, before: Vec<ScanEntry> },
     /// A live session's directory (if the server keeps files), with these files written in
     /// first; the program runs in the session.
     Live(LiveSession, Vec<(String, Vec<u8>)>),
 }
 
 /// A run to start: the engine's request (its tenant is the one admitted) and where its files
-/// come from.
+/// come from; with `thaw`, a hibernated execution to go on with instead of the request's code.
 pub struct Launch {
     pub request: ExecutionRequest,
     pub dir: DataDir,
+    pub thaw: Option<Thaw>,
+}
+
+/// A hibernated execution's id and sealed image ([`Engine::thaw`]).
+pub struct Thaw {
+    pub id: String,
+    pub image: Vec<u8>,
 }
 
 /// A tenant's place for one run, taken before anything is prepared for it (a live session
@@ -130,7 +140,7 @@ impl Core {
     /// when it is refused: the tenant's place is freed, and a directory of the run's own
     /// removed.
     pub async fn start(&self, admitted: Admitted, launch: Launch) -> Result<Run, Error> {
-        let Launch { request, dir } = launch;
+        let Launch { request, dir, thaw } = launch;
         let Admitted(admission) = admitted;
         let (execution, files, live) = match dir {
             DataDir::Live(live, inputs) => {
@@ -143,7 +153,11 @@ impl Core {
                 if let Some(files) = &files {
                     request.data_dir = Some(files.session.path.clone());
                 }
-                (self.engine.start(request).await?, files, false)
+                let execution = match thaw {
+                    Some(Thaw { id, image }) => self.engine.thaw(&id, &image, request).await?,
+                    None => self.engine.start(request).await?,
+                };
+                (execution, files, false)
             }
         };
         if let Some(admission) = &admission {
@@ -167,6 +181,9 @@ impl Core {
             DataDir::Session { id, imports } => RunFiles::prepare(store, tenant, &id, imports).await?,
             DataDir::Rewound { id, before } => {
                 RunFiles::rewind(store, tenant, &id, before).await.map_err(|why| Error::new(ErrorKind::Lost, why))?
+            }
+            DataDir::Reopened { id, before } => {
+                RunFiles::reopen(store, tenant, &id, before).await.map_err(|why| Error::new(ErrorKind::Lost, why))?
             }
             DataDir::None | DataDir::Live(..) => unreachable!("handled by the caller"),
         };

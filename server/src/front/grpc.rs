@@ -133,7 +133,7 @@ impl SandboxService {
                 DataDir::Live(live, inputs)
             }
         };
-        core.start(admitted, Launch { request, dir }).await.map_err(status)
+        core.start(admitted, Launch { request, dir, thaw: None }).await.map_err(status)
     }
 
     fn tenant<T>(&self, request: &Request<T>) -> Result<String, Status> {

@@ -173,3 +173,139 @@ async fn eventually_for(what: &str, within: Duration, f: impl Fn() -> bool) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// The journals' hashes of segments that hold a sealed image.
+fn images(port: u16) -> usize {
+    let keys = redis::command(port, &["KEYS", "ptc:j:*:s"]);
+    keys.lines()
+        .filter(|l| l.starts_with("ptc:j:"))
+        .filter(|key| redis::command(port, &["HEXISTS", key, "image"]).starts_with(":1"))
+        .count()
+}
+
+/// Two nodes over the Redis at `port` that hibernate what waits 50 ms; files in `files`.
+async fn two_hibernating_nodes(port: u16, files: &std::path::Path) -> (RunningServer, RunningServer) {
+    let [c1, c2] = hibernating_configs(port, files);
+    (serve(c1).await, serve(c2).await)
+}
+
+/// The configurations of [`two_hibernating_nodes`].
+fn hibernating_configs(port: u16, files: &std::path::Path) -> [ServerConfig; 2] {
+    let (p1, p2) = (ptc_tests::binary::free_port(), ptc_tests::binary::free_port());
+    let peers = Peers::List(vec![
+        ("n1".into(), format!("http://127.0.0.1:{p1}")),
+        ("n2".into(), format!("http://127.0.0.1:{p2}")),
+    ]);
+    let mut configs = [node("n1", port, peers.clone(), files), node("n2", port, peers, files)];
+    for (config, p) in configs.iter_mut().zip([p1, p2]) {
+        config.http_addr = ([127, 0, 0, 1], p).into();
+        config.engine.hibernate_after = Some(Duration::from_millis(50));
+    }
+    configs
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hibernated_execution_is_thawed_on_another_node_when_its_owner_is_gone() {
+    let (_redis, port) = tokio::task::spawn_blocking(|| redis::start(None)).await.unwrap();
+    let files = std::env::temp_dir().join(format!("ptc-thaw-elsewhere-{}", std::process::id()));
+    let [c1, c2] = hibernating_configs(port, &files);
+    let (n1, n2) = (serve(c1.clone()).await, serve(c2).await);
+    // It changes a file it started with before its first call, so running it again could not
+    // repeat it (a replay is refused): only a thaw can carry it on. Random values, a
+    // generator and the clock are carried in memory.
+    let code = "import random, time\n\
+with open('/mnt/data/count.txt', 'a') as f:\n    f.write('+')\n\
+random.seed(3)\nfirst = random.random()\nsquares = (i * i for i in range(5))\nnext(squares)\n\
+t0 = time.monotonic()\nprint('before', first)\n\
+r = await t()\n\
+print('middle', r, random.random(), next(squares))\n\
+s = await t()\n\
+print('after', s, random.random(), list(squares), time.monotonic() >= t0, open('/mnt/data/count.txt').read())";
+    let prepare = json!({"code": "open('/mnt/data/count.txt', 'w').write('0')", "tools": tools()});
+    let start = |addr, key: &'static str| {
+        let prepare = prepare.clone();
+        async move {
+            let reply = post(addr, PATH, Some(key), &prepare).await;
+            let request = json!({"code": code, "tools": tools(), "session_id": reply.body["session_id"]});
+            let paused = post(addr, PATH, Some(key), &request).await;
+            assert_eq!(paused.body["status"], "tool_call_required", "{}", paused.text);
+            paused
+        }
+    };
+    // The run as it goes uninterrupted on one node.
+    let reference = {
+        let paused = start(n2.http_addr, "key-b").await;
+        let next = answer(n2.http_addr, "key-b", &paused).await;
+        answer(n2.http_addr, "key-b", &next).await.body["stdout"].as_str().unwrap().to_string()
+    };
+    eventually("the reference run is forgotten", || images(port) == 0).await;
+
+    let paused = start(n1.http_addr, "key-a").await;
+    eventually("its image is in the store", || images(port) == 1).await;
+    assert_eq!(n1.engine.hibernated(), 1);
+    stop(n1).await;
+    // Thawed on n2, which hibernates it again as soon as it waits (it has no journal there).
+    let next = answer(n2.http_addr, "key-a", &paused).await;
+    assert_eq!(next.body["status"], "tool_call_required", "{}", next.text);
+    eventually("n2 hibernates it at once", || n2.engine.hibernated() == 1).await;
+    stop(n2).await;
+    // And thawed again on n1, back up.
+    let n1 = serve(c1).await;
+    let end = answer(n1.http_addr, "key-a", &next).await;
+    assert_eq!(end.body["status"], "completed", "{}", end.text);
+    let stdout = end.body["stdout"].as_str().unwrap();
+    assert_eq!(stdout, reference);
+    // The file was appended to once: nothing ran twice.
+    assert!(stdout.starts_with("before ") && stdout.ends_with(" [4, 9, 16] True 0+\n"), "{stdout}");
+    let usage = n1.http.cluster.store.usage("a").await.unwrap();
+    assert_eq!((usage.get("thaws"), usage.get("replays")), (Some(&2), None), "{usage:?}");
+    eventually("the ended execution's journal and image are forgotten", || images(port) == 0).await;
+    assert_eq!(journal_headers(port), 0);
+    stop(n1).await;
+    let _ = std::fs::remove_dir_all(files);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_altered_image_is_refused_and_the_journal_replayed_instead() {
+    let (_redis, port) = tokio::task::spawn_blocking(|| redis::start(None)).await.unwrap();
+    let files = std::env::temp_dir().join(format!("ptc-thaw-altered-{}", std::process::id()));
+    let (n1, n2) = two_hibernating_nodes(port, &files).await;
+    let paused = begin(n1.http_addr, "key-a", "import random\nx = random.random()\nprint(await t(), x > 0)").await;
+    eventually("its image is in the store", || images(port) == 1).await;
+    let keys = redis::command(port, &["KEYS", "ptc:j:*:s"]);
+    let key = keys.lines().find(|l| l.starts_with("ptc:j:")).unwrap().to_string();
+    // One byte in the middle of the image, changed in place.
+    let flip = "local v = redis.call('HGET', KEYS[1], 'image') local i = math.floor(#v / 2) \
+                redis.call('HSET', KEYS[1], 'image', string.sub(v, 1, i - 1) .. string.char((string.byte(v, i) + 1) % 256) .. string.sub(v, i + 1)) return 1";
+    assert!(redis::command(port, &["EVAL", flip, "1", &key]).starts_with(":1"));
+    stop(n1).await;
+    let end = answer(n2.http_addr, "key-a", &paused).await;
+    assert_eq!(
+        (end.body["status"].as_str(), end.body["stdout"].as_str()),
+        (Some("completed"), Some("1 True\n")),
+        "{}",
+        end.text
+    );
+    let usage = n2.http.cluster.store.usage("a").await.unwrap();
+    assert_eq!((usage.get("thaws"), usage.get("replays")), (None, Some(&1)), "{usage:?}");
+    stop(n2).await;
+    let _ = std::fs::remove_dir_all(files);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_its_store_down_a_waiting_execution_is_not_hibernated_and_stays_live() {
+    let (redis_process, port) = tokio::task::spawn_blocking(|| redis::start(None)).await.unwrap();
+    let files = std::env::temp_dir().join(format!("ptc-thaw-store-down-{}", std::process::id()));
+    let mut config = node("n1", port, Peers::None, &files);
+    config.engine.hibernate_after = Some(Duration::from_millis(50));
+    let server = serve(config).await;
+    // Journaled while Redis answered; Redis goes before it has waited long enough.
+    let paused = begin(server.http_addr, "key-a", "print(await t())").await;
+    drop(redis_process);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!((server.engine.hibernated(), server.engine.live_instances()), (0, 1), "its image could not be kept");
+    let end = answer(server.http_addr, "key-a", &paused).await;
+    assert_eq!(end.body["stdout"], "1\n", "{}", end.text);
+    stop(server).await;
+    let _ = std::fs::remove_dir_all(files);
+}

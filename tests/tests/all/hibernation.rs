@@ -400,3 +400,165 @@ async fn a_session_that_declines_keeps_its_slot() {
     session.close();
     std::fs::remove_dir_all(root).unwrap();
 }
+
+/// Keeps every sealed image it is given, or refuses them all.
+#[derive(Debug, Default)]
+struct Kept {
+    images: std::sync::Mutex<Vec<ptc_engine::Hibernated>>,
+    refuse: bool,
+}
+
+impl ptc_engine::Keeper for Kept {
+    fn keep(
+        &self,
+        image: ptc_engine::Hibernated,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + '_>> {
+        let kept = if self.refuse {
+            Err("the store is down".to_string())
+        } else {
+            self.images.lock().unwrap().push(image);
+            Ok(())
+        };
+        Box::pin(async move { kept })
+    }
+}
+
+impl Kept {
+    fn count(&self) -> usize {
+        self.images.lock().unwrap().len()
+    }
+
+    fn last(&self) -> ptc_engine::Hibernated {
+        self.images.lock().unwrap().last().cloned().expect("an image")
+    }
+}
+
+/// Two engines that share a seal key, as two servers of a cluster do; `hibernate_after` for
+/// the first.
+fn sealing_engine(hibernate_after: Option<Duration>, key: &[u8]) -> Engine {
+    engine_with(|c| {
+        c.hibernate_after = hibernate_after;
+        c.seal_key = Some(key.to_vec());
+    })
+}
+
+#[tokio::test]
+async fn a_sealed_image_thaws_on_another_engine_and_finishes_as_an_uninterrupted_run() {
+    let (root, dir) = data_dir_beside_a_secret("hibernate-sealed");
+    // Seeded random values, a generator, a file, clocks, both streams and a timer due while
+    // it sleeps; a gather half answered when it is carried over.
+    let code = format!(
+        "import random, sys, time\n\
+random.seed(7)\n\
+t0 = time.monotonic()\n\
+squares = (i * i for i in range(10))\n\
+first = [next(squares) for _ in range(3)]\n\
+print('before', random.random())\n\
+print('err before', file=sys.stderr)\n\
+with open('/mnt/data/notes.txt', 'w') as f:\n    f.write('kept')\n\
+async def later():\n    await asyncio.sleep(0.3)\n    print('timer fired')\n    return 'slept'\n\
+timer = asyncio.ensure_future(later())\n\
+{}\
+print('after', r, random.random())\n\
+print('err after', file=sys.stderr)\n\
+return [r, await timer, time.monotonic() - t0 >= 0.3, first + list(squares), open('/mnt/data/notes.txt').read()]",
+        gather(3)
+    );
+    let request = || ExecutionRequest::new(code.clone()).with_tools(standard_tools()).with_data_dir(dir.clone());
+    let answer = |c: &ptc_engine::ToolCall| ToolResult::ok(&c.id, &standard_handler(c).unwrap());
+
+    // The run as it goes uninterrupted, answered the same way.
+    let mut reference = engine().start(request()).await.unwrap();
+    let calls = first_calls(&mut reference).await;
+    reference.submit(vec![answer(&calls[0])]).unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    reference.submit(calls[1..].iter().map(answer).collect()).unwrap();
+    let reference = drive(reference, standard_handler).await.completed();
+    assert!(reference.stdout.contains("timer fired\n"), "{}", reference.stdout);
+
+    let first = sealing_engine(Some(Duration::from_millis(30)), b"cluster key");
+    let kept = std::sync::Arc::new(Kept::default());
+    let mut exec = first.start(request().with_keeper(kept.clone())).await.unwrap();
+    let calls = first_calls(&mut exec).await;
+    exec.submit(vec![answer(&calls[0])]).unwrap();
+    // Hibernated once with one answer taken, thawed for the timer, hibernated again.
+    eventually("it hibernates again after its timer", || kept.count() >= 2).await;
+    let image = kept.last();
+    assert_eq!((image.execution_id.as_str(), image.round, image.tenant.as_deref()), (exec.id(), 1, None));
+    let id = exec.id().to_string();
+    // Its server is gone.
+    drop(exec);
+    drop(first);
+
+    let second = sealing_engine(None, b"cluster key");
+    let thawed = second.thaw(&id, &image.bytes, request()).await.unwrap();
+    assert_eq!(thawed.id(), id);
+    assert_eq!(second.hibernated(), 1, "it sleeps until its answers come");
+    assert_eq!(thawed.control().pending_through(1).len(), 2);
+    // An answer already given, or to a call it never made, is refused as it would have been.
+    let refused = thawed.submit(vec![answer(&calls[0])]).unwrap_err();
+    assert_eq!(refused.kind(), ptc_engine::ErrorKind::InvalidToolResult);
+    thawed.submit(calls[1..].iter().map(answer).collect()).unwrap();
+    let done = drive(thawed, standard_handler).await.completed();
+    assert_eq!(done.stdout, reference.stdout);
+    assert_eq!(done.stderr, reference.stderr);
+    assert_eq!(done.return_value, reference.return_value);
+    assert_eq!(done.tool_calls.len(), 3);
+    assert_eq!(done.tool_calls.iter().filter(|c| c.outcome.is_some()).count(), 3);
+    assert_eq!(done.stats.round_trips, 1, "the calls went out once");
+    assert!(done.stats.wall_time >= Duration::from_millis(300), "{:?}", done.stats.wall_time);
+    assert_eq!((second.hibernated(), second.live_instances()), (0, 0));
+    std::fs::remove_dir_all(root).unwrap();
+}
+
+#[tokio::test]
+async fn a_sealed_image_is_refused_when_altered_foreign_or_too_large() {
+    let first = sealing_engine(Some(Duration::from_millis(30)), b"cluster key");
+    let kept = std::sync::Arc::new(Kept::default());
+    let request = || ExecutionRequest::new("return await add(a=1, b=2)").with_tools(standard_tools());
+    let mut exec = first.start(request().with_tenant("acme").with_keeper(kept.clone())).await.unwrap();
+    first_calls(&mut exec).await;
+    eventually("it hibernates", || kept.count() == 1).await;
+    let (id, bytes) = (exec.id().to_string(), kept.last().bytes);
+
+    let second = sealing_engine(None, b"cluster key");
+    let refusal = |r: ptc_engine::Result<Execution>| {
+        let e = r.err().expect("refused");
+        assert_eq!(e.kind(), ptc_engine::ErrorKind::InvalidRequest);
+        e.message().to_string()
+    };
+    let mut altered = bytes.clone();
+    altered[bytes.len() / 2] ^= 1;
+    assert!(refusal(second.thaw(&id, &altered, request().with_tenant("acme")).await).contains("altered"));
+    assert!(refusal(second.thaw(&id, &bytes, request().with_tenant("globex")).await).contains("another tenant"));
+    assert!(refusal(second.thaw("other", &bytes, request().with_tenant("acme")).await).contains("another execution"));
+    let stranger = sealing_engine(None, b"another cluster");
+    assert!(refusal(stranger.thaw(&id, &bytes, request().with_tenant("acme")).await).contains("another key"));
+    let small = engine_with(|c| {
+        c.seal_key = Some(b"cluster key".to_vec());
+        c.ceilings.max_hibernated_bytes = 1000;
+    });
+    let message = refusal(small.thaw(&id, &bytes, request().with_tenant("acme")).await);
+    assert!(message.contains("over this server's bound of 1000"), "{message}");
+    assert_eq!((second.hibernated(), second.live_instances()), (0, 0), "a refusal leaves nothing behind");
+
+    // The image itself still thaws, and the program goes on.
+    let thawed = second.thaw(&id, &bytes, request().with_tenant("acme")).await.unwrap();
+    let pending = thawed.control().pending_through(1);
+    thawed.submit(vec![ToolResult::ok(&pending[0], &json!(3))]).unwrap();
+    assert_eq!(drive(thawed, standard_handler).await.completed().return_value, "3");
+    drop(exec);
+}
+
+#[tokio::test]
+async fn an_image_that_cannot_be_kept_leaves_the_program_live() {
+    let engine = sealing_engine(Some(Duration::from_millis(30)), b"cluster key");
+    let kept = std::sync::Arc::new(Kept { refuse: true, ..Kept::default() });
+    let request = ExecutionRequest::new("return await add(a=1, b=2)").with_tools(standard_tools()).with_keeper(kept);
+    let mut exec = engine.start(request).await.unwrap();
+    let calls = first_calls(&mut exec).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!((engine.hibernated(), engine.live_instances()), (0, 1), "the store is down: it stays live");
+    exec.submit(vec![ToolResult::ok(&calls[0].id, &json!(3))]).unwrap();
+    assert_eq!(drive(exec, standard_handler).await.completed().return_value, "3");
+}

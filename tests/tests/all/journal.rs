@@ -147,3 +147,44 @@ async fn only_fresh_python_executions_are_journaled() {
     assert_eq!(plain.control().take_journal(), None);
     let _: Value = json!(null);
 }
+
+#[tokio::test]
+async fn a_journaled_program_that_hibernated_replays_as_one_that_did_not() {
+    // Hibernated at both rounds, and thawed once in between for a timer that reads the
+    // clock: the waits it re-entered after each thaw, and the clock readings of its event
+    // loop getting off the stack and back, are not in its journal.
+    let hibernating = engine_with(|c| c.hibernate_after = Some(std::time::Duration::from_millis(30)));
+    let code = format!(
+        "import asyncio, time\n\
+async def tick():\n    await asyncio.sleep(0.2)\n    print('tick', time.monotonic() > 0)\n\
+ticking = asyncio.ensure_future(tick())\n{PROGRAM}"
+    );
+    let journal = Journal::new();
+    let seed = journal.seed;
+    let request = ExecutionRequest::new(code.clone()).with_tools(tools()).with_journal(journal);
+    let mut first = hibernating.start(request).await.unwrap();
+    let round1 = next_calls(&mut first).await.expect("round 1");
+    eventually("it hibernates, thaws for its timer and hibernates again", || {
+        hibernating.hibernated() == 1 && first.control().is_paused()
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    eventually("it hibernates after its timer", || hibernating.hibernated() == 1).await;
+    answer(&first, &round1);
+    let round2 = next_calls(&mut first).await.expect("round 2");
+    eventually("it hibernates at round 2", || hibernating.hibernated() == 1).await;
+    let entries = first.control().take_journal().expect("journaled").entries;
+
+    let mut again = start_journaled(&code, Journal::replay(seed, entries.clone())).await;
+    let Some(live) = next_calls(&mut again).await else {
+        let failed = drive(start_journaled(&code, Journal::replay(seed, entries.clone())).await, echo).await;
+        panic!("the replay ended: {failed:?}\n{entries:?}");
+    };
+    assert_eq!(live[0].input, round2[0].input, "the same random draws and clock readings");
+    answer(&again, &live);
+    answer(&first, &round2);
+    let replayed = drive(again, echo).await.completed();
+    let original = drive(first, echo).await.completed();
+    assert!(original.stdout.starts_with("tick True\n"), "{}", original.stdout);
+    assert_eq!(replayed.stdout, original.stdout);
+}

@@ -2,7 +2,8 @@
 //! real `redis-server` and one files directory (the shared volume), spoken to as LibreChat's
 //! client speaks to a plain load balancer: every request goes to a random node. Nodes are
 //! killed with SIGKILL and restarted one after another while executions are paused; every
-//! execution still completes, with exactly the output it would have had.
+//! execution still completes, with exactly the output it would have had: thawed elsewhere
+//! from its sealed image when it had hibernated, replayed from its journal when it had not.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -18,16 +19,21 @@ use serde_json::{Value, json};
 const KEY: &str = "key-a";
 const SECRET: &str = "a-secret-every-node-shares";
 
-/// The status of `GET url` (plain HTTP/1.1 on loopback).
-fn http_get_status(url: &str) -> u16 {
+/// The reply to `GET url` (plain HTTP/1.1 on loopback), head and body; empty if refused.
+fn http_get(url: &str) -> String {
     let rest = url.strip_prefix("http://").unwrap();
     let (host, path) = rest.split_once('/').unwrap();
-    let Ok(mut s) = TcpStream::connect(host) else { return 0 };
+    let Ok(mut s) = TcpStream::connect(host) else { return String::new() };
     let request = format!("GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
     s.write_all(request.as_bytes()).unwrap();
     let mut reply = String::new();
     let _ = s.read_to_string(&mut reply);
-    reply.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0)
+    reply
+}
+
+/// The status of `GET url`.
+fn http_get_status(url: &str) -> u16 {
+    http_get(url).split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0)
 }
 
 /// `HGET key field` on the Redis at `port`, spoken in RESP by hand.
@@ -67,7 +73,13 @@ struct Cluster {
     redis: u16,
     nodes: Vec<Node>,
     rng: u64,
+    /// `--hibernate-after-ms` of the nodes started next.
+    hibernate_after_ms: u64,
 }
+
+/// How long the nodes let an execution wait before they hibernate it (`serve` takes 1 s by
+/// default): short, so that the test knows when it has.
+const HIBERNATE_AFTER_MS: u64 = 200;
 
 impl Cluster {
     fn new(bin: PathBuf, files: PathBuf, redis: u16) -> Self {
@@ -80,7 +92,8 @@ impl Cluster {
                 process: None,
             })
             .collect();
-        let mut cluster = Cluster { bin, files, redis, nodes, rng: 0x9e37_79b9_7f4a_7c15 };
+        let mut cluster =
+            Cluster { bin, files, redis, nodes, rng: 0x9e37_79b9_7f4a_7c15, hibernate_after_ms: HIBERNATE_AFTER_MS };
         for i in 0..3 {
             cluster.start(i);
         }
@@ -104,6 +117,7 @@ impl Cluster {
                 .args(["--grpc-addr", &format!("127.0.0.1:{}", node.grpc)])
                 .args(["--metrics-addr", &format!("127.0.0.1:{}", node.metrics)])
                 .args(["--shutdown-grace-secs", "2", "--warm-instances", "0"])
+                .args(["--hibernate-after-ms", &self.hibernate_after_ms.to_string()])
                 .arg("--files-dir")
                 .arg(&self.files),
         );
@@ -131,6 +145,16 @@ impl Cluster {
         let mut process = self.nodes[i].process.take().expect("running");
         let status = process.0.wait().unwrap();
         assert!(status.success(), "node {} exited with {status}", self.nodes[i].id);
+    }
+
+    /// Executions node `i` holds hibernated (its `ptc_hibernated` gauge).
+    fn hibernated(&self, i: usize) -> u64 {
+        let metrics = http_get(&format!("http://127.0.0.1:{}/metrics", self.nodes[i].metrics));
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("ptc_hibernated "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .map_or(0, |v| v as u64)
     }
 
     fn addr(&self, i: usize) -> SocketAddr {
@@ -265,12 +289,14 @@ async fn three_nodes_and_redis_lose_no_execution() {
         let end = finish(&mut cluster, client).await;
         check_end(client, &end);
     }
-    // Each continuation was forwarded to the node holding its execution: none was replayed.
-    assert_eq!(usage(redis_port, "replays"), 0);
+    // Each continuation was forwarded to the node holding its execution: none was replayed
+    // or thawed elsewhere (those that hibernated were thawed by their own node).
+    assert_eq!((usage(redis_port, "replays"), usage(redis_port, "thaws")), (0, 0));
     assert_eq!(usage(redis_port, "executions"), 200);
 
-    // 2. 50 executions on node 1, each paused at its second round; node 1 is killed; their
-    // continuations reach the other nodes, which resume them by replay.
+    // 2. 50 executions on node 1, each paused at its second round, have hibernated (their
+    // images are in Redis); node 1 is killed; their continuations reach the other nodes,
+    // which thaw them.
     let mut held = Vec::new();
     for n in 1000..1050 {
         let mut client = begin(cluster.addr(0), n, &program(n)).await;
@@ -296,9 +322,45 @@ async fn three_nodes_and_redis_lose_no_execution() {
         live_rounds.push(t0.elapsed());
     }
 
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while cluster.hibernated(0) < 52 {
+        assert!(Instant::now() < deadline, "node 1 holds {} hibernated executions, not 52", cluster.hibernated(0));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    cluster.kill(0);
+    let mut thaws = Vec::new();
+    for client in &mut held {
+        let at = cluster.any();
+        let t0 = Instant::now();
+        assert!(step(cluster.addr(at), client).await.is_none(), "thawed, and paused at round 3");
+        thaws.push(t0.elapsed());
+        let end = step(cluster.random(), client).await.expect("the end");
+        check_end(client, &end);
+    }
+    // The clock reads as it did in the first run: nothing ran again.
+    let end = step(cluster.random(), &mut clocked).await.expect("the end");
+    assert_eq!(end["status"], "completed", "{end}");
+    let words: Vec<f64> =
+        end["stdout"].as_str().unwrap().split_whitespace().take(2).map(|w| w.parse().unwrap()).collect();
+    assert_eq!(words, [t1, t2], "{end}");
+    // What the first run wrote to /mnt/data is there once.
+    let end = step(cluster.random(), &mut appending).await.expect("the end");
+    assert_eq!(end["stdout"], "x\n", "{end}");
+    assert_eq!((usage(redis_port, "thaws"), usage(redis_port, "replays")), (52, 0));
+
+    // 2b. Executions paused on a node that does not hibernate: killed, it is their journals
+    // that carry them on, replayed elsewhere.
+    cluster.hibernate_after_ms = 0;
+    cluster.start(0);
+    let mut replayed = Vec::new();
+    for n in 1100..1110 {
+        let mut client = begin(cluster.addr(0), n, &program(n)).await;
+        assert!(step(cluster.addr(0), &mut client).await.is_none());
+        replayed.push(client);
+    }
     cluster.kill(0);
     let mut replays = Vec::new();
-    for client in &mut held {
+    for client in &mut replayed {
         let at = cluster.any();
         let t0 = Instant::now();
         assert!(step(cluster.addr(at), client).await.is_none(), "resumed by replay at round 3");
@@ -306,23 +368,18 @@ async fn three_nodes_and_redis_lose_no_execution() {
         let end = step(cluster.random(), client).await.expect("the end");
         check_end(client, &end);
     }
-    // The clock reads as it did in the first run: the replay repeats it exactly.
-    let end = step(cluster.random(), &mut clocked).await.expect("the end");
-    assert_eq!(end["status"], "completed", "{end}");
-    let words: Vec<f64> =
-        end["stdout"].as_str().unwrap().split_whitespace().take(2).map(|w| w.parse().unwrap()).collect();
-    assert_eq!(words, [t1, t2], "{end}");
-    // What the first run wrote to /mnt/data is put back as it was before it started.
-    let end = step(cluster.random(), &mut appending).await.expect("the end");
-    assert_eq!(end["stdout"], "x\n", "{end}");
     eprintln!(
-        "cluster: a round resumed by replay (two rounds recorded) took {:?} (median of {}), a live round {:?} (median of {})",
+        "cluster: a round resumed elsewhere by thaw took {:?} (median of {}), by replay (two rounds recorded) {:?} \
+         (median of {}), a live round {:?} (median of {})",
+        median(thaws.clone()),
+        thaws.len(),
         median(replays.clone()),
         replays.len(),
         median(live_rounds.clone()),
         live_rounds.len()
     );
-    assert_eq!(usage(redis_port, "replays"), 52);
+    assert_eq!((usage(redis_port, "thaws"), usage(redis_port, "replays")), (52, 10));
+    cluster.hibernate_after_ms = HIBERNATE_AFTER_MS;
     cluster.start(0);
 
     // 3. A draining node turns unready, refuses new executions, and still answers the
@@ -347,7 +404,7 @@ async fn three_nodes_and_redis_lose_no_execution() {
         }
     };
     check_end(&draining, &end);
-    assert_eq!(usage(redis_port, "replays"), 52);
+    assert_eq!((usage(redis_port, "thaws"), usage(redis_port, "replays")), (52, 10));
     cluster.wait_exit(0);
     cluster.start(0);
 
@@ -365,8 +422,9 @@ async fn three_nodes_and_redis_lose_no_execution() {
         let end = finish(&mut cluster, client).await;
         check_end(client, &end);
     }
-    // Every node restarted, so each of them was resumed by replay.
-    assert_eq!(usage(redis_port, "replays"), 152);
+    // Every node restarted, so each of them was resumed elsewhere: thawed if it had
+    // hibernated before its node stopped (most had), else replayed.
+    assert_eq!(usage(redis_port, "thaws") + usage(redis_port, "replays"), 52 + 10 + 100);
 
     // 5. A token resumes once, whichever node it reaches; a cancel reaches the owner.
     let mut once = begin(cluster.addr(1), 7, &program(7)).await;
@@ -391,9 +449,9 @@ async fn three_nodes_and_redis_lose_no_execution() {
     assert_eq!((reply.status, &reply.body["error"]), (400, &json!("Execution expired")), "{}", reply.text);
 
     let mut counts: HashMap<&str, usize> = HashMap::new();
-    for client in clients.iter().chain(&held).chain(&paused) {
+    for client in clients.iter().chain(&held).chain(&replayed).chain(&paused) {
         *counts.entry(if client.drawn.is_some() { "checked" } else { "unchecked" }).or_default() += 1;
     }
-    assert_eq!(counts.get("checked"), Some(&350));
+    assert_eq!(counts.get("checked"), Some(&360));
     let _ = std::fs::remove_dir_all(&base);
 }

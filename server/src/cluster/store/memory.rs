@@ -44,7 +44,7 @@ impl Store for MemoryStore {
         let mut m = self.lock();
         let until = Instant::now() + ttl;
         let entry = m.journals.entry(id.to_string()).or_insert_with(|| {
-            (Saved { header: Vec::new(), segments: Vec::new(), owner: String::new(), round: 0 }, until)
+            (Saved { header: Vec::new(), segments: Vec::new(), owner: String::new(), round: 0, image: None }, until)
         });
         if let Some(header) = header {
             entry.0.header = header.to_vec();
@@ -53,6 +53,26 @@ impl Store for MemoryStore {
         entry.0.owner = owner.to_string();
         entry.0.round = round;
         entry.1 = until;
+        Ok(Saving::Saved)
+    }
+
+    async fn keep_image(
+        &self,
+        id: &str,
+        _tenant: &str,
+        round: u32,
+        image: &[u8],
+        owner: &str,
+        ttl: Duration,
+    ) -> StoreResult<Saving> {
+        let mut m = self.lock();
+        let Some(entry) = m.journals.get_mut(id) else {
+            return Ok(Saving::Refused("its journal is gone".into()));
+        };
+        entry.0.image = Some((round, image.to_vec()));
+        entry.0.owner = owner.to_string();
+        entry.0.round = round;
+        entry.1 = Instant::now() + ttl;
         Ok(Saving::Saved)
     }
 
@@ -135,6 +155,10 @@ mod tests {
         );
         store.set_owner("e", "n2", 2, ttl).await.unwrap();
         assert_eq!(store.load("e").await.unwrap().unwrap().owner, "n2");
+        assert_eq!(store.keep_image("e", "t", 2, b"i2", "n2", ttl).await.unwrap(), Saving::Saved);
+        let saved = store.load("e").await.unwrap().unwrap();
+        assert_eq!((saved.image, saved.segments.len()), (Some((2, b"i2".to_vec())), 2));
+        assert!(matches!(store.keep_image("none", "t", 1, b"i", "n2", ttl).await.unwrap(), Saving::Refused(_)));
         assert!(store.claim("e", 2, "n2", ttl).await.unwrap());
         assert!(!store.claim("e", 2, "n3", ttl).await.unwrap());
         assert!(store.claim("e", 3, "n3", ttl).await.unwrap());

@@ -12,7 +12,7 @@ use super::scripts::{ACCOUNTING, CLAIM, FORGET, SAVE, journal_script};
 use super::{COMMAND_TIMEOUT, JournalLimits, Saved, Saving, Segment, Store, StoreError, StoreResult};
 
 /// The shared store in Redis. Keys (all under `ptc:`): `j:{id}:h` the journal's header,
-/// `j:{id}:s` its segments (a hash by round), `j:{id}:o` "owner round"; `c:{id}:{round}` a
+/// `j:{id}:s` its segments (a hash by round, and the sealed image under `image`), `j:{id}:o` "owner round"; `c:{id}:{round}` a
 /// claimed round; `r:{tenant}:{request id}` "id node"; `u:{tenant}` usage counters (a hash);
 /// and the journals' accounting: `jq` (id → expiry, sorted), `jq:b` (id → bytes), `jq:t` (id →
 /// tenant), `jq:u` (tenant → bytes), `jq:total`. Every key but the counters and the accounting
@@ -53,6 +53,24 @@ impl RedisStore {
     }
 }
 
+impl RedisStore {
+    /// What the save script's answer means.
+    fn saving(&self, outcome: &str) -> Saving {
+        match outcome {
+            "ok" => Saving::Saved,
+            "tenant" => Saving::Refused(format!(
+                "this tenant's journals would pass their bound ({} bytes)",
+                self.limits.tenant_bytes
+            )),
+            _ => Saving::Refused(format!("all journals would pass their bound ({} bytes)", self.limits.total_bytes)),
+        }
+    }
+}
+
+/// The field of a journal's segments that holds its sealed image: the round (4 bytes, big
+/// endian), then the image.
+const IMAGE_FIELD: &str = "image";
+
 pub(super) fn ttl_ms(ttl: Duration) -> u64 {
     (ttl.as_millis() as u64).max(1)
 }
@@ -78,14 +96,28 @@ impl Store for RedisStore {
         cmd.arg(format!("{round:010}")).arg(format!("{owner} {round}")).arg(ttl_ms(ttl));
         cmd.arg(self.limits.tenant_bytes).arg(self.limits.total_bytes);
         let outcome: String = self.query(Request::Cmd(&cmd), true).await?;
-        Ok(match outcome.as_str() {
-            "ok" => Saving::Saved,
-            "tenant" => Saving::Refused(format!(
-                "this tenant's journals would pass their bound ({} bytes)",
-                self.limits.tenant_bytes
-            )),
-            _ => Saving::Refused(format!("all journals would pass their bound ({} bytes)", self.limits.total_bytes)),
-        })
+        Ok(self.saving(&outcome))
+    }
+
+    async fn keep_image(
+        &self,
+        id: &str,
+        tenant: &str,
+        round: u32,
+        image: &[u8],
+        owner: &str,
+        ttl: Duration,
+    ) -> StoreResult<Saving> {
+        // In the journal's hash of segments, under a field no round has: its accounting is
+        // the journal's, and it goes with it.
+        let mut value = round.to_be_bytes().to_vec();
+        value.extend_from_slice(image);
+        let mut cmd = journal_script(SAVE, id);
+        cmd.arg(key_part(id)).arg(key_part(tenant)).arg("").arg(value);
+        cmd.arg(IMAGE_FIELD).arg(format!("{owner} {round}")).arg(ttl_ms(ttl));
+        cmd.arg(self.limits.tenant_bytes).arg(self.limits.total_bytes);
+        let outcome: String = self.query(Request::Cmd(&cmd), true).await?;
+        Ok(self.saving(&outcome))
     }
 
     async fn set_owner(&self, id: &str, owner: &str, round: u32, ttl: Duration) -> StoreResult<()> {
@@ -114,11 +146,16 @@ impl Store for RedisStore {
         let (Some(header), Some(owner)) = (header, owner) else { return Ok(None) };
         let (owner, round) = owner.rsplit_once(' ').ok_or_else(|| StoreError("a malformed owner entry".into()))?;
         let round = round.parse().map_err(|_| StoreError("a malformed owner entry".into()))?;
+        let (images, mut segments): (Vec<_>, Vec<_>) = segments.into_iter().partition(|(f, _)| f == IMAGE_FIELD);
+        let image = match images.into_iter().next() {
+            Some((_, v)) if v.len() >= 4 => Some((u32::from_be_bytes([v[0], v[1], v[2], v[3]]), v[4..].to_vec())),
+            Some(_) => return Err(StoreError("a malformed image entry".into())),
+            None => None,
+        };
         // Rounds are zero-padded: their names sort as their numbers do.
-        let mut segments = segments;
         segments.sort_by(|a, b| a.0.cmp(&b.0));
         let segments = segments.into_iter().map(|(_, segment)| segment).collect();
-        Ok(Some(Saved { header, segments, owner: owner.to_string(), round }))
+        Ok(Some(Saved { header, segments, owner: owner.to_string(), round, image }))
     }
 
     async fn claim(&self, id: &str, round: u32, claimant: &str, ttl: Duration) -> StoreResult<bool> {

@@ -23,7 +23,7 @@ mod scan;
 mod transfer;
 
 use paths::*;
-use scan::{INLINE_WALK_ENTRIES, Kind, Scanned, entry_of, walk};
+use scan::{INLINE_WALK_ENTRIES, Kind, entry_of, walk};
 pub use scan::{Scan, ScanEntry};
 
 use std::collections::{HashMap, HashSet};
@@ -394,16 +394,7 @@ impl FileStore {
     /// with that is gone or changed cannot be put back, and refuses the replay (the message
     /// says which).
     pub fn rewind(&self, session: &SessionDir, before: &[ScanEntry]) -> Result<Scan, String> {
-        let mut scan = Scan { complete: true, ..Scan::default() };
-        for e in before {
-            let kind = match e.kind {
-                0 => Kind::Dir,
-                1 => Kind::File,
-                _ => Kind::Other,
-            };
-            let modified = e.modified_ns.map(|ns| SystemTime::UNIX_EPOCH + Duration::from_nanos(ns));
-            scan.entries.insert(PathBuf::from(&e.path), Scanned { kind, size: e.size, modified });
-        }
+        let mut scan = Scan::of(before);
         let now = self.scan(session).map_err(|e| e.message().to_string())?;
         for (path, old) in &scan.entries {
             if now.entries.get(path) != Some(old) {
@@ -416,6 +407,14 @@ impl FileStore {
         remove_new(&session.dir, Path::new(""), &scan)
             .map_err(|e| format!("removing what the first run wrote: {e}"))?;
         scan.usage = now.usage;
+        Ok(scan)
+    }
+
+    /// The directory of a run that goes on here (thawed from its image), as it is: what it
+    /// held `before` the program started, for the files it wrote, and its usage now.
+    pub fn reopen(&self, session: &SessionDir, before: &[ScanEntry]) -> Result<Scan, String> {
+        let mut scan = Scan::of(before);
+        scan.usage = self.scan(session).map_err(|e| e.message().to_string())?.usage;
         Ok(scan)
     }
 

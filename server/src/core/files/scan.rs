@@ -39,6 +39,21 @@ pub struct Scan {
 }
 
 impl Scan {
+    /// A scan as kept beside a journal ([`Scan::export`]).
+    pub(super) fn of(entries: &[ScanEntry]) -> Scan {
+        let mut scan = Scan { complete: true, ..Scan::default() };
+        for e in entries {
+            let kind = match e.kind {
+                0 => Kind::Dir,
+                1 => Kind::File,
+                _ => Kind::Other,
+            };
+            let modified = e.modified_ns.map(|ns| SystemTime::UNIX_EPOCH + Duration::from_nanos(ns));
+            scan.entries.insert(PathBuf::from(&e.path), Scanned { kind, size: e.size, modified });
+        }
+        scan
+    }
+
     /// Its entries, to keep beside a journal.
     pub fn export(&self) -> Vec<ScanEntry> {
         self.entries

@@ -29,7 +29,7 @@ use ptc_engine::Runtime;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::cluster::{Cluster, ForwardError, JournalHeader, Saving, Segment};
+use crate::cluster::{Cluster, ForwardError, JournalHeader, Saving, Segment, StoreKeeper};
 use crate::core::advice::{self, Advice};
 use crate::core::files::FileStore;
 use crate::core::runs::{self, DataDir, Ending, Launch, Outcome, Run};
@@ -207,6 +207,17 @@ async fn advance(execution: &mut Execution) -> Stop {
     }
 }
 
+/// Where an execution of `tenant` keeps its sealed image when it hibernates: beside its
+/// journal in the cluster's store, until its deadline.
+fn keeper(state: &HttpState, tenant: &str, expires_at_ms: u64) -> Arc<dyn ptc_engine::Keeper> {
+    Arc::new(StoreKeeper {
+        store: state.cluster.store.clone(),
+        node: state.cluster.node.clone(),
+        tenant: tenant.to_string(),
+        expires_at_ms,
+    })
+}
+
 async fn initial(
     state: &HttpState,
     tenant: String,
@@ -237,9 +248,12 @@ async fn initial(
         .with_session_id(session_id.clone())
         .with_tenant(tenant.clone())
         .with_runtime(runtime);
+    if journal.is_some() {
+        request = request.with_keeper(keeper(state, &tenant, expires_at_ms));
+    }
     request.journal = journal;
     let dir = DataDir::Session { id: session_id.clone(), imports };
-    let run = state.core.start(admitted, Launch { request, dir }).await?;
+    let run = state.core.start(admitted, Launch { request, dir, thaw: None }).await?;
     let header = seed.map(|seed| {
         let header = JournalHeader {
             code,

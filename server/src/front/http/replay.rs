@@ -1,7 +1,9 @@
-//! A continuation whose execution's node is gone (cluster with a shared store): the journal
-//! is loaded from the store and the program run again from it, the recorded rounds answered
-//! by the engine itself, up to the round the token resumes; from there it is paused here like
-//! any other.
+//! A continuation whose execution's node is gone (cluster with a shared store). When the
+//! execution had hibernated at the round the token resumes, its sealed image (kept beside the
+//! journal) is thawed here and goes on exactly where it stopped. Otherwise the journal is
+//! loaded from the store and the program run again from it, the recorded rounds answered by
+//! the engine itself, up to the round the token resumes. Either way it is then paused here
+//! like any other.
 
 use std::time::Duration;
 
@@ -16,7 +18,7 @@ use super::paused::Paused;
 use super::{HttpState, Stop, advance, ended_response, resume};
 use crate::cluster::JournalHeader;
 use crate::core::ErrorKind;
-use crate::core::runs::{DataDir, Launch};
+use crate::core::runs::{DataDir, Launch, Thaw};
 use crate::core::token::{Claims, now_ms};
 
 /// Resumes an execution whose node is gone: runs its program again from the journal in the
@@ -29,9 +31,16 @@ pub(super) async fn replay(
     results: Vec<ToolResultSpec>,
 ) -> Result<Response, ApiError> {
     let cluster = &state.cluster;
-    let Some((header, journal)) = load_journal(state, &tenant, &claims).await? else {
+    let Some((header, journal, image)) = load_journal(state, &tenant, &claims).await? else {
         return Err(ApiError::bad_request("Execution expired"));
     };
+    if let Some(image) = image
+        && let Some(paused) = thaw(state, &tenant, &claims, &header, image).await?
+    {
+        state.paused.insert(paused);
+        let slot = state.paused.get(&claims.execution_id).expect("just inserted");
+        return resume(state, &tenant, &claims, slot, results).await;
+    }
     let started = std::time::Instant::now();
     let admitted = state.core.admit(Some(&tenant), None)?;
     let engine = &state.core.engine;
@@ -46,9 +55,10 @@ pub(super) async fn replay(
         .with_session_id(header.session_id.clone())
         .with_tenant(tenant.clone())
         .with_runtime(runtime)
-        .with_journal(journal);
+        .with_journal(journal)
+        .with_keeper(super::keeper(state, &tenant, header.expires_at_ms));
     let dir = DataDir::Rewound { id: header.session_id.clone(), before: header.files };
-    let mut run = match state.core.start(admitted, Launch { request, dir }).await {
+    let mut run = match state.core.start(admitted, Launch { request, dir, thaw: None }).await {
         Ok(run) => run,
         Err(e) if e.kind() == ErrorKind::Lost => {
             let _ = cluster.store.forget(&claims.execution_id).await;
@@ -96,14 +106,72 @@ pub(super) async fn replay(
     }
 }
 
-/// The journal of the execution `claims` resumes, from the shared store, ready to replay;
-/// `None` if it is gone or its deadline passed. A token of an older round, or another
-/// tenant's, is refused.
+/// Thaws the execution `claims` resumes from its sealed `image` (which the store kept for the
+/// token's round), paused as it was; `None` when the image is refused or the thaw fails (the
+/// log says why), and the journal is replayed instead.
+async fn thaw(
+    state: &HttpState,
+    tenant: &str,
+    claims: &Claims,
+    header: &JournalHeader,
+    image: Vec<u8>,
+) -> Result<Option<Paused>, ApiError> {
+    let started = std::time::Instant::now();
+    let admitted = state.core.admit(Some(tenant), None)?;
+    let engine = &state.core.engine;
+    let remaining = header.expires_at_ms.saturating_sub(now_ms());
+    let timeout = Duration::from_millis(remaining).max(engine.config().ceilings.min_timeout);
+    let limits = engine.config().default_limits.clone().with_timeout(timeout);
+    let request = ExecutionRequest::new(String::new())
+        .with_tools(header.tools.clone())
+        .with_limits(limits)
+        .with_session_id(header.session_id.clone())
+        .with_tenant(tenant.to_string())
+        .with_runtime(Runtime::Python)
+        .with_keeper(super::keeper(state, tenant, header.expires_at_ms))
+        // It has no journal here (the one in the store is of the run before the image): its
+        // image is what carries it on, so it hibernates as soon as it waits again, a few ms
+        // after its client has the token, rather than a second later.
+        .with_hibernate_after(Duration::ZERO);
+    let dir = DataDir::Reopened { id: header.session_id.clone(), before: header.files.clone() };
+    let thaw = Thaw { id: claims.execution_id.clone(), image };
+    let run = match state.core.start(admitted, Launch { request, dir, thaw: Some(thaw) }).await {
+        Ok(run) => run,
+        Err(e) => {
+            tracing::warn!(execution = %claims.execution_id, "not thawed ({}); replaying its journal", e.message());
+            metrics::counter!("ptc_thaw_refused_total").increment(1);
+            return Ok(None);
+        }
+    };
+    let cluster = &state.cluster;
+    let ttl = Duration::from_millis(remaining.max(1));
+    if let Err(e) = cluster.store.set_owner(&claims.execution_id, &cluster.node, claims.round, ttl).await {
+        tracing::warn!("naming the new owner: {e}");
+    }
+    let _ = cluster.store.add_usage(tenant, "thaws", 1).await;
+    tracing::info!(execution = %claims.execution_id, round = claims.round, elapsed = ?started.elapsed(), "resumed by thaw");
+    metrics::histogram!("ptc_thaw_elsewhere_seconds").record(started.elapsed().as_secs_f64());
+    Ok(Some(Paused {
+        id: claims.execution_id.clone(),
+        run,
+        tenant: tenant.to_string(),
+        session_id: header.session_id.clone(),
+        round: claims.round,
+        expires_at_ms: header.expires_at_ms,
+        header: None,
+        // The store knows it: the token's round is claimed there, and its end forgets it.
+        journaled: true,
+    }))
+}
+
+/// The journal of the execution `claims` resumes, from the shared store, ready to replay, and
+/// its sealed image when it hibernated at the token's round; `None` if it is gone or its
+/// deadline passed. A token of an older round, or another tenant's, is refused.
 async fn load_journal(
     state: &HttpState,
     tenant: &str,
     claims: &Claims,
-) -> Result<Option<(JournalHeader, Journal)>, ApiError> {
+) -> Result<Option<(JournalHeader, Journal, Option<Vec<u8>>)>, ApiError> {
     let unavailable = |e: crate::cluster::StoreError| {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, format!("{e}; try the continuation again shortly"))
     };
@@ -131,7 +199,8 @@ async fn load_journal(
     }
     let mut seed = [0u8; 32];
     hex::decode_to_slice(&header.seed, &mut seed).map_err(|e| malformed(&e))?;
-    Ok(Some((header, Journal::replay(seed, entries))))
+    let image = saved.image.filter(|(round, _)| *round == claims.round).map(|(_, image)| image);
+    Ok(Some((header, Journal::replay(seed, entries), image)))
 }
 
 /// An execution that cannot be resumed: the model is told why and what to do.

@@ -151,7 +151,11 @@ impl CodeMode {
             Some((id, live)) => (DataDir::Live(live, Vec::new()), (mode == Mode::Handles).then_some(id)),
             None => (DataDir::None, None),
         };
-        let run = state.core.start(admitted, Launch { request, dir }).await.map_err(|e| e.message().to_string())?;
+        let run = state
+            .core
+            .start(admitted, Launch { request, dir, thaw: None })
+            .await
+            .map_err(|e| e.message().to_string())?;
         Ok(Program { run, calls: JoinSet::new(), started, timeout_limit, tenant, awaiting: vec![], notice, named })
     }
 
