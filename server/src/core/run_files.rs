@@ -57,14 +57,7 @@ impl RunFiles {
         session_id: &str,
         before: Vec<ScanEntry>,
     ) -> Result<Arc<Self>, String> {
-        let (files, tenant, session_id) = (files.clone(), tenant.to_string(), session_id.to_string());
-        tokio::task::spawn_blocking(move || {
-            let session = files.open_session(&tenant, &session_id).map_err(|e| e.message().to_string())?;
-            let before = files.rewind(&session, &before)?;
-            Ok(Self::new(&files, Arc::new(session), before))
-        })
-        .await
-        .unwrap_or_else(|e| Err(format!("preparing files: {e}")))
+        Self::again(files, tenant, session_id, move |files, session| files.rewind(session, &before)).await
     }
 
     /// Session directory `session_id` as it is, for a run thawed from its image: `before`
@@ -75,10 +68,21 @@ impl RunFiles {
         session_id: &str,
         before: Vec<ScanEntry>,
     ) -> Result<Arc<Self>, String> {
+        Self::again(files, tenant, session_id, move |files, session| files.reopen(session, &before)).await
+    }
+
+    /// Session directory `session_id` for a run that started elsewhere, with what it held
+    /// before as `before_of` finds it (off the async workers: it walks the directory).
+    async fn again(
+        files: &Arc<FileStore>,
+        tenant: &str,
+        session_id: &str,
+        before_of: impl FnOnce(&FileStore, &SessionDir) -> Result<Scan, String> + Send + 'static,
+    ) -> Result<Arc<Self>, String> {
         let (files, tenant, session_id) = (files.clone(), tenant.to_string(), session_id.to_string());
         tokio::task::spawn_blocking(move || {
             let session = files.open_session(&tenant, &session_id).map_err(|e| e.message().to_string())?;
-            let before = files.reopen(&session, &before)?;
+            let before = before_of(&files, &session)?;
             Ok(Self::new(&files, Arc::new(session), before))
         })
         .await

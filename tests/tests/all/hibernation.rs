@@ -562,3 +562,25 @@ async fn an_image_that_cannot_be_kept_leaves_the_program_live() {
     exec.submit(vec![ToolResult::ok(&calls[0].id, &json!(3))]).unwrap();
     assert_eq!(drive(exec, standard_handler).await.completed().return_value, "3");
 }
+
+#[tokio::test]
+async fn an_mcp_session_hibernates_between_its_programs() {
+    use ptc_server::front::mcp::McpConfig;
+    let mut config = ptc_tests::grpc::config(&["acme:acme-key"]);
+    config.mcp = McpConfig::default();
+    config.engine.hibernate_after = Some(Duration::from_millis(30));
+    let server = ptc_tests::grpc::serve(config).await;
+    // Before protocol 2026-07-28 an MCP session's programs share one live session.
+    let client = crate::mcp::older_client(server.http_addr, "acme-key").await;
+    let first = crate::mcp::execute(&client, "import random\nrandom.seed(5)\nx = random.random()\nprint('set')").await;
+    assert_eq!(crate::mcp::stdout(&first), "set\n", "{first:?}");
+    eventually("the idle session hibernates", || server.engine.hibernated() == 1).await;
+    assert_eq!(server.engine.live_instances(), 0, "its instance is freed");
+    let next =
+        crate::mcp::execute(&client, "y = random.random()\nrandom.seed(5)\nprint(x == random.random(), y != x)").await;
+    assert_eq!(crate::mcp::stdout(&next), "True True\n", "{next:?}");
+    assert_eq!(server.engine.hibernated(), 0);
+    client.cancel().await.unwrap();
+    server.shutdown();
+    server.wait().await;
+}
