@@ -224,6 +224,14 @@ impl Engine {
         self.inner.stores.warm.clear();
     }
 
+    /// Asks every execution waiting for tool results, and every idle live session, that may
+    /// hibernate to do so now, whatever [`EngineConfig::hibernate_after`] says; returns how
+    /// many were asked. At a drain, this hands each execution's image to its keeper, so that a
+    /// restarted server (or another) can thaw it.
+    pub fn hibernate_waiting(&self) -> usize {
+        self.inner.stores.parked.hibernate_all()
+    }
+
     /// Resolves once the engine has stopped accepting ([`Engine::stop_accepting`] or
     /// [`Engine::shutdown`]) and every execution has ended and sent its final event.
     pub async fn drained(&self) {

@@ -199,7 +199,16 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     let cluster = build_cluster(&config, &signer).await?;
     let downstream = mcp::Downstream::new(&config.mcp);
     let mcp = mcp::McpState::new(core.clone(), downstream.clone(), config.mcp_runtime, !config.mcp_stateless);
-    let http = http::HttpState::new(core.clone(), signer, cluster, config.http_limits.clone(), config.http_runtime);
+    // A single server with a token secret keeps its hibernated executions on disk: its tokens
+    // outlive a restart, and so do they (without a secret, neither does).
+    let images = match cluster.is_single() && config.token_secret.as_deref().is_some_and(|s| !s.is_empty()) {
+        true => Some(core::images::DiskImages::open(&config.files.dir, config.journal_limits).map_err(|e| {
+            anyhow::anyhow!("cannot keep hibernated executions under {}: {e}", config.files.dir.display())
+        })?),
+        false => None,
+    };
+    let http =
+        http::HttpState::new(core.clone(), signer, cluster, config.http_limits.clone(), config.http_runtime, images);
     let requests = conn::RequestShares::new(config.tenant_limits.max_requests, core.keys.clone());
 
     let shutdown = CancellationToken::new();
@@ -363,6 +372,11 @@ impl Stopping {
         tracing::info!(grace = ?grace, live = engine.live_instances(), "shutting down");
         health_reporter.set_not_serving::<SandboxServer<grpc::SandboxService>>().await;
         engine.stop_accepting();
+        // What waits for its tools hibernates now: what has a keeper (an HTTP execution with
+        // a token secret, or in a cluster) is kept, for this server after its restart or
+        // another to thaw. It can still be continued here meanwhile.
+        let asked = engine.hibernate_waiting();
+        tracing::info!(asked, "asked the waiting executions to hibernate");
         core.sessions.clear();
         if tokio::time::timeout(grace, engine.drained()).await.is_err() {
             engine.shutdown();

@@ -65,6 +65,18 @@ impl Parked {
         true
     }
 
+    /// Asks every one listed to hibernate (they leave the list); how many were asked.
+    pub(crate) fn hibernate_all(&self) -> usize {
+        let all = std::mem::take(&mut *self.waits());
+        for sleeper in all.values() {
+            match sleeper {
+                Sleeper::Execution(exchange) => exchange.request_unwind(),
+                Sleeper::Session(wake) => wake.notify_one(),
+            }
+        }
+        all.len()
+    }
+
     /// An execution slot, now if one is free, else once the longest-waiting program that may
     /// hibernate has given its own up (or any slot frees); `None` with `wait` false when
     /// nobody could be asked, or the slot did not come within `grace`.

@@ -7,6 +7,7 @@ pub mod advice;
 pub mod auth;
 pub mod error;
 pub mod files;
+pub mod images;
 pub(crate) mod run_files;
 pub mod runs;
 pub mod sessions;

@@ -584,3 +584,104 @@ async fn an_mcp_session_hibernates_between_its_programs() {
     server.shutdown();
     server.wait().await;
 }
+
+#[tokio::test]
+async fn a_single_server_keeps_hibernated_executions_on_disk_across_a_restart() {
+    let files = std::env::temp_dir().join(format!("ptc-images-restart-{}", std::process::id()));
+    let mut config = ptc_tests::grpc::config(&["acme:acme-key"]);
+    config.token_secret = Some("a secret that outlives the process".into());
+    config.files.dir = files.clone();
+    config.engine.hibernate_after = Some(Duration::from_millis(30));
+    let server = ptc_tests::grpc::serve(config.clone()).await;
+    let tools = json!([{"name": "ten", "parameters": {"type": "object"}}]);
+    let path = "/exec/programmatic";
+    let code = "import random\nrandom.seed(9)\nx = random.random()\n\
+                with open('/mnt/data/n.txt', 'a') as f:\n    f.write('+')\n\
+                v = await ten()\nw = await ten()\nprint(v, w, x == random.Random(9).random(), open('/mnt/data/n.txt').read())";
+    let post =
+        |addr, body: serde_json::Value| async move { ptc_tests::http::post(addr, path, Some("acme-key"), &body).await };
+    let next = |reply: &ptc_tests::http::Reply, value: i64| {
+        let id = reply.body["tool_calls"][0]["id"].clone();
+        json!({"continuation_token": reply.body["continuation_token"], "tool_results": [{"call_id": id, "result": value}]})
+    };
+    let first = post(server.http_addr, json!({"code": code, "tools": tools})).await;
+    assert_eq!(first.body["status"], "tool_call_required", "{}", first.text);
+    // Another that is cancelled: its image goes with it.
+    let reply = ptc_tests::http::post_raw(
+        server.http_addr,
+        path,
+        &[("X-API-Key", "acme-key"), ("x-librechat-code-request-id", "req-1")],
+        &serde_json::to_vec(&json!({"code": "print(await ten())", "tools": tools})).unwrap(),
+    )
+    .await;
+    assert_eq!(reply.body["status"], "tool_call_required", "{}", reply.text);
+    let kept = || std::fs::read_dir(files.join(".hibernated")).map_or(0, |d| d.count());
+    eventually("both are kept on disk", || kept() == 2).await;
+    let cancel = json!({"request_id": "req-1"});
+    let cancelled =
+        ptc_tests::http::post(server.http_addr, "/exec/programmatic/cancel", Some("acme-key"), &cancel).await;
+    assert_eq!(cancelled.body["status"], "cancelled", "{}", cancelled.text);
+    eventually("the cancelled one's image is gone", || kept() == 1).await;
+    server.shutdown();
+    server.wait().await;
+
+    // The server restarts: the continuation finds its image and the program goes on.
+    let server = ptc_tests::grpc::serve(config.clone()).await;
+    let second = post(server.http_addr, next(&first, 10)).await;
+    assert_eq!(second.body["status"], "tool_call_required", "{}", second.text);
+    // The used token is refused: a round resumes once.
+    let again = post(server.http_addr, next(&first, 10)).await;
+    assert_eq!(again.body["error"], "Invalid continuation token", "{}", again.text);
+    let end = post(server.http_addr, next(&second, 20)).await;
+    assert_eq!(
+        (end.body["status"].as_str(), end.body["stdout"].as_str()),
+        (Some("completed"), Some("10 20 True +\n")),
+        "{}",
+        end.text
+    );
+    eventually("its image is gone once it ended", || kept() == 0).await;
+    server.shutdown();
+    server.wait().await;
+    let _ = std::fs::remove_dir_all(files);
+}
+
+#[tokio::test]
+async fn a_draining_server_hibernates_what_waits_and_after_its_restart_thaws_it() {
+    let files = std::env::temp_dir().join(format!("ptc-images-drain-{}", std::process::id()));
+    let mut config = ptc_tests::grpc::config(&["acme:acme-key"]);
+    config.token_secret = Some("a secret that outlives the process".into());
+    config.files.dir = files.clone();
+    // Far longer than the test: only the drain hibernates it, within the grace period (the
+    // paused execution holds the drain that long).
+    config.engine.hibernate_after = Some(Duration::from_secs(600));
+    config.shutdown_grace = Duration::from_secs(2);
+    let server = ptc_tests::grpc::serve(config.clone()).await;
+    let tools = json!([{"name": "ten", "parameters": {"type": "object"}}]);
+    let path = "/exec/programmatic";
+    let first = ptc_tests::http::post(
+        server.http_addr,
+        path,
+        Some("acme-key"),
+        &json!({"code": "x = 5\nprint(x + await ten())", "tools": tools}),
+    )
+    .await;
+    assert_eq!(first.body["status"], "tool_call_required", "{}", first.text);
+    assert_eq!(server.engine.hibernated(), 0);
+    server.shutdown();
+    server.wait().await;
+    assert_eq!(std::fs::read_dir(files.join(".hibernated")).unwrap().count(), 1, "kept at the drain");
+
+    let server = ptc_tests::grpc::serve(config).await;
+    let id = first.body["tool_calls"][0]["id"].clone();
+    let next = json!({"continuation_token": first.body["continuation_token"], "tool_results": [{"call_id": id, "result": 10}]});
+    let end = ptc_tests::http::post(server.http_addr, path, Some("acme-key"), &next).await;
+    assert_eq!(
+        (end.body["status"].as_str(), end.body["stdout"].as_str()),
+        (Some("completed"), Some("15\n")),
+        "{}",
+        end.text
+    );
+    server.shutdown();
+    server.wait().await;
+    let _ = std::fs::remove_dir_all(files);
+}

@@ -16,7 +16,7 @@ mod paused;
 mod replay;
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use axum::Json;
@@ -32,6 +32,7 @@ use tokio_util::sync::CancellationToken;
 use crate::cluster::{Cluster, ForwardError, JournalHeader, Saving, Segment, StoreKeeper};
 use crate::core::advice::{self, Advice};
 use crate::core::files::FileStore;
+use crate::core::images::{DiskImages, DiskKeeper};
 use crate::core::runs::{self, DataDir, Ending, Launch, Outcome, Run};
 use crate::core::token::{Claims, Signer, TokenError, now_ms};
 use crate::core::{Core, Error};
@@ -58,13 +59,23 @@ pub struct HttpState {
     runtime: Runtime,
     /// This node, its peers and what they share.
     pub cluster: Arc<Cluster>,
+    /// A single server's hibernated executions, on disk, so that a restart keeps them.
+    images: Option<Arc<DiskImages>>,
 }
 
 impl HttpState {
     /// The API over `core`, which must keep files (`/mnt/data` is every run's here).
-    pub fn new(core: Core, signer: Signer, cluster: Arc<Cluster>, limits: HttpLimits, runtime: Runtime) -> Arc<Self> {
+    /// `images`: a single server's hibernated executions on disk, if it keeps them.
+    pub fn new(
+        core: Core,
+        signer: Signer,
+        cluster: Arc<Cluster>,
+        limits: HttpLimits,
+        runtime: Runtime,
+        images: Option<Arc<DiskImages>>,
+    ) -> Arc<Self> {
         let files = core.files().cloned().expect("the HTTP API's core keeps files");
-        Arc::new(HttpState { core, files, signer, limits, paused: Registry::default(), runtime, cluster })
+        Arc::new(HttpState { core, files, signer, limits, paused: Registry::default(), runtime, cluster, images })
     }
 
     /// Executions paused between two requests.
@@ -72,9 +83,19 @@ impl HttpState {
         self.paused.len()
     }
 
-    /// Drops paused executions that have ended (deadline passed, cancelled, quota).
+    /// Drops paused executions that have ended (deadline passed, cancelled, quota), and
+    /// their images on disk.
     pub fn sweep(&self) {
-        self.paused.sweep();
+        for id in self.paused.sweep() {
+            self.forget_image(&id);
+        }
+    }
+
+    /// Execution `id` has ended: its image on disk goes, if it has one.
+    fn forget_image(&self, id: &str) {
+        if let Some(images) = &self.images {
+            images.forget(id);
+        }
     }
 
     /// Drops every paused execution (at shutdown, once the engine has failed them).
@@ -168,6 +189,7 @@ async fn cancel(
         // A paused execution is forgotten now, not at its deadline: its instance, tenant slot and
         // request id are free for the next request.
         state.paused.forget(control.id());
+        state.forget_image(control.id());
         let _ = state.cluster.store.forget(control.id()).await;
         return Ok(cancelled());
     }
@@ -207,15 +229,28 @@ async fn advance(execution: &mut Execution) -> Stop {
     }
 }
 
-/// Where an execution of `tenant` keeps its sealed image when it hibernates: beside its
-/// journal in the cluster's store, until its deadline.
-fn keeper(state: &HttpState, tenant: &str, expires_at_ms: u64) -> Arc<dyn ptc_engine::Keeper> {
-    Arc::new(StoreKeeper {
-        store: state.cluster.store.clone(),
-        node: state.cluster.node.clone(),
-        tenant: tenant.to_string(),
-        expires_at_ms,
-    })
+/// Where an execution of `tenant` keeps its sealed image when it hibernates, if anywhere:
+/// beside its journal in the cluster's store (`journaled`: it has one there), or on a single
+/// server's disk with its request's `header` (set once the run has started).
+fn keeper(
+    state: &HttpState,
+    tenant: &str,
+    expires_at_ms: u64,
+    journaled: bool,
+    header: &Arc<OnceLock<Vec<u8>>>,
+) -> Option<Arc<dyn ptc_engine::Keeper>> {
+    if state.cluster.durable() {
+        return journaled.then(|| {
+            Arc::new(StoreKeeper {
+                store: state.cluster.store.clone(),
+                node: state.cluster.node.clone(),
+                tenant: tenant.to_string(),
+                expires_at_ms,
+            }) as Arc<dyn ptc_engine::Keeper>
+        });
+    }
+    let images = state.images.clone()?;
+    Some(Arc::new(DiskKeeper { images, tenant: tenant.to_string(), header: header.clone() }))
 }
 
 async fn initial(
@@ -248,25 +283,33 @@ async fn initial(
         .with_session_id(session_id.clone())
         .with_tenant(tenant.clone())
         .with_runtime(runtime);
-    if journal.is_some() {
-        request = request.with_keeper(keeper(state, &tenant, expires_at_ms));
-    }
+    let disk_header = Arc::new(OnceLock::new());
+    let keeper = match runtime {
+        Runtime::Python => keeper(state, &tenant, expires_at_ms, journal.is_some(), &disk_header),
+        _ => None,
+    };
+    let on_disk = keeper.is_some() && journal.is_none();
+    request.keeper = keeper;
     request.journal = journal;
     let dir = DataDir::Session { id: session_id.clone(), imports };
     let run = state.core.start(admitted, Launch { request, dir, thaw: None }).await?;
-    let header = seed.map(|seed| {
+    let header = (seed.is_some() || on_disk).then(|| {
         let header = JournalHeader {
             code,
             tools,
             tenant: tenant.clone(),
             session_id: session_id.clone(),
             runtime: runtime.as_str().to_string(),
-            seed,
+            seed: seed.clone().unwrap_or_default(),
             expires_at_ms,
             files: run.files_before(),
         };
         serde_json::to_vec(&header).expect("a header serialises")
     });
+    if on_disk && let Some(header) = &header {
+        let _ = disk_header.set(header.clone());
+    }
+    let header = header.filter(|_| seed.is_some());
     let id = run.execution.id().to_string();
     tracing::info!(execution = %id, %tenant, session = %session_id, "http execution started");
     let cluster = &state.cluster;
@@ -298,6 +341,7 @@ async fn answer(state: &HttpState, mut paused: Paused, stop: Stop) -> Response {
             if paused.journaled && paused.header.is_none() {
                 let _ = state.cluster.store.forget(&paused.id).await;
             }
+            state.forget_image(&paused.id);
             ended_response(&paused.run, end).await
         }
     }
@@ -343,6 +387,9 @@ async fn continuation(
     }
     if cluster.durable() {
         return replay(state, tenant, claims, results).await;
+    }
+    if state.images.is_some() {
+        return replay::thaw_from_disk(state, tenant, claims, results).await;
     }
     Err(ApiError::bad_request("Execution expired"))
 }

@@ -78,13 +78,21 @@ impl Registry {
     }
 
     /// Drops paused executions that have ended (deadline passed, cancelled, quota): this frees
-    /// their handles and their tenants' slots.
-    pub(crate) fn sweep(&self) {
+    /// their handles and their tenants' slots. Returns their ids.
+    pub(crate) fn sweep(&self) -> Vec<String> {
         let now = now_ms();
-        self.slots().retain(|_, slot| match slot.try_lock() {
-            Ok(p) => p.as_ref().is_some_and(|p| p.expires_at_ms > now && !p.run.execution.control().is_finished()),
-            Err(_) => true, // a request is using it right now
+        let mut gone = Vec::new();
+        self.slots().retain(|id, slot| {
+            let keep = match slot.try_lock() {
+                Ok(p) => p.as_ref().is_some_and(|p| p.expires_at_ms > now && !p.run.execution.control().is_finished()),
+                Err(_) => true, // a request is using it right now
+            };
+            if !keep {
+                gone.push(id.clone());
+            }
+            keep
         });
+        gone
     }
 
     /// Drops every paused execution (shutdown): their instances end with them.

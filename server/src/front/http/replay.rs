@@ -5,6 +5,7 @@
 //! the engine itself, up to the round the token resumes. Either way it is then paused here
 //! like any other.
 
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use axum::Json;
@@ -49,14 +50,14 @@ pub(super) async fn replay(
     let timeout = Duration::from_millis(remaining).max(engine.config().ceilings.min_timeout);
     let limits = engine.config().default_limits.clone().with_timeout(timeout);
     let runtime: Runtime = header.runtime.parse().map_err(|e: ptc_engine::Error| ApiError::bad_request(e.message()))?;
-    let request = ExecutionRequest::new(header.code)
+    let mut request = ExecutionRequest::new(header.code)
         .with_tools(header.tools)
         .with_limits(limits)
         .with_session_id(header.session_id.clone())
         .with_tenant(tenant.clone())
         .with_runtime(runtime)
-        .with_journal(journal)
-        .with_keeper(super::keeper(state, &tenant, header.expires_at_ms));
+        .with_journal(journal);
+    request.keeper = super::keeper(state, &tenant, header.expires_at_ms, true, &Arc::default());
     let dir = DataDir::Rewound { id: header.session_id.clone(), before: header.files };
     let mut run = match state.core.start(admitted, Launch { request, dir, thaw: None }).await {
         Ok(run) => run,
@@ -106,9 +107,41 @@ pub(super) async fn replay(
     }
 }
 
-/// Thaws the execution `claims` resumes from its sealed `image` (which the store kept for the
-/// token's round), paused as it was; `None` when the image is refused or the thaw fails (the
-/// log says why), and the journal is replayed instead.
+/// A single server's continuation that finds no paused execution (the server restarted):
+/// the execution's image on disk, if it hibernated at the token's round, is thawed here.
+pub(super) async fn thaw_from_disk(
+    state: &HttpState,
+    tenant: String,
+    claims: Claims,
+    results: Vec<ToolResultSpec>,
+) -> Result<Response, ApiError> {
+    let images = state.images.as_ref().expect("a server that keeps images");
+    let Some(kept) = images.load(&claims.execution_id).await else {
+        return Err(ApiError::bad_request("Execution expired"));
+    };
+    if kept.header.tenant != tenant || kept.round > claims.round {
+        return Err(ApiError::bad_request("Invalid continuation token"));
+    }
+    // It had gone on past its image when the server stopped: that part is lost.
+    if kept.round < claims.round {
+        return Err(ApiError::bad_request("Execution expired"));
+    }
+    match thaw(state, &tenant, &claims, &kept.header, kept.image).await? {
+        Some(paused) => {
+            state.paused.insert(paused);
+            let slot = state.paused.get(&claims.execution_id).expect("just inserted");
+            resume(state, &tenant, &claims, slot, results).await
+        }
+        None => {
+            images.forget(&claims.execution_id);
+            Err(ApiError::bad_request("Execution expired"))
+        }
+    }
+}
+
+/// Thaws the execution `claims` resumes from its sealed `image` (which the store or the disk
+/// kept for the token's round), paused as it was; `None` when the image is refused or the thaw
+/// fails (the log says why): a cluster then replays the journal instead.
 async fn thaw(
     state: &HttpState,
     tenant: &str,
@@ -122,23 +155,27 @@ async fn thaw(
     let remaining = header.expires_at_ms.saturating_sub(now_ms());
     let timeout = Duration::from_millis(remaining).max(engine.config().ceilings.min_timeout);
     let limits = engine.config().default_limits.clone().with_timeout(timeout);
-    let request = ExecutionRequest::new(String::new())
+    let mut request = ExecutionRequest::new(String::new())
         .with_tools(header.tools.clone())
         .with_limits(limits)
         .with_session_id(header.session_id.clone())
         .with_tenant(tenant.to_string())
-        .with_runtime(Runtime::Python)
-        .with_keeper(super::keeper(state, tenant, header.expires_at_ms))
+        .with_runtime(Runtime::Python);
+    let disk_header = Arc::new(OnceLock::new());
+    let _ = disk_header.set(serde_json::to_vec(header).expect("a header serialises"));
+    request.keeper = super::keeper(state, tenant, header.expires_at_ms, true, &disk_header);
+    if state.cluster.durable() {
         // It has no journal here (the one in the store is of the run before the image): its
         // image is what carries it on, so it hibernates as soon as it waits again, a few ms
         // after its client has the token, rather than a second later.
-        .with_hibernate_after(Duration::ZERO);
+        request = request.with_hibernate_after(Duration::ZERO);
+    }
     let dir = DataDir::Reopened { id: header.session_id.clone(), before: header.files.clone() };
     let thaw = Thaw { id: claims.execution_id.clone(), image };
     let run = match state.core.start(admitted, Launch { request, dir, thaw: Some(thaw) }).await {
         Ok(run) => run,
         Err(e) => {
-            tracing::warn!(execution = %claims.execution_id, "not thawed ({}); replaying its journal", e.message());
+            tracing::warn!(execution = %claims.execution_id, "not thawed: {}", e.message());
             metrics::counter!("ptc_thaw_refused_total").increment(1);
             return Ok(None);
         }
