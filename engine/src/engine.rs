@@ -210,6 +210,12 @@ impl Engine {
         self.inner.stores.paused.load(Ordering::Relaxed)
     }
 
+    /// Executions of `tenant` parked waiting for tool results (kept as a count: reading it
+    /// costs the same whatever the number).
+    pub fn paused_executions_of(&self, tenant: &str) -> usize {
+        self.inner.stores.shares.paused(tenant)
+    }
+
     /// Executions and idle live sessions hibernated: their instances freed, their memory
     /// kept as compressed pages ([`EngineConfig::hibernate_after`]).
     pub fn hibernated(&self) -> usize {

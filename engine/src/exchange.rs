@@ -43,6 +43,8 @@ pub(crate) struct Exchange {
     unwind: AtomicBool,
     /// The engine's count of parked executions.
     engine_paused: Arc<AtomicUsize>,
+    /// Its tenant's count of parked executions, if it has a tenant.
+    tenant_paused: Option<Arc<AtomicUsize>>,
     /// `Ceilings::max_tool_result_bytes`.
     max_result_bytes: usize,
     /// The most bytes of results that may wait for the program: a quarter of its memory limit.
@@ -91,6 +93,7 @@ impl Exchange {
         max_held_bytes: u64,
         claim: MemoryClaim,
     ) -> Self {
+        let tenant_paused = claim.tenant_paused();
         let state = State {
             pending: HashMap::new(),
             answered: HashSet::new(),
@@ -105,6 +108,7 @@ impl Exchange {
             paused: AtomicBool::new(false),
             unwind: AtomicBool::new(false),
             engine_paused,
+            tenant_paused,
             max_result_bytes,
             max_held_bytes,
         }
@@ -339,6 +343,9 @@ struct Paused<'a>(&'a Exchange);
 impl<'a> Paused<'a> {
     fn new(exchange: &'a Exchange) -> Self {
         exchange.engine_paused.fetch_add(1, Ordering::Relaxed);
+        if let Some(count) = &exchange.tenant_paused {
+            count.fetch_add(1, Ordering::Relaxed);
+        }
         exchange.paused.store(true, Ordering::Relaxed);
         metrics::gauge!("ptc_paused_executions").increment(1.0);
         Paused(exchange)
@@ -348,6 +355,9 @@ impl<'a> Paused<'a> {
 impl Drop for Paused<'_> {
     fn drop(&mut self) {
         self.0.engine_paused.fetch_sub(1, Ordering::Relaxed);
+        if let Some(count) = &self.0.tenant_paused {
+            count.fetch_sub(1, Ordering::Relaxed);
+        }
         self.0.paused.store(false, Ordering::Relaxed);
         metrics::gauge!("ptc_paused_executions").decrement(1.0);
     }

@@ -48,6 +48,8 @@ struct TenantShare {
     claims: AtomicUsize,
     run: Option<Arc<Semaphore>>,
     waiting: AtomicUsize,
+    /// Its executions parked waiting for tool results (`exchange.rs` counts them).
+    paused: Arc<AtomicUsize>,
 }
 
 impl Shares {
@@ -83,6 +85,12 @@ impl Shares {
         MemoryClaim { shares: self.clone(), share: self.share(tenant), charged: 0 }
     }
 
+    /// How many of `tenant`'s executions are parked waiting for tool results: a count kept as
+    /// they park and wake, so that reading it costs the same at 100,000 as at 1.
+    pub(crate) fn paused(&self, tenant: &str) -> usize {
+        self.tenants.lock().unwrap().get(tenant).map_or(0, |s| s.paused.load(Ordering::Relaxed))
+    }
+
     /// The tenant's share, counted as claimed once more.
     fn share(&self, tenant: Option<&str>) -> Option<Arc<TenantShare>> {
         tenant.map(|name| {
@@ -94,6 +102,7 @@ impl Shares {
                     claims: AtomicUsize::new(0),
                     run: self.tenant_running.map(|n| Arc::new(Semaphore::new(n.max(1)))),
                     waiting: AtomicUsize::new(0),
+                    paused: Arc::default(),
                 })
             });
             share.claims.fetch_add(1, Ordering::Relaxed);
@@ -117,6 +126,11 @@ fn try_add(counter: &AtomicU64, delta: u64, limit: u64) -> bool {
 }
 
 impl MemoryClaim {
+    /// The count of its tenant's parked executions, for its exchange to keep.
+    pub(crate) fn tenant_paused(&self) -> Option<Arc<AtomicUsize>> {
+        self.share.as_ref().map(|s| s.paused.clone())
+    }
+
     /// Charges `delta` more bytes, or says which budget refused them.
     pub(crate) fn grow(&mut self, delta: u64) -> Result<(), String> {
         let shares = &self.shares;

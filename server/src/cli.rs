@@ -167,9 +167,14 @@ pub struct EngineArgs {
 #[command(next_help_heading = "Execution limits")]
 pub struct LimitArgs {
     /// Default execution deadline in ms (requests may ask for the range the ceilings allow,
-    /// 1000-300000 by default).
+    /// 1000 to `--max-timeout-ms`).
     #[arg(long, env = "PTC_TIMEOUT_MS", default_value_t = defaults().engine.default_limits.timeout.as_millis() as u64)]
     pub timeout_ms: u64,
+    /// The longest deadline a request may ask for, in ms. An execution waiting for its tools
+    /// holds no instance once it has hibernated, so waits of hours (a person answering) cost
+    /// only its image.
+    #[arg(long, env = "PTC_MAX_TIMEOUT_MS", default_value_t = defaults().engine.ceilings.max_timeout.as_millis() as u64)]
+    pub max_timeout_ms: u64,
     /// Default maximum round trips per execution.
     #[arg(long, env = "PTC_MAX_ROUND_TRIPS", default_value_t = defaults().engine.default_limits.max_round_trips)]
     pub max_round_trips: u32,

@@ -106,6 +106,7 @@ impl LimitArgs {
         limits.max_memory_bytes = self.max_memory_mib * MIB;
         limits.max_output_bytes = self.max_output_bytes;
         let ceilings = &mut engine.ceilings;
+        ceilings.max_timeout = Duration::from_millis(self.max_timeout_ms);
         ceilings.max_code_bytes = self.max_code_bytes;
         ceilings.max_tools = self.max_tools;
         ceilings.max_tool_input_bytes = self.max_tool_input_bytes;

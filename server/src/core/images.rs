@@ -28,8 +28,37 @@ const DIR: &str = ".hibernated";
 pub struct DiskImages {
     dir: PathBuf,
     limits: JournalLimits,
+    kept: Mutex<Accounts>,
+}
+
+/// What the kept images take: each one, each tenant's, all of them.
+#[derive(Default)]
+struct Accounts {
     /// Execution id → (tenant, bytes).
-    kept: Mutex<HashMap<String, (String, u64)>>,
+    images: HashMap<String, (String, u64)>,
+    tenants: HashMap<String, u64>,
+    total: u64,
+}
+
+impl Accounts {
+    fn add(&mut self, id: String, tenant: String, bytes: u64) {
+        self.remove(&id);
+        *self.tenants.entry(tenant.clone()).or_default() += bytes;
+        self.total += bytes;
+        self.images.insert(id, (tenant, bytes));
+    }
+
+    fn remove(&mut self, id: &str) -> bool {
+        let Some((tenant, bytes)) = self.images.remove(id) else { return false };
+        if let Some(t) = self.tenants.get_mut(&tenant) {
+            *t = t.saturating_sub(bytes);
+            if *t == 0 {
+                self.tenants.remove(&tenant);
+            }
+        }
+        self.total = self.total.saturating_sub(bytes);
+        true
+    }
 }
 
 /// A kept image: the round it waits on, its request's header, the sealed bytes.
@@ -47,7 +76,7 @@ impl DiskImages {
         std::fs::create_dir_all(&dir)?;
         let images = DiskImages { dir, limits, kept: Mutex::default() };
         let now = now_ms();
-        let mut kept = HashMap::new();
+        let mut kept = Accounts::default();
         for entry in std::fs::read_dir(&images.dir)?.flatten() {
             let path = entry.path();
             let id = entry
@@ -58,15 +87,15 @@ impl DiskImages {
             match (id, read_header(&path)) {
                 (Some(id), Some(header)) if header.expires_at_ms > now => {
                     let size = entry.metadata().map_or(0, |m| m.len());
-                    kept.insert(id, (header.tenant, size));
+                    kept.add(id, header.tenant, size);
                 }
                 _ => {
                     let _ = std::fs::remove_file(&path);
                 }
             }
         }
-        if !kept.is_empty() {
-            tracing::info!(count = kept.len(), "hibernated executions kept on disk from an earlier run");
+        if !kept.images.is_empty() {
+            tracing::info!(count = kept.images.len(), "hibernated executions kept on disk from an earlier run");
         }
         *images.kept.lock().unwrap() = kept;
         Ok(Arc::new(images))
@@ -86,44 +115,55 @@ impl DiskImages {
         image: &[u8],
     ) -> Result<(), String> {
         let size = (8 + header.len() + image.len()) as u64;
-        {
-            let kept = self.kept.lock().unwrap();
-            let old = kept.get(id).map_or(0, |(_, b)| *b);
-            let mine: u64 = kept.iter().filter(|(k, (t, _))| t == tenant && *k != id).map(|(_, (_, b))| b).sum();
-            let all: u64 = kept.iter().filter(|(k, _)| *k != id).map(|(_, (_, b))| b).sum();
-            if size > old && mine + size > self.limits.tenant_bytes {
+        // Counted before it is written, so that keeps at once cannot pass a bound together.
+        let old = {
+            let mut kept = self.kept.lock().unwrap();
+            let old = kept.images.get(id).cloned();
+            let was = old.as_ref().map_or(0, |(_, b)| *b);
+            let mine = kept.tenants.get(tenant).copied().unwrap_or(0).saturating_sub(was);
+            let all = kept.total.saturating_sub(was);
+            if size > was && mine + size > self.limits.tenant_bytes {
                 return Err(format!(
                     "this tenant's hibernated executions would pass their bound ({} bytes)",
                     self.limits.tenant_bytes
                 ));
             }
-            if size > old && all + size > self.limits.total_bytes {
+            if size > was && all + size > self.limits.total_bytes {
                 return Err(format!(
                     "all hibernated executions would pass their bound ({} bytes)",
                     self.limits.total_bytes
                 ));
             }
-        }
+            kept.add(id.to_string(), tenant.to_string(), size);
+            old
+        };
         let mut bytes = Vec::with_capacity(size as usize);
         bytes.extend_from_slice(&round.to_be_bytes());
         bytes.extend_from_slice(&(header.len() as u32).to_be_bytes());
         bytes.extend_from_slice(header);
         bytes.extend_from_slice(image);
         let (path, tmp) = (self.path(id), self.dir.join(format!("{}.tmp", hex::encode(id))));
-        tokio::task::spawn_blocking(move || {
+        let written = tokio::task::spawn_blocking(move || {
             std::fs::write(&tmp, &bytes)?;
             std::fs::rename(&tmp, &path)
         })
         .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("writing its image: {e}"))?;
-        self.kept.lock().unwrap().insert(id.to_string(), (tenant.to_string(), size));
-        Ok(())
+        .map_err(|e| e.to_string())
+        .and_then(|r| r.map_err(|e| format!("writing its image: {e}")));
+        if written.is_err() {
+            // The file it had, if any, is still there.
+            let mut kept = self.kept.lock().unwrap();
+            kept.remove(id);
+            if let Some((tenant, bytes)) = old {
+                kept.add(id.to_string(), tenant, bytes);
+            }
+        }
+        written
     }
 
     /// Execution `id`'s image, if one is kept and its deadline has not passed.
     pub async fn load(self: &Arc<Self>, id: &str) -> Option<Kept> {
-        if !self.kept.lock().unwrap().contains_key(id) {
+        if !self.kept.lock().unwrap().images.contains_key(id) {
             return None;
         }
         let path = self.path(id);
@@ -138,7 +178,7 @@ impl DiskImages {
 
     /// Execution `id` has ended, or was cancelled: its image goes.
     pub fn forget(self: &Arc<Self>, id: &str) {
-        if self.kept.lock().unwrap().remove(id).is_some() {
+        if self.kept.lock().unwrap().remove(id) {
             let path = self.path(id);
             tokio::task::spawn_blocking(move || std::fs::remove_file(path));
         }

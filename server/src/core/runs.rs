@@ -131,7 +131,10 @@ impl Core {
     /// bind), with the client's `request_id` as an idempotency key within the tenant.
     pub fn admit(&self, tenant: Option<&str>, request_id: Option<&str>) -> Result<Admitted, Error> {
         match tenant {
-            Some(tenant) => Ok(Admitted(Some(self.tenants.admit(tenant, request_id)?))),
+            Some(tenant) => {
+                let paused = self.engine.paused_executions_of(tenant);
+                Ok(Admitted(Some(self.tenants.admit(tenant, request_id, paused)?)))
+            }
             None => Ok(Admitted(None)),
         }
     }

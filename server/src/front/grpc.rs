@@ -246,7 +246,11 @@ impl sandbox_server::Sandbox for SandboxService {
         let tenant = self.tenant(&request)?;
         let tools = proto::tool_defs(request.into_inner().tools).map_err(Status::invalid_argument)?;
         // Rendering runs guest code: admitted like an execution of the tenant's.
-        let _admission = self.core.tenants.admit(&tenant, None).map_err(|r| status(r.into()))?;
+        let _admission = self
+            .core
+            .tenants
+            .admit(&tenant, None, self.core.engine.paused_executions_of(&tenant))
+            .map_err(|r| status(r.into()))?;
         let d = self.core.engine.describe_tools(&tools, Some(&tenant)).await.map_err(engine_status)?;
         Ok(Response::new(proto::DescribeToolsResponse {
             tools: d

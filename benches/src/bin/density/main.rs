@@ -77,6 +77,10 @@ struct Args {
     /// API key for the server.
     #[arg(long, env = "PTC_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
+    /// Deadline of each paused execution, in ms: past 300,000 (the default ceiling) the server
+    /// needs `--max-timeout-ms` as high. At 100,000 executions the launch alone takes longer.
+    #[arg(long, default_value_t = 300_000)]
+    timeout_ms: u32,
     /// The runtime of the paused executions: `python`, or `python-data` (the started server
     /// gets `--python-data`; each program builds a small pandas DataFrame before it parks).
     #[arg(long, default_value = "python")]
@@ -378,14 +382,17 @@ async fn run_step(
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..n {
         let (gate, mut client, key) = (gate.clone(), channels[i % channels.len()].clone(), key.map(str::to_owned));
-        let runtime = args.runtime.clone();
+        let (runtime, timeout_ms) = (args.runtime.clone(), args.timeout_ms);
         tasks.spawn(async move {
             let _permit = gate.acquire_owned().await.expect("open");
             let t0 = Instant::now();
-            let start = ptc_server::proto::Start {
+            let mut start = ptc_server::proto::Start {
                 runtime: runtime.clone(),
                 ..grpc::start(&paused_program(i, &runtime), &HOLD_TOOLS)
             };
+            if let Some(limits) = &mut start.limits {
+                limits.timeout_ms = Some(timeout_ms);
+            }
             let mut exec = Exec::open(&mut client, start, key.as_deref()).await?;
             let calls = exec.next_calls().await?;
             let first_call = t0.elapsed();

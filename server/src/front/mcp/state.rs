@@ -116,7 +116,12 @@ impl McpState {
         tenant: Option<&str>,
     ) -> Result<ToolDescription, String> {
         let _admission = match tenant {
-            Some(tenant) => Some(self.core.tenants.admit(tenant, None).map_err(|r| r.message().to_string())?),
+            Some(tenant) => Some(
+                self.core
+                    .tenants
+                    .admit(tenant, None, self.core.engine.paused_executions_of(tenant))
+                    .map_err(|r| r.message().to_string())?,
+            ),
             None => None,
         };
         self.core
