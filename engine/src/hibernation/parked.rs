@@ -23,6 +23,16 @@ pub(crate) enum Sleeper {
     Session(Arc<Notify>),
 }
 
+impl Sleeper {
+    /// Asks it to hibernate now.
+    fn ask(&self) {
+        match self {
+            Sleeper::Execution(exchange) => exchange.request_unwind(),
+            Sleeper::Session(wake) => wake.notify_one(),
+        }
+    }
+}
+
 #[derive(Default)]
 pub(crate) struct Parked {
     waits: Mutex<BTreeMap<(Instant, u64), Sleeper>>,
@@ -57,10 +67,7 @@ impl Parked {
     /// is listed.
     pub(crate) fn hibernate_oldest(&self) -> bool {
         let Some((_, sleeper)) = self.waits().pop_first() else { return false };
-        match sleeper {
-            Sleeper::Execution(exchange) => exchange.request_unwind(),
-            Sleeper::Session(wake) => wake.notify_one(),
-        }
+        sleeper.ask();
         metrics::counter!("ptc_hibernated_for_a_slot_total").increment(1);
         true
     }
@@ -68,12 +75,7 @@ impl Parked {
     /// Asks every one listed to hibernate (they leave the list); how many were asked.
     pub(crate) fn hibernate_all(&self) -> usize {
         let all = std::mem::take(&mut *self.waits());
-        for sleeper in all.values() {
-            match sleeper {
-                Sleeper::Execution(exchange) => exchange.request_unwind(),
-                Sleeper::Session(wake) => wake.notify_one(),
-            }
-        }
+        all.values().for_each(Sleeper::ask);
         all.len()
     }
 
