@@ -239,8 +239,8 @@ pub struct EngineConfig {
     /// Default: one less than the number of cores (at least 1), so that one tenant's busy
     /// programs always leave a core to the others. `None`: unbounded.
     pub tenant_max_running: Option<usize>,
-    /// How long an execution of the default runtime may wait for tool results, or a live
-    /// session of it stay idle, before it hibernates: its instance and execution slot are
+    /// How long an execution (of either runtime) may wait for tool results, or a live
+    /// session stay idle, before it hibernates: its instance and execution slot are
     /// freed, and the pages of memory it changed are kept compressed (tens of KiB) until an
     /// answer arrives, a timer of the program is due, or the session's next command
     /// (`docs/hibernation.md`). Executions in a live session do not hibernate while they

@@ -44,9 +44,6 @@ pub struct Engine {
 struct Inner {
     /// The runtime's version: see [`Engine::component_digest`].
     digest: [u8; 32],
-    /// The component's own bytes, as SHA-256: a hibernated image is of one build's memory
-    /// (the sources' digest is the same for builds whose snapshots differ).
-    build: [u8; 32],
     /// Seals hibernated images ([`EngineConfig::seal_key`]).
     seal_key: Arc<[u8]>,
     /// What instances and their stores are made from.
@@ -135,19 +132,10 @@ impl Engine {
         let ticker = EpochTicker::start(engines, config.epoch_tick);
         tracing::info!(pooling, "sandbox engine ready");
         let shares = Shares::new(config.memory_budget, config.tenant_memory_budget, config.tenant_max_running);
-        let stores = Arc::new(Stores::new(
-            wasmtime,
-            pre,
-            data,
-            config.fuel,
-            config.ceilings.clone(),
-            shares,
-            config.warm_instances,
-        ));
+        let stores = Arc::new(Stores::new(&config, (wasmtime, pre, build), data, shares));
         Ok(Engine {
             inner: Arc::new(Inner {
                 digest,
-                build,
                 seal_key,
                 stores,
                 slots: Arc::new(Semaphore::new(config.max_concurrent)),
@@ -278,8 +266,7 @@ impl Engine {
             journal: journal.as_ref(),
             monotonic_from: 0,
         })?;
-        let hibernate_after =
-            request.hibernate_after.or(inner.config.hibernate_after).filter(|_| request.runtime == Runtime::Python);
+        let hibernate_after = request.hibernate_after.or(inner.config.hibernate_after);
         store.data_mut().broker.hibernate_after = hibernate_after;
         store.data_mut().broker.parked = Some(inner.stores.parked.clone());
         let id: Arc<str> = new_id().into();
@@ -330,23 +317,25 @@ impl Engine {
         let limits = request.limits.clone().unwrap_or_else(|| inner.config.default_limits.clone());
         inner.config.ceilings.check(&limits, inner.config.fuel)?;
         request.check_size(&inner.config.ceilings)?;
-        if request.runtime != Runtime::Python || request.journal.is_some() {
-            return Err(Error::invalid("only an unjournaled execution of the python runtime is thawed"));
+        if request.journal.is_some() {
+            return Err(Error::invalid("a thawed execution is not journaled: its image holds all it had done"));
         }
-        let binding = Binding { tenant: request.tenant.as_deref(), runtime: inner.build, execution: id };
+        let pre = inner.stores.pre(request.runtime)?;
+        let sealed_len = image.len();
+        let memory = inner.stores.image(request.runtime).await?;
+        let binding = Binding { tenant: request.tenant.as_deref(), runtime: memory.build, execution: id };
         let max = inner.config.ceilings.max_hibernated_bytes;
         let body = sealed::open(&inner.seal_key, image, max, &binding)
             .map_err(|why| Error::invalid(format!("the hibernated execution cannot be thawed: {why}")))?;
-        let sealed_len = image.len();
         let schemas = Schemas::compile_shared(&request.tools).await?;
-        let image = inner.stores.image().await?;
+        let image = memory;
         let sealed::Host { fuel, fuel_initial, monotonic, elapsed_ms, timer_ms, .. } = body.host;
         let (mut store, host) = inner.stores.new_store(&StoreSpec {
             limits: &limits,
             schemas: Some(schemas),
             data_dir: request.data_dir.as_deref(),
             tenant: request.tenant.as_deref(),
-            runtime: Runtime::Python,
+            runtime: request.runtime,
             journal: None,
             monotonic_from: monotonic,
         })?;
@@ -373,7 +362,7 @@ impl Engine {
         let sealing = self.sealing(&request, &id, started, fuel_initial);
         let cancel = CancellationToken::new();
         let job = Job {
-            pre: Pre::Component(inner.stores.pre.clone()),
+            pre,
             code: String::new(),
             tools: wit_tools(&request.tools),
             deadline: tokio::time::Instant::from_std(now + limits.timeout),
@@ -386,7 +375,7 @@ impl Engine {
             started,
             _permit: None,
             hibernation: Some(self.hibernation(None, sealing)),
-            refill: Some(self.refill()),
+            refill: (request.runtime == Runtime::Python).then(|| self.refill()),
             running: inner.running.clone(),
         };
         let span = tracing::info_span!("execution", id = %id, session = request.session_id.as_deref().unwrap_or(""));
@@ -455,8 +444,7 @@ impl Engine {
             _permit: None,
             hibernation: None,
         };
-        // Only the default runtime hibernates.
-        let serve = match inner.config.hibernate_after.filter(|_| request.runtime == Runtime::Python) {
+        let serve = match inner.config.hibernate_after {
             Some(after) => session::Serve { hibernation: Some((self.hibernation(Some(permit), None), after)), ..serve },
             None => session::Serve { _permit: Some(permit), ..serve },
         };
@@ -615,7 +603,6 @@ impl Engine {
             keeper,
             key: self.inner.seal_key.clone(),
             tenant: request.tenant.clone(),
-            runtime: self.inner.build,
             execution: id.clone(),
             started,
             fuel,

@@ -110,7 +110,7 @@ impl Control {
     /// tasks in memory, and the engine re-enters it in the same instance at once. This is
     /// hibernation's first step, without the saving (`docs/hibernation.md`); nothing calls it
     /// but tests yet. A program running an event loop of its own (`asyncio.run` in its
-    /// code), and the data runtime, decline and stay parked.
+    /// code) declines and stays parked.
     #[doc(hidden)]
     pub fn request_unwind(&self) {
         self.exchange.request_unwind();

@@ -10,6 +10,7 @@ use crate::bindings::{Outcome, Restored, Sandbox, SandboxPre, SessionState, Tool
 use crate::data::DataRuntime;
 use crate::data::instance::DataInstance;
 use crate::host::HostState;
+use crate::request::Runtime;
 
 /// What an instance is made from.
 #[derive(Clone)]
@@ -39,6 +40,14 @@ impl Pre {
 }
 
 impl Guest {
+    /// The runtime it is an instance of.
+    pub(crate) fn runtime(&self) -> Runtime {
+        match self {
+            Guest::Component(..) => Runtime::Python,
+            Guest::Data(_) => Runtime::PythonData,
+        }
+    }
+
     /// Runs one program; `session` keeps its globals for the next program in this instance.
     /// `Outcome::Hibernated`: the program got off the native stack at a wait for tools, and
     /// [`Guest::resume`] carries it on (in this instance, or in another its memory was
@@ -56,12 +65,11 @@ impl Guest {
         }
     }
 
-    /// Carries on the program that returned `Outcome::Hibernated`. Only the component
-    /// hibernates: the data runtime declines (`data/door.rs`).
+    /// Carries on the program that returned `Outcome::Hibernated`.
     pub(crate) async fn resume(&self, store: &mut Store<HostState>) -> wasmtime::Result<Outcome> {
         match self {
             Guest::Component(sandbox, _) => sandbox.call_resume(&mut *store).await,
-            Guest::Data(_) => Err(wasmtime::Error::msg("the data runtime does not hibernate")),
+            Guest::Data(instance) => instance.resume(store).await,
         }
     }
 

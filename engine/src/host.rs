@@ -27,7 +27,8 @@ pub(crate) struct HostState {
     /// gone, so it is not live meanwhile).
     hibernated: Option<(Arc<AtomicUsize>, u64)>,
     /// The WASI handles every instance takes first (`prime`): stdout, stderr and the
-    /// preopened directory if there is one. An instance that holds more cannot hibernate.
+    /// preopened directory if there is one (the data runtime: stdio and its preopens). An
+    /// instance that holds more cannot hibernate (the data runtime's: not to another process).
     pub(crate) primed_handles: usize,
     /// The component's monotonic clock, unless a journal's recorder keeps it.
     pub(crate) monotonic: Option<Monotonic>,
@@ -83,7 +84,11 @@ impl HostState {
             live.fetch_add(1, Ordering::Relaxed);
             metrics::gauge!("ptc_live_instances").increment(1.0);
         }
-        let primed_handles = 2 + usize::from(preopened);
+        let primed_handles = match wasi {
+            Wasi::P2 { .. } => 2 + usize::from(preopened),
+            // Preview 1 takes all at the first call: stdin, stdout, stderr, and the preopens.
+            Wasi::P1(_) => 3 + crate::data::PREOPENS,
+        };
         HostState {
             wasi,
             limiter,
@@ -110,7 +115,7 @@ impl HostState {
     pub(crate) fn wasi_handles(&mut self) -> usize {
         match &mut self.wasi {
             Wasi::P2 { table, .. } => table.iter_mut().count(),
-            Wasi::P1(_) => 0,
+            Wasi::P1(ctx) => ctx.ctx().table.iter_mut().count(),
         }
     }
 

@@ -14,7 +14,7 @@ use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 use crate::bindings::SandboxPre;
 use crate::broker::Broker;
 use crate::clock::Monotonic;
-use crate::config::{Ceilings, Limits};
+use crate::config::{Ceilings, EngineConfig, Limits};
 use crate::data::DataRuntime;
 use crate::error::{Error, Result};
 use crate::events::{Event, OutputStream};
@@ -51,9 +51,14 @@ pub(crate) struct Stores {
     pub(crate) hibernated: Arc<AtomicUsize>,
     /// Executions and sessions that may be hibernated now, for a start that finds no slot.
     pub(crate) parked: Arc<Parked>,
-    /// The component's memory as every instance starts with it, read at the first
+    /// The component's own bytes, as SHA-256: its sealed images are bound to them, since a
+    /// hibernated image is of one build's memory (the sources' digest is the same for builds
+    /// whose snapshots differ).
+    build: [u8; 32],
+    /// Each runtime's memory as every instance starts with it, read at its first
     /// hibernation.
     image: tokio::sync::OnceCell<Arc<Image>>,
+    data_image: tokio::sync::OnceCell<Arc<Image>>,
 }
 
 /// What one instance's store is made for.
@@ -81,28 +86,28 @@ pub(crate) struct HostSide {
 }
 
 impl Stores {
+    /// `build`: the SHA-256 of the component's bytes.
     pub(crate) fn new(
-        wasmtime: wasmtime::Engine,
-        pre: SandboxPre<HostState>,
+        config: &EngineConfig,
+        (wasmtime, pre, build): (wasmtime::Engine, SandboxPre<HostState>, [u8; 32]),
         data: Option<Arc<DataRuntime>>,
-        fuel: bool,
-        ceilings: Ceilings,
         shares: Arc<Shares>,
-        warm_instances: usize,
     ) -> Self {
         Stores {
             wasmtime,
             pre,
             data,
-            fuel,
-            ceilings,
+            fuel: config.fuel,
+            ceilings: config.ceilings.clone(),
             shares,
             live: Arc::new(AtomicUsize::new(0)),
             paused: Arc::new(AtomicUsize::new(0)),
-            warm: WarmPool::new(warm_instances),
+            warm: WarmPool::new(config.warm_instances),
             hibernated: Arc::new(AtomicUsize::new(0)),
             parked: Arc::default(),
+            build,
             image: tokio::sync::OnceCell::new(),
+            data_image: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -171,7 +176,7 @@ impl Stores {
 
     /// One warm instance: the component instantiated in a store with a placeholder state.
     pub(crate) async fn make_warm(&self) -> Result<Warm> {
-        let (state, host) = self.placeholder_state()?;
+        let (state, host) = self.placeholder_state(Runtime::Python)?;
         let mut store = self.store_with(state, Runtime::Python, host.fuel)?;
         let guest = Pre::Component(self.pre.clone())
             .instantiate(&mut store)
@@ -180,40 +185,77 @@ impl Stores {
         Ok(Warm { store, guest })
     }
 
-    /// The component's memory as a fresh instance has it (`hibernation/`), read once.
-    pub(crate) async fn image(&self) -> Result<Arc<Image>> {
-        let image = self.image.get_or_try_init(|| async {
-            let mut warm = self.make_warm().await?;
-            let Guest::Component(_, instance) = warm.guest else { unreachable!("make_warm makes the component") };
-            Ok::<_, Error>(Arc::new(Image::of(&mut warm.store, instance)))
-        });
-        image.await.cloned()
+    /// `runtime`'s memory as a fresh instance has it (`hibernation/`), read once.
+    pub(crate) async fn image(&self, runtime: Runtime) -> Result<Arc<Image>> {
+        let image = match runtime {
+            Runtime::Python => {
+                self.image
+                    .get_or_try_init(|| async {
+                        let mut warm = self.make_warm().await?;
+                        let Guest::Component(_, instance) = warm.guest else {
+                            unreachable!("make_warm makes the component")
+                        };
+                        Ok::<_, Error>(Arc::new(Image::of(&mut warm.store, instance, self.build)))
+                    })
+                    .await?
+            }
+            Runtime::PythonData => {
+                self.data_image
+                    .get_or_try_init(|| async {
+                        // Hashed in an instance of its own, whose 130 MiB of mapped pages go with it;
+                        // the one kept then maps only what freezes and thaws read.
+                        let (store, memory) = self.fresh_data().await?;
+                        let version = *ptc_runtime_python_data::RUNTIME_DIGEST;
+                        let build = tokio::task::spawn_blocking(move || Image::digest(&store, memory, &version))
+                            .await
+                            .map_err(|e| Error::engine("hashing the python-data snapshot", e))?;
+                        let (store, memory) = self.fresh_data().await?;
+                        Ok::<_, Error>(Arc::new(Image::data(store, memory, build)))
+                    })
+                    .await?
+            }
+        };
+        Ok(image.clone())
+    }
+
+    /// A fresh instance of the data runtime, in a store with a placeholder state, and its
+    /// memory.
+    async fn fresh_data(&self) -> Result<(Store<HostState>, wasmtime::Memory)> {
+        let data = self.pre(Runtime::PythonData)?;
+        let (state, host) = self.placeholder_state(Runtime::PythonData)?;
+        let mut store = self.store_with(state, Runtime::PythonData, host.fuel)?;
+        let Guest::Data(instance) =
+            data.instantiate(&mut store).await.map_err(|e| Error::engine("instantiating python-data", e))?
+        else {
+            unreachable!("the data runtime's pre makes its instances")
+        };
+        Ok((store, instance.memory()))
     }
 
     /// A host state that stands in for an execution's while its own is elsewhere: in a store
     /// about to be dropped, say. It is not an execution (not live, charged nothing).
     pub(crate) fn placeholder(&self) -> Result<HostState> {
-        Ok(self.placeholder_state()?.0)
+        Ok(self.placeholder_state(Runtime::Python)?.0)
     }
 
-    /// A placeholder state of the component, with the widest limits, and its host side.
-    fn placeholder_state(&self) -> Result<(HostState, HostSide)> {
+    /// A placeholder state of `runtime`, with the widest limits, and its host side.
+    fn placeholder_state(&self, runtime: Runtime) -> Result<(HostState, HostSide)> {
         let limits = Limits::default().with_max_memory_bytes(self.ceilings.max_memory_bytes);
         let spec = StoreSpec {
             limits: &limits,
             schemas: None,
             data_dir: None,
             tenant: None,
-            runtime: Runtime::Python,
+            runtime,
             journal: None,
             monotonic_from: 0,
         };
         self.host_state(&spec, false)
     }
 
-    /// A store of the component, with no instance yet, for `state`.
-    pub(crate) fn bare_store(&self, state: HostState, fuel: Option<u64>) -> Result<Store<HostState>> {
-        self.store_with(state, Runtime::Python, fuel)
+    /// A store of `runtime`, with no instance yet, for `state`.
+    pub(crate) fn bare_store(&self, state: HostState, runtime: Runtime, fuel: Option<u64>) -> Result<Store<HostState>> {
+        self.store_with(state, runtime, fuel)
     }
 
     /// Moves `store`'s state into a warm instance's store, which takes its place; `None`:
@@ -247,7 +289,12 @@ impl Stores {
 
         let mut monotonic = None;
         let wasi = match self.data_runtime(runtime) {
-            Some(data) => Wasi::P1(data.wasi(&output, data_dir)?),
+            Some(data) => {
+                // Never journaled (python-data's snapshots differ from server to server).
+                let clock = Monotonic::continuing(monotonic_from);
+                monotonic = Some(clock);
+                Wasi::P1(data.wasi(&output, data_dir, clock)?)
+            }
             None => {
                 let mut wasi = WasiCtxBuilder::new();
                 wasi.stdout(output.sink(OutputStream::Stdout)).stderr(output.sink(OutputStream::Stderr));

@@ -5,9 +5,12 @@ export with the source `__import__('ptc_data').turn()`, and everything else cros
 `_host.call(frame) -> bytes`, as JSON frames the engine answers (`engine/src/data.rs`):
 
 - `{"op": "job"}` -> `{"kind": "run", "code", "tools": [[name, description, parameters, namespace]],
-  "session"}`, `{"kind": "snapshot", "max_bytes"}` or `{"kind": "restore", "data": base64}`
-- `{"op": "wait", "calls": [[id, name, input, namespace]], "timeout_ms"}` -> `[[id, ok, payload]]`
-- `{"op": "done", "outcome": {...}}` -> `{}` (a run's end)
+  "session"}`, `{"kind": "resume"}`, `{"kind": "snapshot", "max_bytes"}` or
+  `{"kind": "restore", "data": base64}`
+- `{"op": "wait", "calls": [[id, name, input, namespace]], "timeout_ms"}` -> `[[id, ok, payload]]`,
+  or `{"hibernate": true}`: the host asks the program off the stack (the run's turn returns
+  `hibernated`, and a `resume` job, in this instance or one its memory was thawed into, goes on)
+- `{"op": "done", "outcome": {...}}` -> `{}` (a run's or a resume's end)
 - `{"op": "answer", "answer": {"ok", "error" | the state}}` -> `{}` (a snapshot's or restore's)
 
 `initialize()` runs once, while the engine pre-initialises the module: whatever it imports is
@@ -21,7 +24,7 @@ import sys
 
 import _host
 
-from ptc_runtime import prepare, run_program
+from ptc_runtime import HIBERNATE, prepare, resume_program, run_program
 from ptc_runtime.runner import INJECTED, live_session
 from ptc_runtime.streams import Stream
 from ptc_runtime.wire import json_text
@@ -41,7 +44,10 @@ def _call(frame):
 
 
 def _wait_for_tools(calls, timeout_ms):
-    return [tuple(r) for r in _call({"op": "wait", "calls": calls, "timeout_ms": timeout_ms})]
+    answer = _call({"op": "wait", "calls": calls, "timeout_ms": timeout_ms})
+    if isinstance(answer, dict):
+        return HIBERNATE
+    return [tuple(r) for r in answer]
 
 
 _seeded = False
@@ -62,11 +68,14 @@ def turn():
         sys.stdout = Stream(1, "<stdout>")
         sys.stderr = Stream(2, "<stderr>")
         job = _call({"op": "job"})
-        if job["kind"] != "run":
+        if job["kind"] == "resume":
+            o = resume_program(_wait_for_tools)
+        elif job["kind"] == "run":
+            tools = [tuple(t) for t in job["tools"]]
+            o = run_program(job["code"], tools, _wait_for_tools, job["session"])
+        else:
             _answer(job)
             return
-        tools = [tuple(t) for t in job["tools"]]
-        o = run_program(job["code"], tools, _wait_for_tools, job["session"])
         outcome = {"ok": o.ok, "value": o.value_json, "kind": o.kind, "message": o.message,
                    "traceback": o.traceback, "exit_code": o.exit_code}
     except BaseException as e:

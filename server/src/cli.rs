@@ -134,10 +134,10 @@ pub struct EngineArgs {
     /// instantiation (0 turns it off).
     #[arg(long, env = "PTC_WARM_INSTANCES", default_value_t = defaults().engine.warm_instances)]
     pub warm_instances: usize,
-    /// Hibernate an execution of the default runtime once it has waited this many ms for
-    /// tool results, and a live session once idle this long: its instance and slot are freed
-    /// and the memory it changed is kept compressed (tens of KiB, against ~1.9 MiB live)
-    /// until it is needed again, which then costs ~2 ms. 0: never.
+    /// Hibernate an execution once it has waited this many ms for tool results, and a live
+    /// session once idle this long: its instance and slot are freed and the memory it changed
+    /// is kept compressed (tens of KiB, against ~1.9 MiB live, ~3.9 MiB for python-data) until
+    /// it is needed again, which then costs ~2 ms. 0: never.
     #[arg(long, env = "PTC_HIBERNATE_AFTER_MS", default_value_t = 1000)]
     pub hibernate_after_ms: u64,
     /// Address space reserved per linear memory, MiB (default: wasmtime's 4 GiB). Smaller

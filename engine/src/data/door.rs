@@ -44,6 +44,9 @@ struct Reported {
 
 impl From<Reported> for bindings::Outcome {
     fn from(r: Reported) -> Self {
+        if r.kind == "hibernated" {
+            return bindings::Outcome::Hibernated;
+        }
         if r.ok {
             return bindings::Outcome::Completed(r.value);
         }
@@ -98,24 +101,20 @@ pub(super) async fn door(
                 .map(|(id, name, input, namespace)| wit::ToolCall { id, name, input, namespace })
                 .collect();
             let broker = &mut caller.data_mut().broker;
-            let mut answer = broker.wait_for_tools(calls, timeout_ms).await?;
-            // The data runtime cannot get off the stack yet: it refuses, as a guest whose own
-            // loop is not the one running does, by waiting again (the host asks once).
-            if let wit::WaitAnswer::Hibernate = answer {
-                answer = broker.wait_for_tools(Vec::new(), timeout_ms).await?;
+            match broker.wait_for_tools(calls, timeout_ms).await? {
+                wit::WaitAnswer::Results(results) => {
+                    let rows: Vec<(String, bool, String)> = results
+                        .into_iter()
+                        .map(|r| match r.outcome {
+                            wit::ToolOutcome::Ok(json) => (r.id, true, json),
+                            wit::ToolOutcome::Error(message) => (r.id, false, message),
+                        })
+                        .collect();
+                    serde_json::to_vec(&rows)?
+                }
+                // The guest unwinds its loop, and its turn reports `hibernated`.
+                wit::WaitAnswer::Hibernate => br#"{"hibernate":true}"#.to_vec(),
             }
-            let results = match answer {
-                wit::WaitAnswer::Results(results) => results,
-                wit::WaitAnswer::Hibernate => Vec::new(),
-            };
-            let rows: Vec<(String, bool, String)> = results
-                .into_iter()
-                .map(|r| match r.outcome {
-                    wit::ToolOutcome::Ok(json) => (r.id, true, json),
-                    wit::ToolOutcome::Error(message) => (r.id, false, message),
-                })
-                .collect();
-            serde_json::to_vec(&rows)?
         }
         Frame::Done { outcome } => {
             caller.data_mut().turn.outcome = Some(outcome.into());

@@ -12,6 +12,9 @@ use crate::request::DATA_DIR;
 const LIB_DIR: &str = "/usr/local/lib";
 const MPL_DATA_DIR: &str = "/usr/local/lib/python315.zip/matplotlib/mpl-data";
 
+/// How many directories [`preopens`] opens.
+pub(crate) const PREOPENS: usize = 4;
+
 /// `/usr/local/lib`, matplotlib's data, `/tmp` and `/mnt/data`, in this order in every store
 /// (pre-initialisation adds `/ptc` after them).
 pub(super) fn preopens(

@@ -1,5 +1,5 @@
-//! One python-data instance: its turns, and the runs, snapshots and restores that are jobs
-//! of a turn.
+//! One python-data instance: its turns, and the runs, resumes, snapshots and restores that
+//! are jobs of a turn.
 
 use base64::Engine as _;
 use serde::Deserialize;
@@ -110,6 +110,22 @@ impl DataInstance {
         let tools: Vec<[&str; 4]> =
             tools.iter().map(|t| [t.name.as_str(), &t.description, &t.parameters, &t.namespace]).collect();
         let job = serde_json::json!({"kind": "run", "code": code, "tools": tools, "session": session});
+        self.run(store, job).await
+    }
+
+    /// Carries on the program whose run (or last resume) reported `hibernated`, in this
+    /// instance or in one its memory was thawed into.
+    pub(crate) async fn resume(&self, store: &mut Store<HostState>) -> wasmtime::Result<bindings::Outcome> {
+        self.run(store, serde_json::json!({"kind": "resume"})).await
+    }
+
+    /// The instance's linear memory (hibernation keeps and thaws it).
+    pub(crate) fn memory(&self) -> Memory {
+        self.memory
+    }
+
+    /// One turn running a program's `job` (a run or a resume), to its outcome.
+    async fn run(&self, store: &mut Store<HostState>, job: serde_json::Value) -> wasmtime::Result<bindings::Outcome> {
         store.data_mut().turn = TurnState { job: Some(job.to_string()), ..TurnState::default() };
         let status = self.run_turn(store, TURN_SOURCE).await?;
         let turn = std::mem::take(&mut store.data_mut().turn);

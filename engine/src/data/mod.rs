@@ -33,6 +33,7 @@ use wasmtime::{Caller, Engine, InstancePre, Linker, Store};
 use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
+use crate::clock::Monotonic;
 use crate::config::EngineConfig;
 use crate::error::{Error, Result};
 use crate::events::OutputStream;
@@ -41,6 +42,7 @@ use crate::output::Output;
 use crate::wasm;
 use cache::{compile, load_or_make};
 use door::door;
+pub(crate) use files::PREOPENS;
 use files::preopens;
 use init::pre_initialise;
 use instance::DataInstance;
@@ -79,11 +81,12 @@ impl DataRuntime {
         Ok(DataRuntime { engine, pre, artifacts: artifacts.to_path_buf() })
     }
 
-    /// The WASI context of one store: output captured, and the preopens of the snapshot, in
-    /// its order.
-    pub(crate) fn wasi(&self, output: &Output, data_dir: Option<&Path>) -> Result<WasiP1Ctx> {
+    /// The WASI context of one store: output captured, the preopens of the snapshot, in its
+    /// order, and the monotonic clock the host reads (a thaw continues it).
+    pub(crate) fn wasi(&self, output: &Output, data_dir: Option<&Path>, clock: Monotonic) -> Result<WasiP1Ctx> {
         let mut wasi = WasiCtxBuilder::new();
         wasi.stdout(output.sink(OutputStream::Stdout)).stderr(output.sink(OutputStream::Stderr)).args(&["python"]);
+        wasi.monotonic_clock(clock);
         let empty = self.artifacts.join("empty");
         let data = match data_dir {
             Some(dir) => (dir, FsPerms::ReadWrite),

@@ -13,20 +13,23 @@
 //! ones every instance takes first (`prime`): stdout, stderr, the preopened directory. A
 //! program holding any other (an open file) is not hibernated and stays live.
 //!
-//! The memory is reached through wasmtime's `#[doc(hidden)]` `LowerContext` (probe 2 in the
-//! doc), pinned with wasmtime `=48.0.8`: recheck it on every upgrade.
+//! The component's memory is reached through wasmtime's `#[doc(hidden)]` `LowerContext`
+//! (probe 2 in the doc), pinned with wasmtime `=48.0.8`: recheck it on every upgrade. The data
+//! runtime exports its memory, and its WASI descriptors are the host's own.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use sha2::{Digest, Sha256};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use wasmtime::component::__internal::{LowerContext, wasmtime_environ};
 use wasmtime::component::Instance;
-use wasmtime::{AsContextMut, Store};
+use wasmtime::{AsContextMut, Memory, Store};
 use wasmtime_environ::component::{CanonicalOptionsDataModel, OptionsIndex};
 
-use crate::guest::{Guest, Pre};
+use crate::guest::Guest;
 use crate::host::HostState;
+use crate::request::Runtime;
 use crate::stores::Stores;
 
 mod delta;
@@ -41,6 +44,9 @@ pub use sealed::{Hibernated, Keeper};
 
 const PAGE: usize = 4096;
 
+/// A wasm page, what memory grows by.
+const WASM_PAGE: u64 = 64 * 1024;
+
 /// How far past a hibernated memory's size a thaw may grow it (`freeze` keeps that far
 /// within the limit): the allocator's rounding, a few 64 KiB pages.
 const GROWTH_SLACK: u64 = 1 << 20;
@@ -49,28 +55,108 @@ const GROWTH_SLACK: u64 = 1 << 20;
 /// memory of hundreds of MiB must not hold an async worker for long.
 const PAGES_PER_TURN: usize = 4096;
 
-/// The memory every instance of the component starts with, which a hibernated instance is
-/// kept against: a copy, taken once per engine (24 MB for the embedded component).
+/// The memory every instance of a runtime starts with, which a hibernated instance is kept
+/// against; read once per engine and runtime.
 pub(crate) struct Image {
-    memory: Vec<u8>,
-    /// The canonical options that name the component's linear memory.
-    options: OptionsIndex,
+    base: Base,
+    /// Bytes of a fresh instance's memory.
+    len: usize,
+    /// Which runtime's instances it is the memory of.
+    pub(crate) runtime: Runtime,
+    /// What a sealed image of this memory is bound to: the component's own bytes (SHA-256);
+    /// for the data runtime, its version and this snapshot's memory, since each server
+    /// pre-initialises its own (`data/init.rs`) and two snapshots may differ.
+    pub(crate) build: [u8; 32],
+}
+
+enum Base {
+    /// The component's memory, copied (24 MB), and the canonical options that name it.
+    Copy(Vec<u8>, OptionsIndex),
+    /// An instance of the data runtime that never runs. Its memory (130 MiB) maps the
+    /// snapshot's pages from the compiled artifact: read, it costs page cache shared with
+    /// every other instance, where a copy would cost 130 MiB of the server's own.
+    Instance(Mutex<Store<HostState>>, Memory),
 }
 
 /// What a page past the image starts as.
 static ZERO: [u8; PAGE] = [0; PAGE];
 
-impl Image {
+/// A fresh instance's memory, page by page.
+struct Pages<'a>(&'a [u8]);
+
+impl Pages<'_> {
     /// Page `i` as a fresh instance has it: the image's, or zeros past it.
     fn page(&self, i: usize) -> &[u8] {
-        self.memory.get(i * PAGE..(i + 1) * PAGE).unwrap_or(&ZERO)
+        self.0.get(i * PAGE..(i + 1) * PAGE).unwrap_or(&ZERO)
+    }
+}
+
+impl Image {
+    /// Reads a fresh instance's memory of the component, built from bytes whose SHA-256 is
+    /// `build`.
+    pub(crate) fn of(store: &mut Store<HostState>, instance: Instance, build: [u8; 32]) -> Image {
+        let options = memory_options(store, instance);
+        let memory = Linear::Component(instance, options).with(store, |m| m.to_vec());
+        Image { len: memory.len(), base: Base::Copy(memory, options), runtime: Runtime::Python, build }
     }
 
-    /// Reads a fresh instance's memory.
-    pub(crate) fn of(store: &mut Store<HostState>, instance: Instance) -> Image {
-        let options = memory_options(store, instance);
-        let memory = with_memory(store, instance, options, |m| m.to_vec());
-        Image { memory, options }
+    /// What sealed images of the data runtime are bound to: its `version`, and the memory of
+    /// a fresh instance (`memory`, in `store`). Hashes 130 MiB: call it off the async workers.
+    pub(crate) fn digest(store: &Store<HostState>, memory: Memory, version: &[u8; 32]) -> [u8; 32] {
+        let mut sha = Sha256::new();
+        sha.update(version);
+        sha.update(memory.data(store));
+        sha.finalize().into()
+    }
+
+    /// Keeps a fresh instance of the data runtime (in `store`, whose memory is `memory`) to
+    /// read its memory from; `build`: its [`Image::digest`].
+    pub(crate) fn data(store: Store<HostState>, memory: Memory, build: [u8; 32]) -> Image {
+        let len = memory.data_size(&store);
+        Image { len, base: Base::Instance(Mutex::new(store), memory), runtime: Runtime::PythonData, build }
+    }
+
+    /// Runs `f` on a fresh instance's memory.
+    fn with_pages<R>(&self, f: impl FnOnce(Pages<'_>) -> R) -> R {
+        match &self.base {
+            Base::Copy(memory, _) => f(Pages(memory)),
+            Base::Instance(store, memory) => {
+                let store = store.lock().unwrap_or_else(|e| e.into_inner());
+                f(Pages(memory.data(&*store)))
+            }
+        }
+    }
+}
+
+/// An instance's linear memory, however its runtime lets the host reach it.
+#[derive(Clone, Copy)]
+enum Linear {
+    /// The component's: through the canonical options that name it.
+    Component(Instance, OptionsIndex),
+    /// The data runtime's: exported.
+    Core(Memory),
+}
+
+impl Linear {
+    /// The memory of `guest`, an instance of `image`'s runtime.
+    fn of(guest: &Guest, image: &Image) -> Linear {
+        match (guest, &image.base) {
+            (Guest::Component(_, instance), Base::Copy(_, options)) => Linear::Component(*instance, *options),
+            (Guest::Data(instance), Base::Instance(..)) => Linear::Core(instance.memory()),
+            _ => unreachable!("an image is only used with instances of its own runtime"),
+        }
+    }
+
+    /// Runs `f` on the whole memory. No wasm runs meanwhile (it cannot: `f` is synchronous
+    /// and borrows the store).
+    fn with<R>(self, store: &mut Store<HostState>, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        match self {
+            Linear::Component(instance, options) => {
+                let mut cx = LowerContext::new(store.as_context_mut(), options, instance);
+                f(cx.as_slice_mut())
+            }
+            Linear::Core(memory) => f(memory.data_mut(store)),
+        }
     }
 }
 
@@ -84,18 +170,6 @@ fn memory_options(store: &mut Store<HostState>, instance: Instance) -> OptionsIn
             matches!(cx.options().data_model, CanonicalOptionsDataModel::LinearMemory(o) if o.memory.is_some())
         })
         .expect("a component with string parameters has canonical options with a memory")
-}
-
-/// Runs `f` on the instance's whole linear memory. No wasm runs meanwhile (it cannot: `f` is
-/// synchronous and borrows the store).
-fn with_memory<R>(
-    store: &mut Store<HostState>,
-    instance: Instance,
-    options: OptionsIndex,
-    f: impl FnOnce(&mut [u8]) -> R,
-) -> R {
-    let mut cx = LowerContext::new(store.as_context_mut(), options, instance);
-    f(cx.as_slice_mut())
 }
 
 /// A hibernated instance: the pages of its memory that differ from the image, XORed with the
@@ -120,39 +194,49 @@ impl Frozen {
 }
 
 /// Takes a hibernated instance's pages, or says why it cannot be hibernated (it then stays
-/// live, and goes on where it is).
-pub(crate) async fn freeze(store: &mut Store<HostState>, instance: Instance, image: &Image) -> Result<Frozen, String> {
+/// live, and goes on where it is). `portable`: its image may be thawed by another process,
+/// which gives the guest only the handles every instance starts with.
+async fn freeze(store: &mut Store<HostState>, guest: &Guest, image: &Image, portable: bool) -> Result<Frozen, String> {
+    let linear = Linear::of(guest, image);
     let handles = store.data_mut().wasi_handles();
     let primed = store.data().primed_handles;
-    // None: a live session that has run no program yet.
-    if handles != primed && handles != 0 {
-        return Err(format!("the program holds {handles} WASI handles where priming takes {primed} (an open file)"));
+    // The component's handles live in its instance and are taken again by priming. The data
+    // runtime's descriptors are the host's own (WASI preview 1): they move with the host
+    // state to the next instance in this process, so only an image for elsewhere is gated.
+    // 0: no handle taken yet (a live session that has run no program).
+    let gated = matches!(linear, Linear::Component(..)) || portable;
+    if gated && handles != primed && handles != 0 {
+        return Err(format!(
+            "the program holds {handles} WASI handles where a fresh instance takes {primed} (an open file)"
+        ));
     }
-    let len = with_memory(store, instance, image.options, |m| m.len());
+    let len = linear.with(store, |m| m.len());
     // A thaw grows a fresh instance's memory to this size, overshooting by the allocator's
     // rounding (a few 64 KiB pages): it must stay within the limit.
-    if len > image.memory.len() && (len as u64).saturating_add(GROWTH_SLACK) > store.data().limiter.max_memory() {
+    if len > image.len && (len as u64).saturating_add(GROWTH_SLACK) > store.data().limiter.max_memory() {
         return Err(format!("its memory ({len} bytes) is too close to its limit to be grown again at a thaw"));
     }
     let t0 = Instant::now();
-    let written = with_memory(store, instance, image.options, |m| pagemap::written(m));
+    let written = linear.with(store, |m| pagemap::written(m));
     let mut pages = Vec::new();
     let mut delta = Delta::default();
     let total = len / PAGE;
     let mut first = 0;
     while first < total {
         let end = (first + PAGES_PER_TURN).min(total);
-        with_memory(store, instance, image.options, |memory| {
-            for i in first..end {
-                if written.as_ref().is_some_and(|w| !w[i]) {
-                    continue;
+        linear.with(store, |memory| {
+            image.with_pages(|image| {
+                for i in first..end {
+                    if written.as_ref().is_some_and(|w| !w[i]) {
+                        continue;
+                    }
+                    let (now, base) = (&memory[i * PAGE..(i + 1) * PAGE], image.page(i));
+                    if now != base {
+                        pages.push(i as u32);
+                        delta.push(now, base);
+                    }
                 }
-                let (now, base) = (&memory[i * PAGE..(i + 1) * PAGE], image.page(i));
-                if now != base {
-                    pages.push(i as u32);
-                    delta.push(now, base);
-                }
-            }
+            })
         });
         first = end;
         tokio::task::yield_now().await;
@@ -163,45 +247,53 @@ pub(crate) async fn freeze(store: &mut Store<HostState>, instance: Instance, ima
         .map_err(|e| format!("compressing failed: {e}"))?
         .map_err(|e| format!("compressing failed: {e}"))?;
     tracing::debug!(?diffed, packed = ?t0.elapsed(), "freeze phases");
+    let handles = if gated { handles } else { 0 };
     Ok(Frozen { len, pages, packed, handles })
 }
 
-/// Makes a fresh instance's memory the hibernated one's: primes it (the same handles, at the
-/// same indices), then writes every page that differs from the target, the image XOR the
-/// kept pages (priming's own writes included).
-pub(crate) async fn thaw(
-    store: &mut Store<HostState>,
-    guest: &Guest,
-    image: &Image,
-    frozen: Frozen,
-) -> wasmtime::Result<()> {
-    let Guest::Component(sandbox, instance) = guest else {
-        return Err(wasmtime::Error::msg("only the component hibernates"));
-    };
+/// Makes a fresh instance's memory the hibernated one's: primes the component (the same
+/// handles, at the same indices), grows the memory to the hibernated size, then writes every
+/// page that differs from the target, the image XOR the kept pages (priming's own writes
+/// included).
+async fn thaw(store: &mut Store<HostState>, guest: &Guest, image: &Image, frozen: Frozen) -> wasmtime::Result<()> {
+    let linear = Linear::of(guest, image);
     let t0 = Instant::now();
-    // Priming also grows memory to the hibernated size: twice at most, since the first
-    // allocation takes the free space at the heap's end and the second then grows by what
-    // it asks (`app.py`). Its growth was kept charged while it slept: it is charged anew now.
-    let len = |store: &mut Store<HostState>| with_memory(store, *instance, image.options, |m| m.len());
-    let grown = frozen.len.saturating_sub(image.memory.len()) as u64;
+    let len = |store: &mut Store<HostState>| linear.with(store, |m| m.len());
+    // Its growth was kept charged while it slept: it is charged anew as the memory grows now.
+    let grown = frozen.len.saturating_sub(image.len) as u64;
     store.data_mut().limiter.claim.shrink(grown);
-    for _ in 0..2 {
-        let short = frozen.len.saturating_sub(len(store)) as u64;
-        if frozen.handles > 0 || short > 0 {
-            sandbox.call_prime(&mut *store, short).await?;
+    match guest {
+        Guest::Component(sandbox, _) => {
+            // Priming also grows memory to the hibernated size: twice at most, since the first
+            // allocation takes the free space at the heap's end and the second then grows by
+            // what it asks (`app.py`).
+            for _ in 0..2 {
+                let short = frozen.len.saturating_sub(len(store)) as u64;
+                if frozen.handles > 0 || short > 0 {
+                    sandbox.call_prime(&mut *store, short).await?;
+                }
+                if short == 0 {
+                    break;
+                }
+            }
+            let handles = store.data_mut().wasi_handles();
+            if handles != frozen.handles {
+                return Err(wasmtime::Error::msg(format!(
+                    "priming took {handles} WASI handles where the hibernated instance held {}",
+                    frozen.handles
+                )));
+            }
         }
-        if short == 0 {
-            break;
+        Guest::Data(instance) => {
+            // The guest's allocator asks the memory's size each time it grows, so growing it
+            // from here is what its own growth would have done.
+            let short = frozen.len.saturating_sub(len(store)) as u64;
+            if short > 0 {
+                instance.memory().grow(&mut *store, short.div_ceil(WASM_PAGE))?;
+            }
         }
     }
     let primed = t0.elapsed();
-    let handles = store.data_mut().wasi_handles();
-    if handles != frozen.handles {
-        return Err(wasmtime::Error::msg(format!(
-            "priming took {handles} WASI handles where the hibernated instance held {}",
-            frozen.handles
-        )));
-    }
     let len = len(store);
     let total = frozen.len / PAGE;
     let ordered = frozen.pages.windows(2).all(|w| w[0] < w[1]);
@@ -216,21 +308,23 @@ pub(crate) async fn thaw(
         tokio::task::spawn_blocking(move || Unpacked::new(&packed, pages)).await?.map_err(wasmtime::Error::msg)?;
     let inflated = t0.elapsed();
     // Pages priming (or instantiation) wrote, which may differ from the image.
-    let written = with_memory(store, *instance, image.options, |m| pagemap::written(m));
+    let written = linear.with(store, |m| pagemap::written(m));
     let mut kept = frozen.pages.iter().peekable();
     let mut first = 0;
     while first < total {
         let end = (first + PAGES_PER_TURN).min(total);
-        with_memory(store, *instance, image.options, |memory| {
-            for i in first..end {
-                let (page, base) = (&mut memory[i * PAGE..(i + 1) * PAGE], image.page(i));
-                match kept.next_if(|p| **p as usize == i) {
-                    Some(_) => unpacked.apply_next(page, base),
-                    None if written.as_ref().is_some_and(|w| !w[i]) => {}
-                    None if page != base => page.copy_from_slice(base),
-                    None => {}
+        linear.with(store, |memory| {
+            image.with_pages(|image| {
+                for i in first..end {
+                    let (page, base) = (&mut memory[i * PAGE..(i + 1) * PAGE], image.page(i));
+                    match kept.next_if(|p| **p as usize == i) {
+                        Some(_) => unpacked.apply_next(page, base),
+                        None if written.as_ref().is_some_and(|w| !w[i]) => {}
+                        None if page != base => page.copy_from_slice(base),
+                        None => {}
+                    }
                 }
-            }
+            })
         });
         first = end;
         tokio::task::yield_now().await;
@@ -256,7 +350,6 @@ pub(crate) struct Sealing {
     pub(crate) keeper: Arc<dyn Keeper>,
     pub(crate) key: Arc<[u8]>,
     pub(crate) tenant: Option<String>,
-    pub(crate) runtime: [u8; 32],
     pub(crate) execution: Arc<str>,
     /// When the execution started (its stats' wall time counts from there).
     pub(crate) started: Instant,
@@ -265,15 +358,15 @@ pub(crate) struct Sealing {
 }
 
 impl Sealing {
-    /// What the sealed image of an execution hibernated as `frozen` holds.
-    fn body(&self, store: &Store<HostState>, frozen: &Frozen, fuel: Option<u64>) -> Body {
+    /// What the sealed image of an execution hibernated as `frozen`, against `image`, holds.
+    fn body(&self, store: &Store<HostState>, image: &Image, frozen: &Frozen, fuel: Option<u64>) -> Body {
         let data = store.data();
         let broker = &data.broker;
         let (rounds, calls, log, log_room, timer) = broker.kept();
         let (stdout, stderr, truncated) = broker.output.kept();
         Body {
             tenant: self.tenant.clone(),
-            runtime: self.runtime,
+            runtime: image.build,
             execution: self.execution.to_string(),
             round: rounds,
             frozen: frozen.clone(),
@@ -328,7 +421,7 @@ impl Asleep {
 
     /// The memory its thaw grows past the image's.
     pub(crate) fn grown(&self) -> u64 {
-        self.frozen.len.saturating_sub(self.image.memory.len()) as u64
+        self.frozen.len.saturating_sub(self.image.len) as u64
     }
 }
 
@@ -363,12 +456,12 @@ impl Hibernation {
     /// instance, holding the same host state) and gives its execution slot back; or, when
     /// it cannot be hibernated, says why in the log and hands the instance back.
     pub(crate) async fn freeze(&self, store: &mut Store<HostState>, guest: Guest) -> Result<Asleep, Guest> {
-        let Guest::Component(_, instance) = &guest else { return Err(guest) };
         let started = Instant::now();
+        let runtime = guest.runtime();
         let placeholder = self.stores.placeholder().map_err(|e| e.to_string());
-        let frozen = match (self.stores.image().await, placeholder) {
+        let frozen = match (self.stores.image(runtime).await, placeholder) {
             (Ok(image), Ok(placeholder)) => {
-                freeze(store, *instance, &image).await.map(|frozen| (frozen, image, placeholder))
+                freeze(store, &guest, &image, self.sealing.is_some()).await.map(|frozen| (frozen, image, placeholder))
             }
             (Err(e), _) => Err(e.to_string()),
             (_, Err(why)) => Err(why),
@@ -385,7 +478,7 @@ impl Hibernation {
         let fuel = store.get_fuel().ok();
         // Kept elsewhere first: if that fails (a store that is down), it stays live here.
         if let Some(sealing) = &self.sealing {
-            let body = sealing.body(store, &frozen, fuel);
+            let body = sealing.body(store, &image, &frozen, fuel);
             let kept = match sealing.seal(body).await {
                 Ok(image) => sealing.keeper.keep(image).await,
                 Err(why) => Err(why),
@@ -401,7 +494,7 @@ impl Hibernation {
         drop(guest);
         // The old store goes, and the instance with it. Arming the new one only sets the fuel
         // read from the old, which cannot fail.
-        *store = self.stores.bare_store(host, fuel).expect("arming a store as the last one was");
+        *store = self.stores.bare_store(host, runtime, fuel).expect("arming a store as the last one was");
         let size = frozen.size();
         store.data_mut().asleep(&self.stores.hibernated, size);
         drop(self.permit.lock().unwrap_or_else(|e| e.into_inner()).take());
@@ -420,9 +513,15 @@ impl Hibernation {
             .ok_or_else(|| wasmtime::Error::msg("the engine's execution slots were closed"))?;
         *self.permit.lock().unwrap_or_else(|e| e.into_inner()) = Some(permit);
         let started = Instant::now();
-        let guest = match self.stores.move_to_warm(store, asleep.fuel).map_err(wasmtime::Error::msg)? {
+        let warm = match asleep.image.runtime {
+            Runtime::Python => self.stores.move_to_warm(store, asleep.fuel).map_err(wasmtime::Error::msg)?,
+            Runtime::PythonData => None,
+        };
+        let guest = match warm {
             Some(guest) => guest,
-            None => Pre::Component(self.stores.pre.clone()).instantiate(&mut *store).await?,
+            None => {
+                self.stores.pre(asleep.image.runtime).map_err(wasmtime::Error::msg)?.instantiate(&mut *store).await?
+            }
         };
         let instantiated = started.elapsed();
         let size = asleep.frozen.size();

@@ -265,6 +265,63 @@ print('after', s, random.random(), list(squares), time.monotonic() >= t0, open('
     let _ = std::fs::remove_dir_all(files);
 }
 
+/// Changes one byte in the middle of the one image in the store, in place.
+fn alter_the_image(port: u16) {
+    let keys = redis::command(port, &["KEYS", "ptc:j:*:s"]);
+    let key = keys.lines().find(|l| l.starts_with("ptc:j:")).unwrap().to_string();
+    let flip = "local v = redis.call('HGET', KEYS[1], 'image') local i = math.floor(#v / 2) \
+                redis.call('HSET', KEYS[1], 'image', string.sub(v, 1, i - 1) .. string.char((string.byte(v, i) + 1) % 256) .. string.sub(v, i + 1)) return 1";
+    assert!(redis::command(port, &["EVAL", flip, "1", &key]).starts_with(":1"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_data_execution_is_thawed_on_another_node_and_one_whose_image_is_refused_is_lost_in_words() {
+    let (_redis, port) = tokio::task::spawn_blocking(|| redis::start(None)).await.unwrap();
+    let files = std::env::temp_dir().join(format!("ptc-thaw-data-{}", std::process::id()));
+    let [mut c1, mut c2] = hibernating_configs(port, &files);
+    // The data runtime in the settings of the other tests' (one compiled runtime), and so
+    // one snapshot on both nodes.
+    for config in [&mut c1, &mut c2] {
+        config.engine.python_data = Some(ptc_engine::python_data_artifacts());
+        config.engine.fuel = true;
+    }
+    let (n1, n2) = (serve(c1).await, serve(c2).await);
+    let code = "import pandas as pd\ndf = pd.DataFrame({'a': [1, 2, 3]})\nr = await t()\n\
+                df['b'] = df.a + r\ns = await t()\nprint(df.b.tolist(), s)";
+    let request = json!({"code": code, "tools": tools(), "runtime": "python-data"});
+    let start = || async {
+        let paused = post(n1.http_addr, PATH, Some("key-a"), &request).await;
+        assert_eq!(paused.body["status"], "tool_call_required", "{}", paused.text);
+        paused
+    };
+    // Not journaled (it could not be run again elsewhere): its image is kept at once.
+    let refused = start().await;
+    eventually("its image is in the store", || images(port) == 1).await;
+    alter_the_image(port);
+    let kept = start().await;
+    eventually("both images are in the store", || images(port) == 2).await;
+    stop(n1).await;
+
+    let lost = answer(n2.http_addr, "key-a", &refused).await;
+    assert_eq!(lost.body["status"], "error", "{}", lost.text);
+    let stderr = lost.body["stderr"].as_str().unwrap();
+    assert!(stderr.contains("python-data") && stderr.contains("Run the program again"), "{stderr}");
+    let next = answer(n2.http_addr, "key-a", &kept).await;
+    assert_eq!(next.body["status"], "tool_call_required", "{}", next.text);
+    let end = answer(n2.http_addr, "key-a", &next).await;
+    assert_eq!(
+        (end.body["status"].as_str(), end.body["stdout"].as_str()),
+        (Some("completed"), Some("[2, 3, 4] 1\n")),
+        "{}",
+        end.text
+    );
+    let usage = n2.http.cluster.store.usage("a").await.unwrap();
+    assert_eq!((usage.get("thaws"), usage.get("replays")), (Some(&1), None), "{usage:?}");
+    eventually("both are forgotten", || images(port) == 0 && journal_headers(port) == 0).await;
+    stop(n2).await;
+    let _ = std::fs::remove_dir_all(files);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_altered_image_is_refused_and_the_journal_replayed_instead() {
     let (_redis, port) = tokio::task::spawn_blocking(|| redis::start(None)).await.unwrap();
@@ -272,12 +329,7 @@ async fn an_altered_image_is_refused_and_the_journal_replayed_instead() {
     let (n1, n2) = two_hibernating_nodes(port, &files).await;
     let paused = begin(n1.http_addr, "key-a", "import random\nx = random.random()\nprint(await t(), x > 0)").await;
     eventually("its image is in the store", || images(port) == 1).await;
-    let keys = redis::command(port, &["KEYS", "ptc:j:*:s"]);
-    let key = keys.lines().find(|l| l.starts_with("ptc:j:")).unwrap().to_string();
-    // One byte in the middle of the image, changed in place.
-    let flip = "local v = redis.call('HGET', KEYS[1], 'image') local i = math.floor(#v / 2) \
-                redis.call('HSET', KEYS[1], 'image', string.sub(v, 1, i - 1) .. string.char((string.byte(v, i) + 1) % 256) .. string.sub(v, i + 1)) return 1";
-    assert!(redis::command(port, &["EVAL", flip, "1", &key]).starts_with(":1"));
+    alter_the_image(port);
     stop(n1).await;
     let end = answer(n2.http_addr, "key-a", &paused).await;
     assert_eq!(

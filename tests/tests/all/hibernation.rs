@@ -1,7 +1,7 @@
 //! Hibernation. A parked program asked off the native stack (`Control::request_unwind`)
 //! unwinds its event loop out of the instance's export, keeping its tasks in memory, and is
-//! re-entered (`resume`) where it was; a program running a loop of its own, and the data
-//! runtime, decline and stay parked. With `EngineConfig::hibernate_after`, a program that
+//! re-entered (`resume`) where it was; a program running a loop of its own declines and stays
+//! parked. With `EngineConfig::hibernate_after`, a program that
 //! waits that long is hibernated: its instance and slot freed, its memory kept as compressed
 //! pages, and thawed into another instance when answers arrive or a timer is due.
 
@@ -111,12 +111,12 @@ async fn a_sessions_program_goes_on_after_it_and_the_session_keeps_its_globals()
 }
 
 #[tokio::test]
-async fn the_data_runtime_declines_and_stays_parked() {
-    let code = format!("{}print(r)", gather(2));
+async fn a_data_program_gets_off_the_stack_and_goes_on_where_it_was() {
+    let code = format!("{ENTERED_BY}{}print(r, resumed())", gather(2));
     let request = ExecutionRequest::new(code).with_runtime(Runtime::PythonData).with_tools(standard_tools());
     let exec = data_engine().start(request).await.unwrap();
     let done = unwind_mid_gather(exec).await.completed();
-    assert_eq!(done.stdout, "got 2.0\ngot 4.0\n[2.0, 4.0]\n", "{}", done.stderr);
+    assert_eq!(done.stdout, "got 2.0\ngot 4.0\n[2.0, 4.0] True\n", "{}", done.stderr);
 }
 
 /// An engine that hibernates a program once it has waited 30 ms; `max_concurrent` slots.
@@ -588,7 +588,7 @@ async fn an_mcp_session_hibernates_between_its_programs() {
 #[tokio::test]
 async fn a_single_server_keeps_hibernated_executions_on_disk_across_a_restart() {
     let files = std::env::temp_dir().join(format!("ptc-images-restart-{}", std::process::id()));
-    let mut config = ptc_tests::grpc::config(&["acme:acme-key"]);
+    let mut config = ptc_tests::grpc::data_config(&["acme:acme-key"]);
     config.token_secret = Some("a secret that outlives the process".into());
     config.files.dir = files.clone();
     config.engine.hibernate_after = Some(Duration::from_millis(30));
@@ -606,6 +606,11 @@ async fn a_single_server_keeps_hibernated_executions_on_disk_across_a_restart() 
     };
     let first = post(server.http_addr, json!({"code": code, "tools": tools})).await;
     assert_eq!(first.body["status"], "tool_call_required", "{}", first.text);
+    // One of the data runtime, with a DataFrame.
+    let data_code = "import pandas as pd\ndf = pd.DataFrame({'a': [1, 2, 3]})\n\
+                     df['b'] = df.a * await ten()\nprint(df.b.tolist())";
+    let data = post(server.http_addr, json!({"code": data_code, "tools": tools, "runtime": "python-data"})).await;
+    assert_eq!(data.body["status"], "tool_call_required", "{}", data.text);
     // Another that is cancelled: its image goes with it.
     let reply = ptc_tests::http::post_raw(
         server.http_addr,
@@ -616,12 +621,12 @@ async fn a_single_server_keeps_hibernated_executions_on_disk_across_a_restart() 
     .await;
     assert_eq!(reply.body["status"], "tool_call_required", "{}", reply.text);
     let kept = || std::fs::read_dir(files.join(".hibernated")).map_or(0, |d| d.count());
-    eventually("both are kept on disk", || kept() == 2).await;
+    eventually("all three are kept on disk", || kept() == 3).await;
     let cancel = json!({"request_id": "req-1"});
     let cancelled =
         ptc_tests::http::post(server.http_addr, "/exec/programmatic/cancel", Some("acme-key"), &cancel).await;
     assert_eq!(cancelled.body["status"], "cancelled", "{}", cancelled.text);
-    eventually("the cancelled one's image is gone", || kept() == 1).await;
+    eventually("the cancelled one's image is gone", || kept() == 2).await;
     server.shutdown();
     server.wait().await;
 
@@ -636,6 +641,13 @@ async fn a_single_server_keeps_hibernated_executions_on_disk_across_a_restart() 
     assert_eq!(
         (end.body["status"].as_str(), end.body["stdout"].as_str()),
         (Some("completed"), Some("10 20 True +\n")),
+        "{}",
+        end.text
+    );
+    let end = post(server.http_addr, next(&data, 10)).await;
+    assert_eq!(
+        (end.body["status"].as_str(), end.body["stdout"].as_str()),
+        (Some("completed"), Some("[10, 20, 30]\n")),
         "{}",
         end.text
     );
@@ -684,4 +696,136 @@ async fn a_draining_server_hibernates_what_waits_and_after_its_restart_thaws_it(
     server.shutdown();
     server.wait().await;
     let _ = std::fs::remove_dir_all(files);
+}
+
+/// An engine with the data runtime that hibernates after 30 ms and seals with `key` (for
+/// executions that have a keeper).
+fn data_sealing_engine(hibernate_after: Option<Duration>, key: &[u8]) -> Engine {
+    engine_with(|c| {
+        c.fuel = true;
+        c.python_data = Some(ptc_engine::python_data_artifacts());
+        c.hibernate_after = hibernate_after;
+        c.seal_key = Some(key.to_vec());
+    })
+}
+
+#[tokio::test]
+async fn a_data_program_hibernates_with_its_dataframe_and_thaws_on_another_engine() {
+    let (root, dir) = data_dir_beside_a_secret("hibernate-data");
+    // A DataFrame, numpy's and Python's seeded generators, a file, clocks, both streams and a
+    // timer due while it sleeps; a gather half answered when it is carried over.
+    let code = format!(
+        "import random, sys, time\n\
+import numpy as np, pandas as pd\n\
+random.seed(7)\n\
+rng = np.random.default_rng(7)\n\
+df = pd.DataFrame({{'n': range(1000), 'x': rng.normal(size=1000)}})\n\
+t0 = time.monotonic()\n\
+print('before', random.random(), round(float(df.x.sum()), 6))\n\
+print('err before', file=sys.stderr)\n\
+with open('/mnt/data/notes.txt', 'w') as f:\n    f.write('kept')\n\
+async def later():\n    await asyncio.sleep(0.3)\n    print('timer fired')\n    return 'slept'\n\
+timer = asyncio.ensure_future(later())\n\
+{}\
+df['r'] = df.n * r[0]\n\
+print('after', r, random.random(), float(rng.normal()), int(df.r.sum()))\n\
+print('err after', file=sys.stderr)\n\
+return [r, await timer, time.monotonic() - t0 >= 0.3, df.shape[0], open('/mnt/data/notes.txt').read()]",
+        gather(3)
+    );
+    let request = || {
+        ExecutionRequest::new(code.clone())
+            .with_runtime(Runtime::PythonData)
+            .with_tools(standard_tools())
+            .with_data_dir(dir.clone())
+    };
+    let answer = |c: &ptc_engine::ToolCall| ToolResult::ok(&c.id, &standard_handler(c).unwrap());
+
+    // The run as it goes uninterrupted, answered the same way.
+    let mut reference = data_engine().start(request()).await.unwrap();
+    let calls = first_calls(&mut reference).await;
+    reference.submit(vec![answer(&calls[0])]).unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    reference.submit(calls[1..].iter().map(answer).collect()).unwrap();
+    let reference = drive(reference, standard_handler).await.completed();
+    assert!(reference.stdout.contains("timer fired\n"), "{}", reference.stdout);
+
+    let first = data_sealing_engine(Some(Duration::from_millis(30)), b"cluster key");
+    let kept = std::sync::Arc::new(Kept::default());
+    let mut exec = first.start(request().with_keeper(kept.clone())).await.unwrap();
+    let calls = first_calls(&mut exec).await;
+    exec.submit(vec![answer(&calls[0])]).unwrap();
+    // Hibernated once with one answer taken, thawed in this engine for the timer, hibernated
+    // again: the instance is freed each time.
+    eventually("it hibernates again after its timer", || kept.count() >= 2).await;
+    eventually("its instance is freed", || first.live_instances() == 0).await;
+    assert_eq!(first.hibernated(), 1);
+    let image = kept.last();
+    eprintln!("a hibernated data program with a DataFrame: {} bytes sealed", image.bytes.len());
+    let id = exec.id().to_string();
+    drop(exec);
+    drop(first);
+
+    // Another engine with the same snapshot (this machine's cache) and key thaws it.
+    let second = data_sealing_engine(None, b"cluster key");
+    let thawed = second.thaw(&id, &image.bytes, request()).await.unwrap();
+    assert_eq!(thawed.control().pending_through(1).len(), 2);
+    thawed.submit(calls[1..].iter().map(answer).collect()).unwrap();
+    let done = drive(thawed, standard_handler).await.completed();
+    assert_eq!(done.stdout, reference.stdout);
+    assert_eq!(done.stderr, reference.stderr);
+    assert_eq!(done.return_value, reference.return_value);
+    assert_eq!(done.stats.round_trips, 1, "the calls went out once");
+    assert_eq!((second.hibernated(), second.live_instances()), (0, 0));
+
+    // An image of the data runtime is not one of the component's.
+    let refused = second.thaw(&id, &image.bytes, request().with_runtime(Runtime::Python)).await.err().unwrap();
+    assert!(refused.message().contains("another version of the runtime"), "{}", refused.message());
+    std::fs::remove_dir_all(root).unwrap();
+}
+
+#[tokio::test]
+async fn a_data_program_holding_an_open_file_hibernates_in_its_process_only() {
+    let engine = data_sealing_engine(Some(Duration::from_millis(30)), b"cluster key");
+    let (root, dir) = data_dir_beside_a_secret("hibernate-data-open");
+    std::fs::write(dir.join("in.txt"), "abcdef").unwrap();
+    let code = "f = open('/mnt/data/in.txt')\nhead = f.read(3)\nr = await add(a=1, b=2)\nreturn [r, head, f.read()]";
+    let request = || {
+        ExecutionRequest::new(code)
+            .with_runtime(Runtime::PythonData)
+            .with_tools(standard_tools())
+            .with_data_dir(dir.clone())
+    };
+    // Its descriptors are the host's, and move with it to the next instance here.
+    let mut exec = engine.start(request()).await.unwrap();
+    let calls = first_calls(&mut exec).await;
+    until_hibernated(&engine, 1).await;
+    exec.submit(vec![ToolResult::ok(&calls[0].id, &json!(3))]).unwrap();
+    assert_eq!(drive(exec, standard_handler).await.completed().return_value, r#"[3, "abc", "def"]"#);
+    // An image for elsewhere would lose the file: that one stays live.
+    let kept = std::sync::Arc::new(Kept::default());
+    let mut exec = engine.start(request().with_keeper(kept.clone())).await.unwrap();
+    let calls = first_calls(&mut exec).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!((kept.count(), engine.hibernated(), engine.live_instances()), (0, 0, 1));
+    exec.submit(vec![ToolResult::ok(&calls[0].id, &json!(3))]).unwrap();
+    assert_eq!(drive(exec, standard_handler).await.completed().return_value, r#"[3, "abc", "def"]"#);
+    std::fs::remove_dir_all(root).unwrap();
+}
+
+#[tokio::test]
+async fn an_idle_data_session_hibernates_and_keeps_its_dataframe() {
+    let engine = data_sealing_engine(Some(Duration::from_millis(30)), b"cluster key");
+    let request = SessionRequest::new().with_runtime(Runtime::PythonData);
+    let (session, _) = engine.open_session(request).await.expect("open session");
+    let first = "import pandas as pd\ndf = pd.DataFrame({'a': [1, 2, 3]})\nprint(int(df.a.sum()))";
+    let run = |code: &str| ExecutionRequest::new(code).with_tools(standard_tools());
+    let done = drive(engine.execute_in(&session, run(first)).await.unwrap(), standard_handler).await.completed();
+    assert_eq!(done.stdout, "6\n");
+    until_hibernated(&engine, 1).await;
+    assert_eq!(engine.live_instances(), 0);
+    let next = "df['b'] = df.a * await add(a=1, b=1)\nprint(df.b.tolist())";
+    let done = drive(engine.execute_in(&session, run(next)).await.unwrap(), standard_handler).await.completed();
+    assert_eq!(done.stdout, "[2.0, 4.0, 6.0]\n", "{}", done.stderr);
+    session.close();
 }

@@ -25,7 +25,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use ptc_engine::Runtime;
+use ptc_engine::{JournalTake, Runtime};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -274,8 +274,11 @@ async fn initial(
     let admitted = state.core.admit(Some(&tenant), request_id)?;
     let expires_at_ms = now_ms() + limits.timeout.as_millis() as u64;
     let ttl = limits.timeout;
-    // With a shared store, the run is journaled so that another node can finish it.
+    // With a shared store, the run is journaled so that another node can finish it. A
+    // python-data run cannot be run again (each server pre-initialises its own runtime): its
+    // image, kept in the store at each pause, is what another node carries it on from.
     let journal = (state.cluster.journaling() && runtime == Runtime::Python).then(Journal::new);
+    let imaged = state.cluster.journaling() && runtime != Runtime::Python;
     let seed = journal.as_ref().map(|j| hex::encode(j.seed));
     let mut request = ExecutionRequest::new(code.clone())
         .with_tools(tools.clone())
@@ -283,17 +286,18 @@ async fn initial(
         .with_session_id(session_id.clone())
         .with_tenant(tenant.clone())
         .with_runtime(runtime);
+    if imaged {
+        request = request.with_hibernate_after(Duration::ZERO);
+    }
     let disk_header = Arc::new(OnceLock::new());
-    let keeper = match runtime {
-        Runtime::Python => keeper(state, &tenant, expires_at_ms, journal.is_some(), &disk_header),
-        _ => None,
-    };
-    let on_disk = keeper.is_some() && journal.is_none();
+    let stored = journal.is_some() || imaged;
+    let keeper = keeper(state, &tenant, expires_at_ms, stored, &disk_header);
+    let on_disk = keeper.is_some() && !stored;
     request.keeper = keeper;
     request.journal = journal;
     let dir = DataDir::Session { id: session_id.clone(), imports };
     let run = state.core.start(admitted, Launch { request, dir, thaw: None }).await?;
-    let header = (seed.is_some() || on_disk).then(|| {
+    let header = (stored || on_disk).then(|| {
         let header = JournalHeader {
             code,
             tools,
@@ -309,7 +313,7 @@ async fn initial(
     if on_disk && let Some(header) = &header {
         let _ = disk_header.set(header.clone());
     }
-    let header = header.filter(|_| seed.is_some());
+    let header = header.filter(|_| stored);
     let id = run.execution.id().to_string();
     tracing::info!(execution = %id, %tenant, session = %session_id, "http execution started");
     let cluster = &state.cluster;
@@ -470,8 +474,13 @@ async fn pause(state: &HttpState, mut paused: Paused, calls: Vec<ToolCall>) -> R
         }
     }
     let cluster = &state.cluster;
+    // A python-data run has no journal: its first pause saves its header alone, and its image,
+    // kept at each hibernation, carries it on. So does a run thawed here, whose header the
+    // store has.
+    let take =
+        || paused.run.execution.control().take_journal().or_else(|| paused.header.is_some().then(JournalTake::default));
     if paused.journaled
-        && let Some(take) = paused.run.execution.control().take_journal()
+        && let Some(take) = take()
     {
         let ttl = Duration::from_millis(paused.expires_at_ms.saturating_sub(now_ms()).max(1));
         let saved = match take.lost {

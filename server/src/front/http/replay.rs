@@ -42,6 +42,10 @@ pub(super) async fn replay(
         let slot = state.paused.get(&claims.execution_id).expect("just inserted");
         return resume(state, &tenant, &claims, slot, results).await;
     }
+    let Some(journal) = journal else {
+        let _ = cluster.store.forget(&claims.execution_id).await;
+        return Ok(lost_response(&header.session_id, NOT_KEPT));
+    };
     let started = std::time::Instant::now();
     let admitted = state.core.admit(Some(&tenant), None)?;
     let engine = &state.core.engine;
@@ -49,7 +53,7 @@ pub(super) async fn replay(
     let remaining = header.expires_at_ms.saturating_sub(now_ms());
     let timeout = Duration::from_millis(remaining).max(engine.config().ceilings.min_timeout);
     let limits = engine.config().default_limits.clone().with_timeout(timeout);
-    let runtime: Runtime = header.runtime.parse().map_err(|e: ptc_engine::Error| ApiError::bad_request(e.message()))?;
+    let runtime = runtime_of(&header)?;
     let mut request = ExecutionRequest::new(header.code)
         .with_tools(header.tools)
         .with_limits(limits)
@@ -150,6 +154,7 @@ async fn thaw(
     image: Vec<u8>,
 ) -> Result<Option<Paused>, ApiError> {
     let started = std::time::Instant::now();
+    let runtime = runtime_of(header)?;
     let admitted = state.core.admit(Some(tenant), None)?;
     let engine = &state.core.engine;
     let remaining = header.expires_at_ms.saturating_sub(now_ms());
@@ -160,7 +165,7 @@ async fn thaw(
         .with_limits(limits)
         .with_session_id(header.session_id.clone())
         .with_tenant(tenant.to_string())
-        .with_runtime(Runtime::Python);
+        .with_runtime(runtime);
     let disk_header = Arc::new(OnceLock::new());
     let _ = disk_header.set(serde_json::to_vec(header).expect("a header serialises"));
     request.keeper = super::keeper(state, tenant, header.expires_at_ms, true, &disk_header);
@@ -201,14 +206,14 @@ async fn thaw(
     }))
 }
 
-/// The journal of the execution `claims` resumes, from the shared store, ready to replay, and
-/// its sealed image when it hibernated at the token's round; `None` if it is gone or its
-/// deadline passed. A token of an older round, or another tenant's, is refused.
+/// The journal of the execution `claims` resumes, from the shared store, ready to replay (none
+/// for a python-data run), and its sealed image when it hibernated at the token's round;
+/// `None` if it is gone or its deadline passed. A token of an older round, or another tenant's, is refused.
 async fn load_journal(
     state: &HttpState,
     tenant: &str,
     claims: &Claims,
-) -> Result<Option<(JournalHeader, Journal, Option<Vec<u8>>)>, ApiError> {
+) -> Result<Option<(JournalHeader, Option<Journal>, Option<Vec<u8>>)>, ApiError> {
     let unavailable = |e: crate::cluster::StoreError| {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, format!("{e}; try the continuation again shortly"))
     };
@@ -234,11 +239,20 @@ async fn load_journal(
         let part: Vec<Entry> = serde_json::from_slice(segment).map_err(|e| malformed(&e))?;
         entries.extend(part);
     }
+    let image = saved.image.filter(|(round, _)| *round == claims.round).map(|(_, image)| image);
+    // A python-data run has no seed: it was never journaled, only its image kept.
+    if header.seed.is_empty() {
+        return Ok(Some((header, None, image)));
+    }
     let mut seed = [0u8; 32];
     hex::decode_to_slice(&header.seed, &mut seed).map_err(|e| malformed(&e))?;
-    let image = saved.image.filter(|(round, _)| *round == claims.round).map(|(_, image)| image);
-    Ok(Some((header, Journal::replay(seed, entries), image)))
+    Ok(Some((header, Some(Journal::replay(seed, entries)), image)))
 }
+
+/// Why a python-data run whose server was lost cannot go on here.
+const NOT_KEPT: &str = "this execution's server was lost before another could take it over: a python-data program is \
+                        carried on elsewhere only from its kept memory, which was missing or made by a server whose \
+                        python-data runtime differs from this one's. Run the program again from the start";
 
 /// An execution that cannot be resumed: the model is told why and what to do.
 fn lost_response(session_id: &str, why: &str) -> Response {
@@ -248,4 +262,9 @@ fn lost_response(session_id: &str, why: &str) -> Response {
         "stdout": "", "stderr": stderr,
     }))
     .into_response()
+}
+
+/// The runtime a stored execution ran in.
+fn runtime_of(header: &JournalHeader) -> Result<Runtime, ApiError> {
+    header.runtime.parse().map_err(|e: ptc_engine::Error| ApiError::bad_request(e.message()))
 }
