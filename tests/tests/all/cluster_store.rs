@@ -265,6 +265,32 @@ print('after', s, random.random(), list(squares), time.monotonic() >= t0, open('
     let _ = std::fs::remove_dir_all(files);
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_lost_before_it_kept_a_thawed_execution_again_is_answered_in_words() {
+    let (_redis, port) = tokio::task::spawn_blocking(|| redis::start(None)).await.unwrap();
+    let files = std::env::temp_dir().join(format!("ptc-thaw-behind-{}", std::process::id()));
+    let [c1, mut c2] = hibernating_configs(port, &files);
+    // n2 cannot keep its image (past its bound): what the execution does there is not kept.
+    c2.journal_limits.tenant_bytes = 1024;
+    let (n1, n2) = (serve(c1).await, serve(c2).await);
+    let paused = begin(n1.http_addr, "key-a", "r = await t()\ns = await t()\nprint(r, s)").await;
+    eventually("its image is in the store", || images(port) == 1).await;
+    stop(n1).await;
+    let next = answer(n2.http_addr, "key-a", &paused).await;
+    assert_eq!(next.body["status"], "tool_call_required", "{}", next.text);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(n2.engine.hibernated(), 0, "its image could not be kept, so it stays live");
+    stop(n2).await;
+    let n3 = serve(hibernating_configs(port, &files)[0].clone()).await;
+    let lost = answer(n3.http_addr, "key-a", &next).await;
+    assert_eq!(lost.body["status"], "error", "{}", lost.text);
+    let stderr = lost.body["stderr"].as_str().unwrap();
+    assert!(stderr.contains("lost right after its last pause") && stderr.contains("Run the program again"), "{stderr}");
+    assert_eq!(journal_headers(port), 0, "forgotten");
+    stop(n3).await;
+    let _ = std::fs::remove_dir_all(files);
+}
+
 /// Changes one byte in the middle of the one image in the store, in place.
 fn alter_the_image(port: u16) {
     let keys = redis::command(port, &["KEYS", "ptc:j:*:s"]);

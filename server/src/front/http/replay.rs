@@ -32,8 +32,13 @@ pub(super) async fn replay(
     results: Vec<ToolResultSpec>,
 ) -> Result<Response, ApiError> {
     let cluster = &state.cluster;
-    let Some((header, journal, image)) = load_journal(state, &tenant, &claims).await? else {
-        return Err(ApiError::bad_request("Execution expired"));
+    let (header, journal, image) = match load_journal(state, &tenant, &claims).await? {
+        Some(Loaded::Kept { header, journal, image }) => (header, journal, image),
+        Some(Loaded::Behind(header)) => {
+            let _ = cluster.store.forget(&claims.execution_id).await;
+            return Ok(lost_response(&header.session_id, NOT_KEPT_SINCE));
+        }
+        None => return Err(ApiError::bad_request("Execution expired")),
     };
     if let Some(image) = image
         && let Some(paused) = thaw(state, &tenant, &claims, &header, image).await?
@@ -128,7 +133,8 @@ pub(super) async fn thaw_from_disk(
     }
     // It had gone on past its image when the server stopped: that part is lost.
     if kept.round < claims.round {
-        return Err(ApiError::bad_request("Execution expired"));
+        images.forget(&claims.execution_id);
+        return Ok(lost_response(&kept.header.session_id, NOT_KEPT_SINCE));
     }
     match thaw(state, &tenant, &claims, &kept.header, kept.image).await? {
         Some(paused) => {
@@ -206,14 +212,19 @@ async fn thaw(
     }))
 }
 
+/// What the store kept of an execution whose node is gone.
+enum Loaded {
+    /// At the token's round: its journal (none for a python-data run) and its sealed image,
+    /// when it hibernated at that round.
+    Kept { header: JournalHeader, journal: Option<Journal>, image: Option<Vec<u8>> },
+    /// Of an earlier round than the token's: what it did since was not kept.
+    Behind(JournalHeader),
+}
+
 /// The journal of the execution `claims` resumes, from the shared store, ready to replay (none
 /// for a python-data run), and its sealed image when it hibernated at the token's round;
 /// `None` if it is gone or its deadline passed. A token of an older round, or another tenant's, is refused.
-async fn load_journal(
-    state: &HttpState,
-    tenant: &str,
-    claims: &Claims,
-) -> Result<Option<(JournalHeader, Option<Journal>, Option<Vec<u8>>)>, ApiError> {
+async fn load_journal(state: &HttpState, tenant: &str, claims: &Claims) -> Result<Option<Loaded>, ApiError> {
     let unavailable = |e: crate::cluster::StoreError| {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, format!("{e}; try the continuation again shortly"))
     };
@@ -223,13 +234,18 @@ async fn load_journal(
     let Some(saved) = state.cluster.store.load(&claims.execution_id).await.map_err(unavailable)? else {
         return Ok(None);
     };
-    // An older round's token was used already (here or on the node that resumed it).
-    if saved.round != claims.round {
-        return Err(ApiError::bad_request("Invalid continuation token"));
-    }
     let header: JournalHeader = serde_json::from_slice(&saved.header).map_err(|e| malformed(&e))?;
     if header.tenant != tenant {
         return Err(ApiError::bad_request("Invalid continuation token"));
+    }
+    // An older round's token was used already (here or on the node that resumed it).
+    if saved.round > claims.round {
+        return Err(ApiError::bad_request("Invalid continuation token"));
+    }
+    // Its node went on past what it kept (a run thawed there is kept only once it hibernates
+    // again, a few ms after its pause) and was lost before that.
+    if saved.round < claims.round {
+        return Ok(Some(Loaded::Behind(header)));
     }
     if header.expires_at_ms <= now_ms() {
         return Ok(None);
@@ -242,17 +258,22 @@ async fn load_journal(
     let image = saved.image.filter(|(round, _)| *round == claims.round).map(|(_, image)| image);
     // A python-data run has no seed: it was never journaled, only its image kept.
     if header.seed.is_empty() {
-        return Ok(Some((header, None, image)));
+        return Ok(Some(Loaded::Kept { header, journal: None, image }));
     }
     let mut seed = [0u8; 32];
     hex::decode_to_slice(&header.seed, &mut seed).map_err(|e| malformed(&e))?;
-    Ok(Some((header, Some(Journal::replay(seed, entries)), image)))
+    Ok(Some(Loaded::Kept { header, journal: Some(Journal::replay(seed, entries)), image }))
 }
 
 /// Why a python-data run whose server was lost cannot go on here.
 const NOT_KEPT: &str = "this execution's server was lost before another could take it over: a python-data program is \
                         carried on elsewhere only from its kept memory, which was missing or made by a server whose \
                         python-data runtime differs from this one's. Run the program again from the start";
+
+/// Why a run whose node was lost just after its last pause cannot go on here.
+const NOT_KEPT_SINCE: &str = "this execution's server was lost right after its last pause, before it had kept what the \
+                              program did since the round before; no other server can carry it on. Run the program \
+                              again from the start";
 
 /// An execution that cannot be resumed: the model is told why and what to do.
 fn lost_response(session_id: &str, why: &str) -> Response {
