@@ -12,12 +12,12 @@ use wasmtime::Store;
 use wasmtime::component::{HasSelf, Linker};
 
 use crate::bindings::{self, Sandbox, SandboxPre};
-use crate::config::{ComponentSource, EngineConfig, MIB, WhenBusy};
+use crate::config::{ComponentSource, EngineConfig, Limits, MIB, WhenBusy};
 use crate::data::DataRuntime;
 use crate::error::{Error, ErrorKind, Result};
 use crate::execution::{Control, Execution, Job, Start, drive};
 use crate::guest::Pre;
-use crate::hibernation::{Asleep, Binding, Hibernation, Sealing, sealed};
+use crate::hibernation::{Asleep, Binding, Hibernation, Image, Keeper, Sealing, sealed};
 use crate::host::HostState;
 use crate::journal::Recorder;
 use crate::request::{ExecutionRequest, Runtime, ToolDef, check_tools_size};
@@ -273,7 +273,7 @@ impl Engine {
         let (permit, hibernation) = match hibernate_after {
             None => (Some(permit), None),
             Some(_) => {
-                let sealing = self.sealing(&request, &id, started, host.fuel);
+                let sealing = self.sealing(request.keeper.as_ref(), request.tenant.as_ref(), &id, started, host.fuel);
                 (None, Some(self.hibernation(Some(permit), sealing)))
             }
         };
@@ -322,13 +322,8 @@ impl Engine {
         }
         let pre = inner.stores.pre(request.runtime)?;
         let sealed_len = image.len();
-        let memory = inner.stores.image(request.runtime).await?;
-        let binding = Binding { tenant: request.tenant.as_deref(), runtime: memory.build, execution: id };
-        let max = inner.config.ceilings.max_hibernated_bytes;
-        let body = sealed::open(&inner.seal_key, image, max, &binding)
-            .map_err(|why| Error::invalid(format!("the hibernated execution cannot be thawed: {why}")))?;
+        let (body, image) = self.open_sealed(id, image, request.tenant.as_deref(), request.runtime).await?;
         let schemas = Schemas::compile_shared(&request.tools).await?;
-        let image = memory;
         let sealed::Host { fuel, fuel_initial, monotonic, elapsed_ms, timer_ms, .. } = body.host;
         let (mut store, host) = inner.stores.new_store(&StoreSpec {
             limits: &limits,
@@ -359,7 +354,7 @@ impl Engine {
         let now = Instant::now();
         let started = now.checked_sub(Duration::from_millis(elapsed_ms)).unwrap_or(now);
         let id: Arc<str> = id.into();
-        let sealing = self.sealing(&request, &id, started, fuel_initial);
+        let sealing = self.sealing(request.keeper.as_ref(), request.tenant.as_ref(), &id, started, fuel_initial);
         let cancel = CancellationToken::new();
         let job = Job {
             pre,
@@ -433,6 +428,93 @@ impl Engine {
             restored.dropped =
                 r.dropped.into_iter().map(|d| session::Dropped { name: d.name, reason: d.reason }).collect();
         }
+        let sealing =
+            self.sealing(request.keeper.as_ref(), request.tenant.as_ref(), &shared.id, Instant::now(), budget.fuel);
+        let slot = match inner.config.hibernate_after {
+            Some(after) => (None, Some((self.hibernation(Some(permit), sealing), after))),
+            None => (Some(permit), None),
+        };
+        let session = self.serve_session(&request, limits, shared, budget, store, Start::Fresh(Some(sandbox)), slot);
+        Ok((session, restored))
+    }
+
+    /// Thaws live session `id` from its sealed image: what its [`crate::Keeper`]
+    /// ([`SessionRequest::keeper`]) was given when it last hibernated, here or on another
+    /// engine with the same runtime and [`EngineConfig::seal_key`]. Its next program finds the
+    /// globals, imports and random state its earlier ones left. `request` gives what the
+    /// image does not hold: the limits, idle timeout, tenant (the image's own), `/mnt/data`
+    /// and runtime (the image's own), and a keeper for its next hibernation; `restore` is not
+    /// used. It hibernates again once idle for [`EngineConfig::hibernate_after`] (1 s when
+    /// unset: it came from an image, and goes back to one). A refused image is an
+    /// [`ErrorKind::InvalidRequest`] saying why, as [`Engine::thaw`]'s.
+    pub async fn thaw_session(&self, id: &str, image: &[u8], request: SessionRequest) -> Result<Session> {
+        let inner = &self.inner;
+        self.check_accepting()?;
+        let limits = request.limits.clone().unwrap_or_else(|| inner.config.default_limits.clone());
+        inner.config.ceilings.check(&limits, inner.config.fuel)?;
+        if request.idle_timeout.is_zero() {
+            return Err(Error::invalid("idle_timeout must be at least 1 ms"));
+        }
+        inner.stores.pre(request.runtime)?;
+        let (body, memory) = self.open_sealed(id, image, request.tenant.as_deref(), request.runtime).await?;
+        let (mut store, host) = inner.stores.new_store(&StoreSpec {
+            limits: &limits,
+            schemas: None,
+            data_dir: request.data_dir.as_deref(),
+            tenant: request.tenant.as_deref(),
+            runtime: request.runtime,
+            journal: None,
+            monotonic_from: body.host.monotonic,
+        })?;
+        let asleep = Asleep::new(body.frozen, memory, None);
+        let data = store.data_mut();
+        data.limiter.peak = body.host.peak_memory;
+        // Charged as its hibernation left it charged: its pages, and the memory it had grown.
+        data.limiter.claim.grow(asleep.grown() + asleep.size()).map_err(|why| Error::new(ErrorKind::Busy, why))?;
+        data.asleep(&inner.stores.hibernated, asleep.size());
+        let shared = SessionCore::new(id.into(), request.tenant.clone(), host.output);
+        let budget = session::Budget { timeout: limits.timeout, fuel: inner.stores.fuel(&limits) };
+        let sealing =
+            self.sealing(request.keeper.as_ref(), request.tenant.as_ref(), &shared.id, Instant::now(), budget.fuel);
+        let after = inner.config.hibernate_after.unwrap_or(Duration::from_secs(1));
+        let slot = (None, Some((self.hibernation(None, sealing), after)));
+        tracing::debug!(session = id, bytes = image.len(), "thawing a sealed session");
+        Ok(self.serve_session(&request, limits, shared, budget, store, Start::Asleep(asleep), slot))
+    }
+
+    /// Opens the sealed image of execution (or session) `id`, as `tenant`'s, of `runtime`:
+    /// its body, and the memory it is kept against. Refused, in words, when it is too large,
+    /// altered or sealed under another key, or bound to another tenant, build or id.
+    async fn open_sealed(
+        &self,
+        id: &str,
+        image: &[u8],
+        tenant: Option<&str>,
+        runtime: Runtime,
+    ) -> Result<(sealed::Body, Arc<Image>)> {
+        let inner = &self.inner;
+        let memory = inner.stores.image(runtime).await?;
+        let binding = Binding { tenant, runtime: memory.build, execution: id };
+        let max = inner.config.ceilings.max_hibernated_bytes;
+        let body = sealed::open(&inner.seal_key, image, max, &binding)
+            .map_err(|why| Error::invalid(format!("the hibernated execution cannot be thawed: {why}")))?;
+        Ok((body, memory))
+    }
+
+    /// Starts a session's task: `first` is its instance or its hibernated memory; `slot`, its
+    /// execution slot, or the hibernation that holds it (with how long it idles first).
+    #[allow(clippy::too_many_arguments)]
+    fn serve_session(
+        &self,
+        request: &SessionRequest,
+        limits: Limits,
+        shared: Arc<SessionCore>,
+        budget: session::Budget,
+        store: Store<HostState>,
+        first: Start,
+        (permit, hibernation): (Option<OwnedSemaphorePermit>, Option<(Hibernation, Duration)>),
+    ) -> Session {
+        let inner = &self.inner;
         let (tx, commands) = mpsc::unbounded_channel();
         let serve = session::Serve {
             shared: shared.clone(),
@@ -441,16 +523,12 @@ impl Engine {
             budget,
             closing: inner.closing.clone(),
             shutdown: inner.shutdown.clone(),
-            _permit: None,
-            hibernation: None,
-        };
-        let serve = match inner.config.hibernate_after {
-            Some(after) => session::Serve { hibernation: Some((self.hibernation(Some(permit), None), after)), ..serve },
-            None => session::Serve { _permit: Some(permit), ..serve },
+            _permit: permit,
+            hibernation,
         };
         let span = tracing::info_span!("session", id = %shared.id);
-        inner.drivers.spawn(tracing::Instrument::instrument(session::serve(serve, store, sandbox), span));
-        Ok((session::handle(shared, tx, limits, request.runtime), restored))
+        inner.drivers.spawn(tracing::Instrument::instrument(session::serve(serve, store, first), span));
+        session::handle(shared, tx, limits, request.runtime)
     }
 
     /// Runs a program in a live session, with the globals the session's earlier programs left.
@@ -593,16 +671,17 @@ impl Engine {
     /// image when it hibernates: its request's keeper, if it has one.
     fn sealing(
         &self,
-        request: &ExecutionRequest,
+        keeper: Option<&Arc<dyn Keeper>>,
+        tenant: Option<&String>,
         id: &Arc<str>,
         started: Instant,
         fuel: Option<u64>,
     ) -> Option<Sealing> {
-        let keeper = request.keeper.clone()?;
+        let keeper = keeper?.clone();
         Some(Sealing {
             keeper,
             key: self.inner.seal_key.clone(),
-            tenant: request.tenant.clone(),
+            tenant: tenant.cloned(),
             execution: id.clone(),
             started,
             fuel,

@@ -53,6 +53,10 @@ pub struct SessionRequest {
     pub restore: Option<Vec<u8>>,
     /// The session's runtime, for all its executions (their own `runtime` is ignored).
     pub runtime: Runtime,
+    /// Where the session's sealed image goes each time it hibernates while idle
+    /// ([`crate::EngineConfig::hibernate_after`]), so that any engine sharing the seal key can
+    /// thaw it ([`crate::Engine::thaw_session`]). `None`: it hibernates in this process only.
+    pub keeper: Option<Arc<dyn crate::Keeper>>,
 }
 
 impl Default for SessionRequest {
@@ -64,6 +68,7 @@ impl Default for SessionRequest {
             data_dir: None,
             restore: None,
             runtime: Runtime::Python,
+            keeper: None,
         }
     }
 }
@@ -103,6 +108,11 @@ impl SessionRequest {
 
     pub fn with_runtime(mut self, runtime: Runtime) -> Self {
         self.runtime = runtime;
+        self
+    }
+
+    pub fn with_keeper(mut self, keeper: Arc<dyn crate::Keeper>) -> Self {
+        self.keeper = Some(keeper);
         self
     }
 }
@@ -370,11 +380,14 @@ pub(crate) struct Serve {
 }
 
 /// The session's task: runs its commands one at a time until something ends it; dropping the
-/// store on return frees the instance.
-pub(crate) async fn serve(mut serve: Serve, mut store: Store<HostState>, sandbox: Guest) {
+/// store on return frees the instance. `first`: its instance, or (thawed from a sealed image)
+/// its hibernated memory, thawed at its first command.
+pub(crate) async fn serve(mut serve: Serve, mut store: Store<HostState>, first: Start) {
     metrics::gauge!("ptc_sessions_open").increment(1.0);
-    let mut sandbox = Some(sandbox);
-    let mut asleep = None;
+    let (mut sandbox, mut asleep) = match first {
+        Start::Fresh(sandbox) => (sandbox, None),
+        Start::Asleep(asleep) => (None, Some(asleep)),
+    };
     let mut idle_since = tokio::time::Instant::now();
     // Rung when a start finds no free slot and this session has been idle longest.
     let wake = Arc::new(tokio::sync::Notify::new());

@@ -829,3 +829,42 @@ async fn an_idle_data_session_hibernates_and_keeps_its_dataframe() {
     assert_eq!(done.stdout, "[2.0, 4.0, 6.0]\n", "{}", done.stderr);
     session.close();
 }
+
+#[tokio::test]
+async fn a_sealed_idle_session_thaws_on_another_engine_with_its_globals() {
+    for runtime in [Runtime::Python, Runtime::PythonData] {
+        let first = data_sealing_engine(Some(Duration::from_millis(30)), b"cluster key");
+        let kept = std::sync::Arc::new(Kept::default());
+        let request = || SessionRequest::new().with_runtime(runtime).with_tenant("acme");
+        let (session, _) = first.open_session(request().with_keeper(kept.clone())).await.unwrap();
+        let run = |code: &str| ExecutionRequest::new(code).with_tools(standard_tools());
+        let code = "import random, time\nrandom.seed(5)\nfirst = random.random()\nt0 = time.monotonic()\n\
+                    squares = (i * i for i in range(5))\nnext(squares)\nseen = [await add(a=1, b=2)]";
+        let done = drive(first.execute_in(&session, run(code)).await.unwrap(), standard_handler).await.completed();
+        assert_eq!(done.stdout, "", "{}", done.stderr);
+        eventually("the idle session hibernates and its image is kept", || kept.count() == 1).await;
+        let image = kept.last();
+        assert_eq!((image.execution_id.as_str(), image.tenant.as_deref()), (session.id(), Some("acme")));
+        let id = session.id().to_string();
+        drop(session);
+        drop(first);
+
+        let second = data_sealing_engine(None, b"cluster key");
+        let thawed = second.thaw_session(&id, &image.bytes, request().with_keeper(kept.clone())).await.unwrap();
+        assert_eq!(thawed.id(), id);
+        assert_eq!((second.hibernated(), second.live_instances()), (1, 0), "asleep until its next program");
+        // The generator goes on from its second draw, as in one process.
+        let next = "seen.append(await add(a=2, b=2))\nr = random.Random(5)\n\
+                    print(seen, first == r.random(), random.random() == r.random(), list(squares), time.monotonic() >= t0)";
+        let done = drive(second.execute_in(&thawed, run(next)).await.unwrap(), standard_handler).await.completed();
+        assert_eq!(done.stdout, "[3.0, 4.0] True True [1, 4, 9, 16] True\n", "{runtime:?}: {}", done.stderr);
+        // Idle again, it goes back to an image.
+        eventually("it hibernates again", || kept.count() == 2).await;
+        // Another tenant's, or as another session, it is refused.
+        let e = second.thaw_session(&id, &image.bytes, request().with_tenant("globex")).await.err().unwrap();
+        assert!(e.message().contains("another tenant"), "{}", e.message());
+        let e = second.thaw_session("other", &image.bytes, request()).await.err().unwrap();
+        assert!(e.message().contains("another execution"), "{}", e.message());
+        thawed.close();
+    }
+}
