@@ -61,6 +61,19 @@ fn log_marker(len: usize) -> String {
     format!("\"[not logged: {len} bytes, past the call log's limit]\"")
 }
 
+/// How far an execution's tool exchange had got, as a sealed image keeps it.
+pub(crate) struct Progress {
+    /// Rounds and calls so far.
+    pub(crate) rounds: u32,
+    pub(crate) calls: u32,
+    /// The call log; an unanswered call's duration is how long it has waited.
+    pub(crate) log: Vec<ToolCallRecord>,
+    /// What the log may still take.
+    pub(crate) log_room: usize,
+    /// How long until the program's next timer.
+    pub(crate) timer: Option<Duration>,
+}
+
 impl Broker {
     pub(crate) fn new(
         exchange: Arc<Exchange>,
@@ -94,23 +107,18 @@ impl Broker {
         }
     }
 
-    /// What a sealed image keeps of the broker: rounds and calls so far, the call log (an
-    /// unanswered call's duration is how long it has waited), the log's room left, and how
-    /// long until the program's next timer.
-    pub(crate) fn kept(&self) -> (u32, u32, Vec<ToolCallRecord>, usize, Option<Duration>) {
+    /// What a sealed image keeps of the broker.
+    pub(crate) fn kept(&self) -> Progress {
         let mut log = self.log.clone();
         for (i, started) in self.index.values() {
             log[*i].duration = started.elapsed();
         }
-        (self.rounds, self.calls, log, self.log_room, self.next_timer())
+        Progress { rounds: self.rounds, calls: self.calls, log, log_room: self.log_room, timer: self.next_timer() }
     }
 
     /// Puts back what [`Broker::kept`] kept, in a thawed execution's new broker; the program
     /// goes on in the wait it hibernated in.
-    pub(crate) fn restore(
-        &mut self,
-        (rounds, calls, log, log_room, timer): (u32, u32, Vec<ToolCallRecord>, usize, Option<Duration>),
-    ) {
+    pub(crate) fn restore(&mut self, Progress { rounds, calls, log, log_room, timer }: Progress) {
         let now = Instant::now();
         self.seen = log.iter().map(|r| r.id.clone()).collect();
         self.index = log

@@ -12,6 +12,7 @@ use wasmtime::Store;
 use wasmtime::component::{HasSelf, Linker};
 
 use crate::bindings::{self, Sandbox, SandboxPre};
+use crate::broker::Progress;
 use crate::config::{ComponentSource, EngineConfig, Limits, MIB, WhenBusy};
 use crate::data::DataRuntime;
 use crate::error::{Error, ErrorKind, Result};
@@ -343,7 +344,13 @@ impl Engine {
         host.exchange.restore(h.pending, answered);
         host.output.restore(h.stdout, h.stderr, h.truncated);
         let data = store.data_mut();
-        data.broker.restore((h.rounds, h.calls, h.log, h.log_room as usize, timer_ms.map(Duration::from_millis)));
+        data.broker.restore(Progress {
+            rounds: h.rounds,
+            calls: h.calls,
+            log: h.log,
+            log_room: h.log_room as usize,
+            timer: timer_ms.map(Duration::from_millis),
+        });
         data.broker.hibernate_after = request.hibernate_after.or(inner.config.hibernate_after);
         data.broker.parked = Some(inner.stores.parked.clone());
         data.limiter.peak = h.peak_memory;
@@ -385,12 +392,7 @@ impl Engine {
     /// execution slot (see [`WhenBusy`]) and its memory until it ends.
     pub async fn open_session(&self, request: SessionRequest) -> Result<(Session, Restored)> {
         let inner = &self.inner;
-        self.check_accepting()?;
-        let limits = request.limits.clone().unwrap_or_else(|| inner.config.default_limits.clone());
-        inner.config.ceilings.check(&limits, inner.config.fuel)?;
-        if request.idle_timeout.is_zero() {
-            return Err(Error::invalid("idle_timeout must be at least 1 ms"));
-        }
+        let limits = self.session_limits(&request)?;
         let pre = inner.stores.pre(request.runtime)?;
         let permit = self.acquire().await?;
         let (mut store, warm, host) = inner.stores.new_instance(&StoreSpec {
@@ -449,12 +451,7 @@ impl Engine {
     /// [`ErrorKind::InvalidRequest`] saying why, as [`Engine::thaw`]'s.
     pub async fn thaw_session(&self, id: &str, image: &[u8], request: SessionRequest) -> Result<Session> {
         let inner = &self.inner;
-        self.check_accepting()?;
-        let limits = request.limits.clone().unwrap_or_else(|| inner.config.default_limits.clone());
-        inner.config.ceilings.check(&limits, inner.config.fuel)?;
-        if request.idle_timeout.is_zero() {
-            return Err(Error::invalid("idle_timeout must be at least 1 ms"));
-        }
+        let limits = self.session_limits(&request)?;
         inner.stores.pre(request.runtime)?;
         let (body, memory) = self.open_sealed(id, image, request.tenant.as_deref(), request.runtime).await?;
         let (mut store, host) = inner.stores.new_store(&StoreSpec {
@@ -480,6 +477,19 @@ impl Engine {
         let slot = (None, Some((self.hibernation(None, sealing), after)));
         tracing::debug!(session = id, bytes = image.len(), "thawing a sealed session");
         Ok(self.serve_session(&request, limits, shared, budget, store, Start::Asleep(asleep), slot))
+    }
+
+    /// The limits of a session `request` opens, once the engine takes sessions and they and
+    /// its idle timeout are within bounds.
+    fn session_limits(&self, request: &SessionRequest) -> Result<Limits> {
+        let inner = &self.inner;
+        self.check_accepting()?;
+        let limits = request.limits.clone().unwrap_or_else(|| inner.config.default_limits.clone());
+        inner.config.ceilings.check(&limits, inner.config.fuel)?;
+        if request.idle_timeout.is_zero() {
+            return Err(Error::invalid("idle_timeout must be at least 1 ms"));
+        }
+        Ok(limits)
     }
 
     /// Opens the sealed image of execution (or session) `id`, as `tenant`'s, of `runtime`:

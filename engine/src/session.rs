@@ -164,6 +164,8 @@ pub(crate) struct SessionCore {
     ended: CancellationToken,
     /// Why the session ended, once it has.
     reason: Mutex<Option<String>>,
+    /// It ended for a drain with its last image kept ([`Session::kept`]).
+    kept: AtomicBool,
     pub(crate) tenant: Option<String>,
     /// The instance's stdout and stderr, emptied for each execution.
     pub(crate) output: Output,
@@ -226,6 +228,13 @@ impl Session {
     /// Why the session ended (`None` while it lives).
     pub fn ended_reason(&self) -> Option<String> {
         self.shared.reason.lock().unwrap().clone()
+    }
+
+    /// Whether it ended for the engine's drain with its last image in its keeper's hands
+    /// ([`SessionRequest::keeper`]): another engine can thaw it where it was
+    /// ([`crate::Engine::thaw_session`]), so what goes with it (its files) should stay.
+    pub fn kept(&self) -> bool {
+        self.is_ended() && self.shared.kept.load(Ordering::Acquire)
     }
 
     /// Resolves when the session has ended and its instance is freed.
@@ -338,6 +347,7 @@ impl SessionCore {
             busy: AtomicBool::new(false),
             ended: CancellationToken::new(),
             reason: Mutex::new(None),
+            kept: AtomicBool::new(false),
             tenant,
             schemas: Mutex::new(None),
         })
@@ -408,7 +418,17 @@ pub(crate) async fn serve(mut serve: Serve, mut store: Store<HostState>, first: 
             biased;
             _ = serve.shared.ended.cancelled() => break None,
             _ = serve.shutdown.cancelled() => break Some("the server is shutting down".to_string()),
-            _ = serve.closing.cancelled() => break Some("the server is shutting down".to_string()),
+            _ = serve.closing.cancelled() => {
+                // Its keeper takes its image first, so that another engine can carry it on.
+                let kept = match (&serve.hibernation, sandbox.take()) {
+                    (Some((hibernation, _)), _) if hibernation.sealing.is_none() => false,
+                    (Some(_), None) => asleep.is_some(),
+                    (Some((hibernation, _)), Some(guest)) => hibernation.freeze(&mut store, guest).await.is_ok(),
+                    (None, _) => false,
+                };
+                serve.shared.kept.store(kept, Ordering::Release);
+                break Some("the server is shutting down".to_string());
+            }
             _ = tokio::time::sleep_until(idle_since + serve.idle_timeout) => {
                 break Some(format!("idle for {} s", serve.idle_timeout.as_secs()));
             }
@@ -433,7 +453,15 @@ pub(crate) async fn serve(mut serve: Serve, mut store: Store<HostState>, first: 
         drop(listed);
         if let (Some(frozen), Some((hibernation, _))) = (asleep.take(), &serve.hibernation) {
             match hibernation.thaw(&mut store, frozen).await {
-                Ok(guest) => sandbox = Some(guest),
+                Ok(guest) => {
+                    sandbox = Some(guest);
+                    if let Some(sealing) = &hibernation.sealing
+                        && let Err(why) = sealing.keeper.thawed().await
+                    {
+                        tracing::warn!(%why, "its keeper could not set its last image aside; the command runs");
+                        metrics::counter!("ptc_hibernate_keep_failures_total").increment(1);
+                    }
+                }
                 Err(e) => {
                     let reason = format!("thawing its hibernated instance failed: {e:#}");
                     serve.shared.end(reason.clone());

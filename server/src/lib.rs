@@ -195,8 +195,8 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     let metrics_listener = TcpListener::bind(config.metrics_addr).await?;
     let http_listener = TcpListener::bind(config.http_addr).await?;
     let signer = token::Signer::new(config.token_secret.as_deref());
-    let core = build_core(&config, &signer).await?;
     let cluster = build_cluster(&config, &signer).await?;
+    let core = build_core(&config, &signer, &cluster).await?;
     let downstream = mcp::Downstream::new(&config.mcp);
     let mcp = mcp::McpState::new(core.clone(), downstream.clone(), config.mcp_runtime, !config.mcp_stateless);
     // A single server with a token secret keeps its hibernated executions on disk: its tokens
@@ -253,7 +253,11 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
 
 /// The engine (compiled off the async threads), the tenants' caps, the session files and the
 /// live sessions: what every front end holds.
-async fn build_core(config: &ServerConfig, signer: &token::Signer) -> anyhow::Result<Core> {
+async fn build_core(
+    config: &ServerConfig,
+    signer: &token::Signer,
+    cluster: &Arc<cluster::Cluster>,
+) -> anyhow::Result<Core> {
     let mut engine_config = config.engine.clone();
     // Nodes that share the token secret thaw each other's hibernated executions.
     if engine_config.seal_key.is_none() {
@@ -265,7 +269,8 @@ async fn build_core(config: &ServerConfig, signer: &token::Signer) -> anyhow::Re
         .map_err(|e| anyhow::anyhow!("cannot open the files directory {}: {e}", config.files.dir.display()))?;
     let files = Arc::new(files);
     let key = sessions::snapshot_key(signer);
-    let sessions = sessions::Sessions::new(engine.clone(), config.sessions.clone(), key, Some(files));
+    let sessions =
+        sessions::Sessions::new(engine.clone(), config.sessions.clone(), key, Some(files), Some(cluster.clone()));
     Ok(Core {
         engine,
         keys: Arc::new(config.api_keys.clone()),

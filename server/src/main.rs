@@ -52,7 +52,7 @@ async fn mcp(args: ptc_server::cli::McpArgs) -> anyhow::Result<()> {
     // session needs no snapshot key and keeps no files.
     let key = ptc_server::core::token::random_hex::<32>().into_bytes();
     let core = ptc_server::core::Core {
-        sessions: ptc_server::core::sessions::Sessions::new(engine.clone(), Default::default(), key, None),
+        sessions: ptc_server::core::sessions::Sessions::new(engine.clone(), Default::default(), key, None, None),
         engine,
         keys: Default::default(),
         tenants: ptc_server::core::tenants::Tenants::new(Default::default()),

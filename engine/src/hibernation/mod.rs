@@ -27,6 +27,7 @@ use wasmtime::component::Instance;
 use wasmtime::{AsContextMut, Memory, Store};
 use wasmtime_environ::component::{CanonicalOptionsDataModel, OptionsIndex};
 
+use crate::broker::Progress;
 use crate::guest::Guest;
 use crate::host::HostState;
 use crate::request::Runtime;
@@ -362,7 +363,7 @@ impl Sealing {
     fn body(&self, store: &Store<HostState>, image: &Image, frozen: &Frozen, fuel: Option<u64>) -> Body {
         let data = store.data();
         let broker = &data.broker;
-        let (rounds, calls, log, log_room, timer) = broker.kept();
+        let Progress { rounds, calls, log, log_room, timer } = broker.kept();
         let (stdout, stderr, truncated) = broker.output.kept();
         Body {
             tenant: self.tenant.clone(),

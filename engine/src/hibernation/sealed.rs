@@ -42,6 +42,13 @@ pub struct Hibernated {
 /// hibernate and stays live where it is: a store that is down loses nothing.
 pub trait Keeper: Send + Sync + std::fmt::Debug {
     fn keep(&self, image: Hibernated) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>>;
+
+    /// A live session thawed from its last image is about to run a command: from now on the
+    /// image no longer holds all of it, so a keeper that others thaw from must stop them
+    /// (until the next `keep`). A failure is logged; the command runs.
+    fn thawed(&self) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// What a thaw on any server needs besides the request.

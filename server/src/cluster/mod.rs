@@ -17,7 +17,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
-pub use keeper::StoreKeeper;
+pub use keeper::{SessionHeader, SessionKeeper, StoreKeeper, session_record};
 pub use store::{JournalLimits, MemoryStore, RedisStore, Saved, Saving, Segment, Store, StoreError};
 
 /// Set on a forwarded request, naming the node that forwarded it.
@@ -142,6 +142,13 @@ impl Cluster {
     /// (while it does not, executions run unjournaled rather than wait for it).
     pub fn journaling(&self) -> bool {
         self.store.durable() && self.store.available()
+    }
+
+    /// Whether `node` takes a connection now: one that is gone refuses it, or does not answer
+    /// within [`CONNECT_TIMEOUT`]. A node with no known address is not.
+    pub async fn reachable(&self, node: &str) -> bool {
+        let Some(url) = self.peers.url(node) else { return false };
+        self.client.get(format!("{url}/")).send().await.is_ok()
     }
 
     /// POSTs `body` (JSON) to `path` on `node`, with the client's credentials from `headers`,

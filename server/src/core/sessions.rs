@@ -15,6 +15,10 @@
 //! a program writes are there for the next one, count against the tenant's file quota like
 //! the HTTP API's, and are removed when the session ends, however it ends.
 //!
+//! **In a cluster** (a durable store), a session opened over gRPC keeps its sealed image in
+//! the store each time it hibernates, and a node that gets its next program after its owner
+//! is gone takes it over there (`sessions/durable.rs`).
+//!
 //! **Snapshots** are sealed: `PTCSNAP1`, the component's SHA-256, a JSON header (what was
 //! kept and dropped, the state's size, and the names and sizes of the files it carries), the
 //! guest's state, the files' bytes, and an HMAC-SHA256 over all of it and the tenant, keyed
@@ -33,6 +37,9 @@ use ptc_engine::{Engine, Restored, Session, SessionRequest, SessionState};
 
 use super::error::{Error, ErrorKind};
 use super::files::{self, FileStore};
+use crate::cluster::{Cluster, SessionKeeper};
+
+mod durable;
 
 /// Bounds on live sessions; every field has a default.
 #[derive(Debug, Clone)]
@@ -70,6 +77,9 @@ pub struct OpenOptions {
     pub snapshot: Option<Vec<u8>>,
     /// The runtime of a new session; one restored from a snapshot runs in the snapshot's.
     pub runtime: ptc_engine::Runtime,
+    /// In a cluster, keep its image in the shared store, so that another node can take it
+    /// over when this one is gone (gRPC sessions; an MCP session lives with its connection).
+    pub durable: bool,
 }
 
 /// A sealed snapshot and what it holds.
@@ -103,6 +113,8 @@ pub struct Opened {
 struct Registered {
     live: LiveSession,
     last_used: Instant,
+    /// It keeps its image in the cluster's store (a drain keeps it for another node).
+    durable: bool,
 }
 
 pub struct Sessions {
@@ -110,6 +122,8 @@ pub struct Sessions {
     limits: SessionLimits,
     key: Vec<u8>,
     files: Option<Arc<FileStore>>,
+    /// The cluster, when its store outlives this node.
+    cluster: Option<Arc<Cluster>>,
     map: Mutex<HashMap<(String, String), Registered>>,
     /// Why sessions that are gone from `map` ended, so that their next use says so rather than
     /// "no session": the most recent [`ENDED_KEPT`], each for [`ENDED_FOR`].
@@ -132,13 +146,21 @@ const TAG: usize = 32;
 
 impl Sessions {
     /// `key` seals snapshots (derive it from the token secret so that servers sharing the
-    /// secret accept each other's snapshots); with `files`, each session gets a `/mnt/data`.
-    pub fn new(engine: Engine, limits: SessionLimits, key: Vec<u8>, files: Option<Arc<FileStore>>) -> Arc<Self> {
+    /// secret accept each other's snapshots); with `files`, each session gets a `/mnt/data`;
+    /// with a `cluster` whose store is durable, durable sessions keep their images there.
+    pub fn new(
+        engine: Engine,
+        limits: SessionLimits,
+        key: Vec<u8>,
+        files: Option<Arc<FileStore>>,
+        cluster: Option<Arc<Cluster>>,
+    ) -> Arc<Self> {
         Arc::new(Sessions {
             engine,
             limits,
             key,
             files,
+            cluster: cluster.filter(|c| c.durable()),
             map: Mutex::new(HashMap::new()),
             ended: Mutex::new(HashMap::new()),
         })
@@ -191,6 +213,8 @@ impl Sessions {
             None => None,
         };
         request.data_dir = dir.as_ref().map(|d| d.path.clone());
+        let keeper = options.durable.then(|| self.keeper(tenant, &id, &request, dir.as_deref())).flatten();
+        request.keeper = keeper.clone().map(|k| k as Arc<dyn ptc_engine::Keeper>);
         let (session, restored) = match self.engine.open_session(request).await {
             Ok(opened) => opened,
             Err(e) => {
@@ -201,25 +225,47 @@ impl Sessions {
             }
         };
         let live = LiveSession { session: session.clone(), files: dir.clone() };
-        if let (Some(store), Some(dir)) = (self.files.clone(), dir) {
-            // The directory goes with the session, however the session ends.
-            let session = session.clone();
+        self.register(tenant, &id, &live, keeper)?;
+        metrics::counter!("ptc_sessions_opened_total").increment(1);
+        Ok(Opened { id, live, restored, files: file_names })
+    }
+
+    /// Puts `live` in the registry as `tenant`'s session `id` (refused if one is open there),
+    /// and has what goes with it (its directory, its record in the cluster's store) go when
+    /// it ends: unless it ended for a drain with its image kept, when another node takes it
+    /// over, files and all.
+    fn register(
+        &self,
+        tenant: &str,
+        id: &str,
+        live: &LiveSession,
+        keeper: Option<Arc<SessionKeeper>>,
+    ) -> Result<(), Error> {
+        let durable = keeper.is_some();
+        let (session, store, dir) = (live.session.clone(), self.files.clone(), live.files.clone());
+        if keeper.is_some() || dir.is_some() {
             tokio::spawn(async move {
                 session.ended().await;
-                let _ = tokio::task::spawn_blocking(move || store.remove_live(&dir)).await;
+                if session.kept() {
+                    return;
+                }
+                if let Some(keeper) = keeper {
+                    keeper.forget().await;
+                }
+                if let (Some(store), Some(dir)) = (store, dir) {
+                    let _ = tokio::task::spawn_blocking(move || store.remove_live(&dir)).await;
+                }
             });
         }
         let mut map = self.map.lock().unwrap();
-        let key = (tenant.to_string(), id.clone());
+        let key = (tenant.to_string(), id.to_string());
         if map.get(&key).is_some_and(|e| !e.live.session.is_ended()) {
-            session.close();
-            return Err(exists(&id));
+            live.session.close();
+            return Err(exists(id));
         }
         self.ended.lock().unwrap().remove(&key);
-        map.insert(key, Registered { live: live.clone(), last_used: Instant::now() });
-        drop(map);
-        metrics::counter!("ptc_sessions_opened_total").increment(1);
-        Ok(Opened { id, live, restored, files: file_names })
+        map.insert(key, Registered { live: live.clone(), last_used: Instant::now(), durable });
+        Ok(())
     }
 
     /// Ends sessions of `tenant` that ended or must go for a new one; refuses if `id` is
@@ -330,10 +376,14 @@ impl Sessions {
         }
     }
 
-    /// Ends every session (server shutdown).
+    /// Ends every session (server shutdown), but those that keep their image in the
+    /// cluster's store: the engine's drain ends them once their image is kept (an idle one at
+    /// once, a running one after its program), so that another node takes them over.
     pub fn clear(&self) {
         for (_, e) in self.map.lock().unwrap().drain() {
-            e.live.session.close();
+            if !e.durable {
+                e.live.session.close();
+            }
         }
     }
 
@@ -507,7 +557,7 @@ mod tests {
         let mut config = ptc_engine::EngineConfig::default();
         config.cache_dir = Some(crate::default_cache_dir());
         let engine = Engine::new(config).expect("engine");
-        let sessions = Sessions::new(engine, SessionLimits::default(), b"key".to_vec(), None);
+        let sessions = Sessions::new(engine, SessionLimits::default(), b"key".to_vec(), None, None);
         let state = SessionState { data: b"state".to_vec(), kept: vec![], modules: vec![], dropped: vec![] };
         let sealed = sessions.seal("t", ptc_engine::Runtime::Python, &state, &[]);
         assert_eq!(sessions.unseal("t", &sealed).ok().map(|u| u.state), Some(b"state".to_vec()));

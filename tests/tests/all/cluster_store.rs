@@ -387,3 +387,63 @@ async fn with_its_store_down_a_waiting_execution_is_not_hibernated_and_stays_liv
     stop(server).await;
     let _ = std::fs::remove_dir_all(files);
 }
+
+/// Runs `code` in `tenant`'s (`key`'s) session `session` on `server`, answering each call with
+/// its `a` times 10; the final message, or the status the stream ended with.
+async fn run_in_session(
+    server: &RunningServer,
+    key: &str,
+    session: &str,
+    code: &str,
+) -> Result<ptc_tests::grpc::Msg, tonic::Status> {
+    let mut client = ptc_tests::grpc::client(server).await;
+    let tools = vec![ptc_tests::grpc::tool("ten", None)];
+    let start = ptc_server::proto::Start { session_id: session.into(), ..ptc_tests::grpc::start_message(code, tools) };
+    let stream = ptc_tests::grpc::Stream::open(&mut client, start, Some(key)).await?;
+    Ok(stream.drive(|c| Ok(json!(ptc_tests::grpc::input(c)["a"].as_i64().unwrap_or(0) * 10))).await.0)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_live_session_is_taken_over_by_another_node_once_its_owner_is_gone() {
+    let (_redis, port) = tokio::task::spawn_blocking(|| redis::start(None)).await.unwrap();
+    let files = std::env::temp_dir().join(format!("ptc-session-takeover-{}", std::process::id()));
+    let (n1, n2) = two_hibernating_nodes(port, &files).await;
+    let mut client = ptc_tests::grpc::client(&n1).await;
+    let mut open = tonic::Request::new(ptc_server::proto::OpenSessionRequest {
+        session_id: "notebook".into(),
+        ..Default::default()
+    });
+    open.metadata_mut().insert("x-api-key", "key-a".parse().unwrap());
+    client.open_session(open).await.expect("open session");
+    let first = "import random\nrandom.seed(11)\nfirst = random.random()\nx = await ten(a=4)\n\
+                 open('/mnt/data/notes.txt', 'w').write('kept')\ndef twice(v):\n    return 2 * v";
+    let done = ptc_tests::grpc::completed(run_in_session(&n1, "key-a", "notebook", first).await.unwrap());
+    assert_eq!(done.stdout, "");
+    eventually("the idle session's image is in the store", || images(port) == 1).await;
+    // Its owner is up: another node says where it is.
+    let elsewhere = run_in_session(&n2, "key-a", "notebook", "print(x)").await.unwrap_err();
+    assert_eq!(elsewhere.code(), tonic::Code::FailedPrecondition, "{elsewhere:?}");
+    assert!(elsewhere.message().contains("open on server n1"), "{}", elsewhere.message());
+    // Another tenant does not see it.
+    let foreign = run_in_session(&n2, "key-b", "notebook", "print(x)").await.unwrap_err();
+    assert_eq!(foreign.code(), tonic::Code::NotFound, "{foreign:?}");
+    stop(n1).await;
+
+    // n2 takes it over, with its globals, functions, random state and files.
+    let next = "r = random.Random(11)\n\
+                print(twice(x), first == r.random(), random.random() == r.random(), open('/mnt/data/notes.txt').read())";
+    let done = ptc_tests::grpc::completed(run_in_session(&n2, "key-a", "notebook", next).await.unwrap());
+    assert_eq!(done.stdout, "80 True True kept\n", "{}", done.stderr);
+    let done = ptc_tests::grpc::completed(run_in_session(&n2, "key-a", "notebook", "print(twice(3))").await.unwrap());
+    assert_eq!(done.stdout, "6\n");
+    let metrics = ptc_tests::grpc::metrics_text(&n2).await;
+    assert!(metrics.contains("ptc_sessions_taken_over_total 1"), "{metrics}");
+    // Closed, it is forgotten everywhere.
+    let mut client = ptc_tests::grpc::client(&n2).await;
+    let mut close = tonic::Request::new(ptc_server::proto::CloseSessionRequest { session_id: "notebook".into() });
+    close.metadata_mut().insert("x-api-key", "key-a".parse().unwrap());
+    client.close_session(close).await.expect("close");
+    eventually("its record is gone", || journal_headers(port) == 0).await;
+    stop(n2).await;
+    let _ = std::fs::remove_dir_all(files);
+}

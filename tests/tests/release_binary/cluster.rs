@@ -4,6 +4,8 @@
 //! killed with SIGKILL and restarted one after another while executions are paused; every
 //! execution still completes, with exactly the output it would have had: thawed elsewhere
 //! from its sealed image when it had hibernated, replayed from its journal when it had not.
+//! A live session (gRPC) that had hibernated is taken over by another node; one that had run a
+//! program since is lost, in words.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -18,6 +20,29 @@ use serde_json::{Value, json};
 
 const KEY: &str = "key-a";
 const SECRET: &str = "a-secret-every-node-shares";
+
+/// Opens live session `id` on the node whose gRPC port is `port`.
+async fn open_session(port: u16, id: &str) {
+    let mut client = ptc_server::proto::sandbox_client::SandboxClient::connect(format!("http://127.0.0.1:{port}"))
+        .await
+        .expect("connect");
+    let mut request =
+        tonic::Request::new(ptc_server::proto::OpenSessionRequest { session_id: id.into(), ..Default::default() });
+    request.metadata_mut().insert("x-api-key", KEY.parse().unwrap());
+    client.open_session(request).await.expect("open session");
+}
+
+/// Runs `code` (no tools) in live session `id` through the node whose gRPC port is `port`:
+/// its stdout, or the status that refused it.
+async fn in_session(port: u16, id: &str, code: &str) -> Result<String, tonic::Status> {
+    let mut client = ptc_server::proto::sandbox_client::SandboxClient::connect(format!("http://127.0.0.1:{port}"))
+        .await
+        .expect("connect");
+    let start = ptc_server::proto::Start { session_id: id.into(), ..ptc_tests::grpc::start_message(code, vec![]) };
+    let stream = ptc_tests::grpc::Stream::open(&mut client, start, Some(KEY)).await?;
+    let (end, _) = stream.drive(|_| Err("no tools".into())).await;
+    Ok(ptc_tests::grpc::completed(end).stdout)
+}
 
 /// The reply to `GET url` (plain HTTP/1.1 on loopback), head and body; empty if refused.
 fn http_get(url: &str) -> String {
@@ -322,12 +347,30 @@ async fn three_nodes_and_redis_lose_no_execution() {
         live_rounds.push(t0.elapsed());
     }
 
+    // Two live sessions on node 1 (gRPC): "kept" idles, hibernated, its image in Redis;
+    // "used" runs a program just before the kill, so its last image is behind it.
+    let node1 = cluster.nodes[0].grpc;
+    for (session, code) in [("kept", "x = 21\ndef twice(v):\n    return 2 * v"), ("used", "y = 1")] {
+        open_session(node1, session).await;
+        assert_eq!(in_session(node1, session, code).await.unwrap(), "");
+    }
+
     let deadline = Instant::now() + Duration::from_secs(60);
-    while cluster.hibernated(0) < 52 {
-        assert!(Instant::now() < deadline, "node 1 holds {} hibernated executions, not 52", cluster.hibernated(0));
+    while cluster.hibernated(0) < 54 {
+        assert!(
+            Instant::now() < deadline,
+            "node 1 holds {} hibernated executions and sessions, not 54",
+            cluster.hibernated(0)
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
+    assert_eq!(in_session(node1, "used", "y += 1").await.unwrap(), "");
     cluster.kill(0);
+    // Another node takes "kept" over where it was; "used" is lost, and the client is told so.
+    assert_eq!(in_session(cluster.nodes[1].grpc, "kept", "print(twice(x))").await.unwrap(), "42\n");
+    let lost = in_session(cluster.nodes[2].grpc, "used", "print(y)").await.unwrap_err();
+    assert_eq!(lost.code(), tonic::Code::NotFound, "{lost:?}");
+    assert!(lost.message().contains("was lost with its server"), "{}", lost.message());
     let mut thaws = Vec::new();
     for client in &mut held {
         let at = cluster.any();

@@ -228,6 +228,17 @@ impl FileStore {
         Ok(session)
     }
 
+    /// The directory `name` of a live session of `tenant` that another node opened (on the
+    /// volume the nodes share), taken over here: kept until [`FileStore::remove_live`].
+    pub fn reopen_live(&self, tenant: &str, name: &str) -> Result<SessionDir, FilesError> {
+        if !name.starts_with(LIVE_PREFIX) {
+            return Err(FilesError::Invalid(format!("{name:?} is not a live session's directory")));
+        }
+        let session = self.open_session(tenant, name)?;
+        self.live.lock().unwrap().insert((tenant_dir_name(tenant), name.to_string()));
+        Ok(session)
+    }
+
     /// Removes a live session's directory and forgets its usage.
     pub fn remove_live(&self, session: &SessionDir) {
         let key = tenant_dir_name(&session.tenant);

@@ -100,6 +100,10 @@ class SandboxServicer:
         execution, count against the tenant's file quota, and are deleted when the session ends.
         An execution that leaves the tenant over its quota fails with FAILURE_KIND_FILE_QUOTA and
         what it wrote is removed (if it was stopped mid-program for it, the session ends too).
+        In a cluster (shared Redis), a session that has hibernated outlives its server: a Start
+        for it on another server takes it over there once its server is gone (while that server
+        is up, FAILED_PRECONDITION names it); one that ran a program after it last hibernated is
+        NOT_FOUND, saying it was lost with its server (docs/cluster.md).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
