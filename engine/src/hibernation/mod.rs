@@ -310,6 +310,7 @@ async fn thaw(store: &mut Store<HostState>, guest: &Guest, image: &Image, frozen
     let inflated = t0.elapsed();
     // Pages priming (or instantiation) wrote, which may differ from the image.
     let written = linear.with(store, |m| pagemap::written(m));
+    linear.with(store, |m| pagemap::populate(m, &frozen.pages));
     let mut kept = frozen.pages.iter().peekable();
     let mut first = 0;
     while first < total {
