@@ -244,7 +244,8 @@ pub struct EngineConfig {
     /// freed, and the pages of memory it changed are kept compressed (tens of KiB) until an
     /// answer arrives, a timer of the program is due, or the session's next command
     /// (`docs/hibernation.md`). Executions in a live session do not hibernate while they
-    /// wait. `None`: never. Default `None` for now.
+    /// wait. `None`: never. Default 1 s, as `ptc-engine serve`'s: a round resumed from
+    /// hibernation costs about 2 ms more, against the 1.9 MiB a paused execution holds live.
     pub hibernate_after: Option<Duration>,
     /// Seals the images of hibernated executions handed to a [`crate::Keeper`], and checks
     /// those [`crate::Engine::thaw`] is given: engines that thaw each other's images must
@@ -305,7 +306,7 @@ impl Default for EngineConfig {
             memory_budget,
             tenant_memory_budget: None,
             tenant_max_running: Some(default_tenant_max_running()),
-            hibernate_after: None,
+            hibernate_after: Some(Duration::from_secs(1)),
             seal_key: None,
         }
     }

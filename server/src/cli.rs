@@ -138,7 +138,8 @@ pub struct EngineArgs {
     /// session once idle this long: its instance and slot are freed and the memory it changed
     /// is kept compressed (tens of KiB, against ~1.9 MiB live, ~3.9 MiB for python-data) until
     /// it is needed again, which then costs ~2 ms. 0: never.
-    #[arg(long, env = "PTC_HIBERNATE_AFTER_MS", default_value_t = 1000)]
+    #[arg(long, env = "PTC_HIBERNATE_AFTER_MS",
+          default_value_t = defaults().engine.hibernate_after.map_or(0, |d| d.as_millis() as u64))]
     pub hibernate_after_ms: u64,
     /// Address space reserved per linear memory, MiB (default: wasmtime's 4 GiB). Smaller
     /// values fit more live executions in the address space, add bounds checks, and cap each

@@ -4,6 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use rand::SeedableRng;
+use rand::rngs::StdRng;
 use wasmtime::{Engine, Instance, Linker, Module, Store};
 use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
@@ -57,6 +59,13 @@ async fn wize(engine: &Engine, fuel: bool, artifacts: &Path) -> Result<Vec<u8>> 
     let output = wasmtime_wasi::p2::pipe::MemoryOutputPipe::new(1024 * 1024);
     let mut wasi = WasiCtxBuilder::new();
     wasi.args(&["python"]).env("MPLCONFIGDIR", "/tmp/matplotlib").stdout(output.clone()).stderr(output.clone());
+    // What it draws and reads of time is the same on every server, so that servers of one
+    // build make the same snapshot (a python-data execution's sealed image is bound to it).
+    wasi.secure_random(StdRng::seed_from_u64(1))
+        .insecure_random(StdRng::seed_from_u64(2))
+        .insecure_random_seed(3)
+        .wall_clock(Ticks::default())
+        .monotonic_clock(Ticks::default());
     let empty = artifacts.join("empty");
     preopens(&mut wasi, artifacts, (&tmp.0, FsPerms::ReadWrite), (&empty, FsPerms::ReadOnly))?;
     wasi.preopened_dir(ptc_runtime_python_data::GUEST, "/ptc", FsPerms::ReadOnly)
@@ -93,6 +102,35 @@ async fn wize(engine: &Engine, fuel: bool, artifacts: &Path) -> Result<Vec<u8>> 
         wizer.snapshot(&cx, &mut Initialised { store: &mut store, instance }).await.map_err(|e| fail("snapshot", e))?;
     tracing::info!(elapsed = ?started.elapsed(), bytes = snapshot.len(), "pre-initialised python-data");
     Ok(snapshot)
+}
+
+/// A clock that starts at 2026-01-01 (wall) or 0 (monotonic) and moves 1 µs at each reading:
+/// the same readings in every pre-initialisation, and never still.
+#[derive(Default)]
+struct Ticks(std::sync::atomic::AtomicU64);
+
+impl Ticks {
+    fn tick(&self) -> u64 {
+        self.0.fetch_add(1_000, std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl wasmtime_wasi::HostWallClock for Ticks {
+    fn resolution(&self) -> std::time::Duration {
+        std::time::Duration::from_micros(1)
+    }
+    fn now(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(1_767_225_600) + std::time::Duration::from_nanos(self.tick())
+    }
+}
+
+impl wasmtime_wasi::HostMonotonicClock for Ticks {
+    fn resolution(&self) -> u64 {
+        1_000
+    }
+    fn now(&self) -> u64 {
+        self.tick()
+    }
 }
 
 /// What wizer reads from the initialised instance.

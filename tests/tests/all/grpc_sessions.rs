@@ -110,7 +110,9 @@ async fn one_execution_at_a_time_and_idle_sessions_end() {
     let done = completed(run_in(&mut client, "key-a", "mine", "print(v)", vec![]).await.unwrap());
     assert_eq!(done.stdout, "7\n");
 
-    eventually("the idle session's instance is freed", || server.engine.live_instances() == 0).await;
+    // Hibernated after 1 s idle, it ends at 1.5 s.
+    let engine = &server.engine;
+    eventually("the idle session ends", || engine.live_instances() == 0 && engine.hibernated() == 0).await;
     let ended = run_in(&mut client, "key-a", "mine", "print(v)", vec![]).await.unwrap_err();
     assert_eq!(ended.code(), tonic::Code::NotFound);
     assert!(ended.message().contains("idle"), "{}", ended.message());

@@ -7,10 +7,13 @@ use ptc_engine::{Engine, ErrorKind, Event, ExecutionRequest, FailureKind, ToolRe
 use ptc_tests::*;
 use serde_json::json;
 
+/// An engine of `max_concurrent` slots whose paused programs hold theirs (they do not
+/// hibernate: `hibernation.rs` has the programs that give their slot up).
 fn own_engine(max_concurrent: usize, when_busy: WhenBusy) -> Engine {
     engine_with(|c| {
         c.max_concurrent = max_concurrent;
         c.when_busy = when_busy;
+        c.hibernate_after = None;
     })
 }
 

@@ -5,7 +5,7 @@
 //! execution still completes, with exactly the output it would have had: thawed elsewhere
 //! from its sealed image when it had hibernated, replayed from its journal when it had not.
 //! A live session (gRPC) that had hibernated is taken over by another node; one that had run a
-//! program since is lost, in words.
+//! program since is lost, in words. A python-data execution is thawed elsewhere too.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -143,6 +143,7 @@ impl Cluster {
                 .args(["--metrics-addr", &format!("127.0.0.1:{}", node.metrics)])
                 .args(["--shutdown-grace-secs", "2", "--warm-instances", "0"])
                 .args(["--hibernate-after-ms", &self.hibernate_after_ms.to_string()])
+                .arg("--python-data")
                 .arg("--files-dir")
                 .arg(&self.files),
         );
@@ -355,17 +356,34 @@ async fn three_nodes_and_redis_lose_no_execution() {
         assert_eq!(in_session(node1, session, code).await.unwrap(), "");
     }
 
+    // A python-data execution with a DataFrame: not journaled (it could not be run again),
+    // its image kept at once.
+    let frame =
+        "import pandas as pd\ndf = pd.DataFrame({'a': [1, 2, 3]})\na = await double(x=1)\nprint((df.a * a).tolist())";
+    let body = json!({"code": frame, "tools": tools(), "runtime": "python-data"});
+    let data = post(cluster.addr(0), "/exec/programmatic", Some(KEY), &body).await;
+    assert_eq!(data.body["status"], "tool_call_required", "{}", data.text);
+
     let deadline = Instant::now() + Duration::from_secs(60);
-    while cluster.hibernated(0) < 54 {
+    while cluster.hibernated(0) < 55 {
         assert!(
             Instant::now() < deadline,
-            "node 1 holds {} hibernated executions and sessions, not 54",
+            "node 1 holds {} hibernated executions and sessions, not 55",
             cluster.hibernated(0)
         );
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(in_session(node1, "used", "y += 1").await.unwrap(), "");
     cluster.kill(0);
+    let results = answers(&[json!({"id": data.body["tool_calls"][0]["id"], "input": {"x": 1}})]);
+    let next = json!({"continuation_token": data.body["continuation_token"], "tool_results": results});
+    let end = post(cluster.addr(1), "/exec/programmatic", Some(KEY), &next).await;
+    assert_eq!(
+        (end.body["status"].as_str(), end.body["stdout"].as_str()),
+        (Some("completed"), Some("[2, 4, 6]\n")),
+        "{}",
+        end.text
+    );
     // Another node takes "kept" over where it was; "used" is lost, and the client is told so.
     assert_eq!(in_session(cluster.nodes[1].grpc, "kept", "print(twice(x))").await.unwrap(), "42\n");
     let lost = in_session(cluster.nodes[2].grpc, "used", "print(y)").await.unwrap_err();
@@ -389,7 +407,7 @@ async fn three_nodes_and_redis_lose_no_execution() {
     // What the first run wrote to /mnt/data is there once.
     let end = step(cluster.random(), &mut appending).await.expect("the end");
     assert_eq!(end["stdout"], "x\n", "{end}");
-    assert_eq!((usage(redis_port, "thaws"), usage(redis_port, "replays")), (52, 0));
+    assert_eq!((usage(redis_port, "thaws"), usage(redis_port, "replays")), (53, 0));
 
     // 2b. Executions paused on a node that does not hibernate: killed, it is their journals
     // that carry them on, replayed elsewhere.
@@ -421,7 +439,7 @@ async fn three_nodes_and_redis_lose_no_execution() {
         median(live_rounds.clone()),
         live_rounds.len()
     );
-    assert_eq!((usage(redis_port, "thaws"), usage(redis_port, "replays")), (52, 10));
+    assert_eq!((usage(redis_port, "thaws"), usage(redis_port, "replays")), (53, 10));
     cluster.hibernate_after_ms = HIBERNATE_AFTER_MS;
     cluster.start(0);
 
@@ -447,7 +465,7 @@ async fn three_nodes_and_redis_lose_no_execution() {
         }
     };
     check_end(&draining, &end);
-    assert_eq!((usage(redis_port, "thaws"), usage(redis_port, "replays")), (52, 10));
+    assert_eq!((usage(redis_port, "thaws"), usage(redis_port, "replays")), (53, 10));
     cluster.wait_exit(0);
     cluster.start(0);
 
@@ -467,7 +485,7 @@ async fn three_nodes_and_redis_lose_no_execution() {
     }
     // Every node restarted, so each of them was resumed elsewhere: thawed if it had
     // hibernated before its node stopped (most had), else replayed.
-    assert_eq!(usage(redis_port, "thaws") + usage(redis_port, "replays"), 52 + 10 + 100);
+    assert_eq!(usage(redis_port, "thaws") + usage(redis_port, "replays"), 53 + 10 + 100);
 
     // 5. A token resumes once, whichever node it reaches; a cancel reaches the owner.
     let mut once = begin(cluster.addr(1), 7, &program(7)).await;
