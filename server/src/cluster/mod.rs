@@ -145,7 +145,7 @@ impl Cluster {
     }
 
     /// Whether `node` takes a connection now: one that is gone refuses it, or does not answer
-    /// within [`CONNECT_TIMEOUT`]. A node with no known address is not.
+    /// within `CONNECT_TIMEOUT`. A node with no known address is not.
     pub async fn reachable(&self, node: &str) -> bool {
         let Some(url) = self.peers.url(node) else { return false };
         self.client.get(format!("{url}/")).send().await.is_ok()
