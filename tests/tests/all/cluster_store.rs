@@ -242,7 +242,8 @@ print('after', s, random.random(), list(squares), time.monotonic() >= t0, open('
 
     let paused = start(n1.http_addr, "key-a").await;
     eventually("its image is in the store", || images(port) == 1).await;
-    assert_eq!(n1.engine.hibernated(), 1);
+    // Counted once its image is kept and its instance freed, a moment after the store has it.
+    eventually("n1 holds it hibernated", || n1.engine.hibernated() == 1).await;
     stop(n1).await;
     // Thawed on n2, which hibernates it again as soon as it waits (it has no journal there).
     let next = answer(n2.http_addr, "key-a", &paused).await;
