@@ -182,7 +182,13 @@ impl Stores {
             .instantiate(&mut store)
             .await
             .map_err(|e| Error::engine("instantiating", e))?;
-        Ok(Warm { store, guest })
+        let Some(image) = self.image.get().cloned() else { return Ok(Warm { store, guest }) };
+        tokio::task::spawn_blocking(move || {
+            image.prepare(&mut store, &guest);
+            Warm { store, guest }
+        })
+        .await
+        .map_err(|e| Error::engine("preparing a warm instance", e))
     }
 
     /// `runtime`'s memory as a fresh instance has it (`hibernation/`), read once.

@@ -22,7 +22,8 @@ use super::Frozen;
 use crate::events::ToolCallRecord;
 
 const MAGIC: &[u8; 4] = b"PTCH";
-const VERSION: u8 = 1;
+/// 2: the pages are compressed with zstd (1: zlib).
+const VERSION: u8 = 2;
 const MAC_LEN: usize = 32;
 
 /// A hibernated execution, sealed, as its request's [`Keeper`] receives it.
