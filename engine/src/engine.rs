@@ -12,13 +12,12 @@ use wasmtime::Store;
 use wasmtime::component::{HasSelf, Linker};
 
 use crate::bindings::{self, Sandbox, SandboxPre};
-use crate::broker::Progress;
 use crate::config::{ComponentSource, EngineConfig, Limits, MIB, WhenBusy};
 use crate::data::DataRuntime;
 use crate::error::{Error, ErrorKind, Result};
 use crate::execution::{Control, Execution, Job, Start, drive};
 use crate::guest::Pre;
-use crate::hibernation::{Asleep, Binding, Hibernation, Image, Keeper, Sealing, sealed};
+use crate::hibernation::{Hibernation, Keeper, Sealing};
 use crate::host::HostState;
 use crate::journal::Recorder;
 use crate::request::{ExecutionRequest, Runtime, ToolDef, check_tools_size};
@@ -28,6 +27,8 @@ use crate::shares::Shares;
 use crate::stores::{StoreSpec, Stores};
 use crate::warm::Refill;
 use crate::wasm::{EpochTicker, build_engine};
+
+mod thaw;
 
 /// How long a start refused when busy ([`WhenBusy::Refuse`]) waits for the slot of a program
 /// it asked to hibernate: a freeze takes a few ms (`docs/hibernation.md`).
@@ -303,90 +304,6 @@ impl Engine {
         Ok(Execution::new(control, host.events_rx))
     }
 
-    /// Thaws execution `id` from its sealed image: what its [`crate::Keeper`] was given when
-    /// it hibernated, here or on another engine with the same component and
-    /// [`EngineConfig::seal_key`]. It goes on exactly where it stopped, waiting for the same
-    /// tool calls, and the returned [`Execution`] (with the same id) takes their results;
-    /// nothing is run again. `request` gives what the image does not hold: the tools, the
-    /// limits (its timeout should be what remains of the first deadline), the tenant (the
-    /// image's own), `/mnt/data`, and a keeper for its next hibernation; its code is not used.
-    /// An image that is refused (altered or sealed under another key, another tenant's,
-    /// another build's, too large) is an [`ErrorKind::InvalidRequest`] saying why.
-    pub async fn thaw(&self, id: &str, image: &[u8], request: ExecutionRequest) -> Result<Execution> {
-        let inner = &self.inner;
-        self.check_accepting()?;
-        let limits = request.limits.clone().unwrap_or_else(|| inner.config.default_limits.clone());
-        inner.config.ceilings.check(&limits, inner.config.fuel)?;
-        request.check_size(&inner.config.ceilings)?;
-        if request.journal.is_some() {
-            return Err(Error::invalid("a thawed execution is not journaled: its image holds all it had done"));
-        }
-        let pre = inner.stores.pre(request.runtime)?;
-        let sealed_len = image.len();
-        let (body, image) = self.open_sealed(id, image, request.tenant.as_deref(), request.runtime).await?;
-        let schemas = Schemas::compile_shared(&request.tools).await?;
-        let sealed::Host { fuel, fuel_initial, monotonic, elapsed_ms, timer_ms, .. } = body.host;
-        let (mut store, host) = inner.stores.new_store(&StoreSpec {
-            limits: &limits,
-            schemas: Some(schemas),
-            data_dir: request.data_dir.as_deref(),
-            tenant: request.tenant.as_deref(),
-            runtime: request.runtime,
-            journal: None,
-            monotonic_from: monotonic,
-        })?;
-        if let Some(fuel) = fuel.filter(|_| inner.config.fuel) {
-            store.set_fuel(fuel).map_err(|e| Error::engine("setting fuel", e))?;
-        }
-        let asleep = Asleep::new(body.frozen, image, fuel);
-        let h = body.host;
-        let answered: Vec<String> = h.log.iter().filter(|r| r.outcome.is_some()).map(|r| r.id.clone()).collect();
-        host.exchange.restore(h.pending, answered);
-        host.output.restore(h.stdout, h.stderr, h.truncated);
-        let data = store.data_mut();
-        data.broker.restore(Progress {
-            rounds: h.rounds,
-            calls: h.calls,
-            log: h.log,
-            log_room: h.log_room as usize,
-            timer: timer_ms.map(Duration::from_millis),
-        });
-        data.broker.hibernate_after = request.hibernate_after.or(inner.config.hibernate_after);
-        data.broker.parked = Some(inner.stores.parked.clone());
-        data.limiter.peak = h.peak_memory;
-        // Charged as its hibernation left it charged: its pages, and the memory it had grown.
-        data.limiter.claim.grow(asleep.grown() + asleep.size()).map_err(|why| Error::new(ErrorKind::Busy, why))?;
-        data.asleep(&inner.stores.hibernated, asleep.size());
-
-        let now = Instant::now();
-        let started = now.checked_sub(Duration::from_millis(elapsed_ms)).unwrap_or(now);
-        let id: Arc<str> = id.into();
-        let sealing = self.sealing(request.keeper.as_ref(), request.tenant.as_ref(), &id, started, fuel_initial);
-        let cancel = CancellationToken::new();
-        let job = Job {
-            pre,
-            code: String::new(),
-            tools: wit_tools(&request.tools),
-            deadline: tokio::time::Instant::from_std(now + limits.timeout),
-            timeout: limits.timeout,
-            fuel: fuel_initial,
-            output: host.output,
-            events: host.events,
-            cancel: cancel.clone(),
-            shutdown: inner.shutdown.clone(),
-            started,
-            _permit: None,
-            hibernation: Some(self.hibernation(None, sealing)),
-            refill: (request.runtime == Runtime::Python).then(|| self.refill()),
-            running: inner.running.clone(),
-        };
-        let span = tracing::info_span!("execution", id = %id, session = request.session_id.as_deref().unwrap_or(""));
-        tracing::debug!(parent: &span, round = body.round, bytes = sealed_len, "thawing a sealed image");
-        inner.drivers.spawn(tracing::Instrument::instrument(drive(job, store, Start::Asleep(asleep)), span));
-        let control = Control { id, exchange: host.exchange, cancel, journal: None };
-        Ok(Execution::new(control, host.events_rx))
-    }
-
     /// Opens a live session (see [`Session`]): instantiates the sandbox and, with
     /// [`SessionRequest::restore`], rebuilds a snapshot's state in it. The session holds an
     /// execution slot (see [`WhenBusy`]) and its memory until it ends.
@@ -440,45 +357,6 @@ impl Engine {
         Ok((session, restored))
     }
 
-    /// Thaws live session `id` from its sealed image: what its [`crate::Keeper`]
-    /// ([`SessionRequest::keeper`]) was given when it last hibernated, here or on another
-    /// engine with the same runtime and [`EngineConfig::seal_key`]. Its next program finds the
-    /// globals, imports and random state its earlier ones left. `request` gives what the
-    /// image does not hold: the limits, idle timeout, tenant (the image's own), `/mnt/data`
-    /// and runtime (the image's own), and a keeper for its next hibernation; `restore` is not
-    /// used. It hibernates again once idle for [`EngineConfig::hibernate_after`] (1 s when
-    /// unset: it came from an image, and goes back to one). A refused image is an
-    /// [`ErrorKind::InvalidRequest`] saying why, as [`Engine::thaw`]'s.
-    pub async fn thaw_session(&self, id: &str, image: &[u8], request: SessionRequest) -> Result<Session> {
-        let inner = &self.inner;
-        let limits = self.session_limits(&request)?;
-        inner.stores.pre(request.runtime)?;
-        let (body, memory) = self.open_sealed(id, image, request.tenant.as_deref(), request.runtime).await?;
-        let (mut store, host) = inner.stores.new_store(&StoreSpec {
-            limits: &limits,
-            schemas: None,
-            data_dir: request.data_dir.as_deref(),
-            tenant: request.tenant.as_deref(),
-            runtime: request.runtime,
-            journal: None,
-            monotonic_from: body.host.monotonic,
-        })?;
-        let asleep = Asleep::new(body.frozen, memory, None);
-        let data = store.data_mut();
-        data.limiter.peak = body.host.peak_memory;
-        // Charged as its hibernation left it charged: its pages, and the memory it had grown.
-        data.limiter.claim.grow(asleep.grown() + asleep.size()).map_err(|why| Error::new(ErrorKind::Busy, why))?;
-        data.asleep(&inner.stores.hibernated, asleep.size());
-        let shared = SessionCore::new(id.into(), request.tenant.clone(), host.output);
-        let budget = session::Budget { timeout: limits.timeout, fuel: inner.stores.fuel(&limits) };
-        let sealing =
-            self.sealing(request.keeper.as_ref(), request.tenant.as_ref(), &shared.id, Instant::now(), budget.fuel);
-        let after = inner.config.hibernate_after.unwrap_or(Duration::from_secs(1));
-        let slot = (None, Some((self.hibernation(None, sealing), after)));
-        tracing::debug!(session = id, bytes = image.len(), "thawing a sealed session");
-        Ok(self.serve_session(&request, limits, shared, budget, store, Start::Asleep(asleep), slot))
-    }
-
     /// The limits of a session `request` opens, once the engine takes sessions and they and
     /// its idle timeout are within bounds.
     fn session_limits(&self, request: &SessionRequest) -> Result<Limits> {
@@ -490,25 +368,6 @@ impl Engine {
             return Err(Error::invalid("idle_timeout must be at least 1 ms"));
         }
         Ok(limits)
-    }
-
-    /// Opens the sealed image of execution (or session) `id`, as `tenant`'s, of `runtime`:
-    /// its body, and the memory it is kept against. Refused, in words, when it is too large,
-    /// altered or sealed under another key, or bound to another tenant, build or id.
-    async fn open_sealed(
-        &self,
-        id: &str,
-        image: &[u8],
-        tenant: Option<&str>,
-        runtime: Runtime,
-    ) -> Result<(sealed::Body, Arc<Image>)> {
-        let inner = &self.inner;
-        let memory = inner.stores.image(runtime).await?;
-        let binding = Binding { tenant, runtime: memory.build, execution: id };
-        let max = inner.config.ceilings.max_hibernated_bytes;
-        let body = sealed::open(&inner.seal_key, image, max, &binding)
-            .map_err(|why| Error::invalid(format!("the hibernated execution cannot be thawed: {why}")))?;
-        Ok((body, memory))
     }
 
     /// Starts a session's task: `first` is its instance or its hibernated memory; `slot`, its

@@ -18,9 +18,23 @@ pub fn release() -> PathBuf {
     root.join("target").join("release").join("ptc-engine")
 }
 
-/// A free port on 127.0.0.1 (for a process that binds it next).
+/// A free port on 127.0.0.1 (for a process that binds it next), below the kernel's ephemeral
+/// range (32768-60999 by default), which every outgoing connection and every bind to port 0
+/// draws from: a port from that range could be taken by one of them before the server binds it
+/// (a run of the cluster tests saw "Address already in use"). Ports are handed out in turn, from a
+/// start that differs between processes.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 20_000;
+    const COUNT: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let _ = NEXT.compare_exchange(u32::MAX, std::process::id() * 97 % COUNT, Ordering::Relaxed, Ordering::Relaxed);
+    loop {
+        let port = (FIRST + NEXT.fetch_add(1, Ordering::Relaxed) % COUNT) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 /// Starts `command` (a `ptc-engine serve`) with its log on a pipe, waits until it logs that it

@@ -506,4 +506,24 @@ mod tests {
         }
         assert!(valid_session_id("sess_01-A"));
     }
+
+    #[test]
+    fn a_live_directory_named_by_another_node_is_reopened_only_beneath_its_tenant() {
+        let dir = std::env::temp_dir().join(format!("ptc-files-live-{}", std::process::id()));
+        let store = FileStore::new(FilesConfig { dir: dir.clone(), ..FilesConfig::default() }).unwrap();
+        let mine = store.open_live("acme").unwrap();
+        std::fs::write(mine.path.join("kept.txt"), "x").unwrap();
+        // A session record in the shared store names its directory: whatever it says, it is
+        // looked for beneath the tenant that asks, and only as a live session's.
+        for bad in ["live_../x", "live_a/../../b", "../live_x", "sess_01", "live_/"] {
+            assert!(store.reopen_live("acme", bad).is_err(), "{bad}");
+        }
+        let again = store.reopen_live("acme", &mine.id).unwrap();
+        assert_eq!(std::fs::read_to_string(again.path.join("kept.txt")).unwrap(), "x");
+        // Another tenant naming it gets a directory of its own, empty.
+        let other = store.reopen_live("globex", &mine.id).unwrap();
+        assert_ne!(other.path, again.path);
+        assert!(!other.path.join("kept.txt").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
