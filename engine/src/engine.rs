@@ -312,15 +312,7 @@ impl Engine {
         let limits = self.session_limits(&request)?;
         let pre = inner.stores.pre(request.runtime)?;
         let permit = self.acquire().await?;
-        let (mut store, warm, host) = inner.stores.new_instance(&StoreSpec {
-            limits: &limits,
-            schemas: None,
-            data_dir: request.data_dir.as_deref(),
-            tenant: request.tenant.as_deref(),
-            runtime: request.runtime,
-            journal: None,
-            monotonic_from: 0,
-        })?;
+        let (mut store, warm, host) = inner.stores.new_instance(&session_spec(&request, &limits))?;
         let shared = SessionCore::new(new_id().into(), request.tenant.clone(), host.output);
         let budget = session::Budget { timeout: limits.timeout, fuel: inner.stores.fuel(&limits) };
         let sandbox = match warm {
@@ -612,6 +604,19 @@ impl Engine {
     fn refill(&self) -> Refill {
         let engine = self.clone();
         Refill::new(move || async move { engine.fill_warm().await })
+    }
+}
+
+/// What the store of a session `request` opens is made for.
+fn session_spec<'a>(request: &'a SessionRequest, limits: &'a Limits) -> StoreSpec<'a> {
+    StoreSpec {
+        limits,
+        schemas: None,
+        data_dir: request.data_dir.as_deref(),
+        tenant: request.tenant.as_deref(),
+        runtime: request.runtime,
+        journal: None,
+        monotonic_from: 0,
     }
 }
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use wasmtime::Store;
 
-use super::{Engine, wit_tools};
+use super::{Engine, session_spec, wit_tools};
 use crate::broker::Progress;
 use crate::error::{Error, ErrorKind, Result};
 use crate::execution::{Control, Execution, Job, Start, drive};
@@ -126,15 +126,7 @@ impl Engine {
         let inner = &self.inner;
         let limits = self.session_limits(&request)?;
         inner.stores.pre(request.runtime)?;
-        let spec = StoreSpec {
-            limits: &limits,
-            schemas: None,
-            data_dir: request.data_dir.as_deref(),
-            tenant: request.tenant.as_deref(),
-            runtime: request.runtime,
-            journal: None,
-            monotonic_from: 0,
-        };
+        let spec = session_spec(&request, &limits);
         let Opened { store, side, asleep, .. } = self.asleep_store(Sealed::Session, id, image, spec, false).await?;
         let shared = SessionCore::new(id.into(), request.tenant.clone(), side.output);
         let budget = session::Budget { timeout: limits.timeout, fuel: inner.stores.fuel(&limits) };
