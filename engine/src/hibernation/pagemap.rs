@@ -22,11 +22,6 @@ const FILE: u64 = 1 << 61;
 /// For each 4 KiB page of `memory` (which starts on a page boundary), whether it may have been
 /// written; `None` if the kernel cannot say (then every page may have been).
 pub(crate) fn written(memory: &[u8]) -> Option<Vec<bool>> {
-    Some(entries(memory)?.map(|e| e & SWAPPED != 0 || (e & PRESENT != 0 && e & FILE == 0)).collect())
-}
-
-/// The kernel's entry for each page of `memory`.
-fn entries(memory: &[u8]) -> Option<impl Iterator<Item = u64>> {
     static PAGEMAP: OnceLock<Option<File>> = OnceLock::new();
     let pagemap = PAGEMAP.get_or_init(|| File::open("/proc/self/pagemap").ok()).as_ref()?;
     let start = memory.as_ptr() as usize;
@@ -36,17 +31,21 @@ fn entries(memory: &[u8]) -> Option<impl Iterator<Item = u64>> {
     let pages = memory.len().div_ceil(PAGE);
     let mut entries = vec![0u8; pages * 8];
     pagemap.read_exact_at(&mut entries, (start / PAGE * 8) as u64).ok()?;
-    Some((0..pages).map(move |i| u64::from_le_bytes(entries[i * 8..i * 8 + 8].try_into().expect("8 bytes"))))
+    Some(
+        entries
+            .chunks_exact(8)
+            .map(|e| {
+                let e = u64::from_le_bytes(e.try_into().expect("8 bytes"));
+                e & SWAPPED != 0 || (e & PRESENT != 0 && e & FILE == 0)
+            })
+            .collect(),
+    )
 }
 
 /// Copies the pages `pages` (indices, ascending) of `memory` on write now, a run of them per
 /// call, rather than one fault each as they are written. Best effort: a kernel without
 /// `MADV_POPULATE_WRITE` (before Linux 5.14) leaves them to fault.
 pub(crate) fn populate(memory: &mut [u8], pages: &[u32]) {
-    advise(memory, pages, rustix::mm::Advice::LinuxPopulateWrite);
-}
-
-fn advise(memory: &mut [u8], pages: &[u32], advice: rustix::mm::Advice) {
     let mut i = 0;
     while i < pages.len() {
         let first = pages[i] as usize;
@@ -57,9 +56,10 @@ fn advise(memory: &mut [u8], pages: &[u32], advice: rustix::mm::Advice) {
         }
         i += 1;
         let Some(run) = memory.get_mut(first * PAGE..end * PAGE) else { return };
-        // SAFETY: the range is memory we hold mutably; populating it maps pages (copies them
-        // on write) without changing a byte of them.
-        let _ = unsafe { rustix::mm::madvise(run.as_mut_ptr().cast(), run.len(), advice) };
+        // SAFETY: the range is memory we hold mutably; populating it copies pages on write
+        // without changing a byte of them.
+        let _ =
+            unsafe { rustix::mm::madvise(run.as_mut_ptr().cast(), run.len(), rustix::mm::Advice::LinuxPopulateWrite) };
     }
 }
 
