@@ -21,7 +21,7 @@ use crate::hibernation::{Hibernation, Keeper, Sealing};
 use crate::host::HostState;
 use crate::journal::Recorder;
 use crate::request::{ExecutionRequest, Runtime, ToolDef, check_tools_size};
-use crate::schema::Schemas;
+use crate::schema::SchemaCache;
 use crate::session::{self, Restored, Session, SessionCore, SessionRequest};
 use crate::shares::Shares;
 use crate::stores::{StoreSpec, Stores};
@@ -50,6 +50,8 @@ struct Inner {
     seal_key: Arc<[u8]>,
     /// What instances and their stores are made from.
     stores: Arc<Stores>,
+    /// Tools' compiled input schemas, kept between executions.
+    schemas: SchemaCache,
     config: EngineConfig,
     slots: Arc<Semaphore>,
     /// Executions between their start and their end, paused or not.
@@ -140,6 +142,7 @@ impl Engine {
                 digest,
                 seal_key,
                 stores,
+                schemas: SchemaCache::default(),
                 slots: Arc::new(Semaphore::new(config.max_concurrent)),
                 running: Arc::new(AtomicUsize::new(0)),
                 shutdown: CancellationToken::new(),
@@ -193,6 +196,12 @@ impl Engine {
     /// Instances made ahead of demand and ready now ([`EngineConfig::warm_instances`]).
     pub fn warm_instances(&self) -> usize {
         self.inner.stores.warm.len()
+    }
+
+    /// Pages (4 KiB) of its own each warm instance holds: those programs write, copied on
+    /// write ahead, learned from the programs run so far (0 before any).
+    pub fn warm_pages_ahead(&self) -> usize {
+        self.inner.stores.hot.written()
     }
 
     /// Executions parked waiting for tool results (hibernated ones included).
@@ -256,7 +265,7 @@ impl Engine {
             ));
         }
         let journal = request.journal.as_ref().map(|j| Recorder::new(j, inner.config.ceilings.max_journal_bytes));
-        let schemas = Schemas::compile_shared(&request.tools).await?;
+        let schemas = inner.schemas.compiled(request.tenant.as_deref(), &request.tools).await?;
         let permit = self.acquire().await?;
         let started = Instant::now();
         let (mut store, instance, host) = inner.stores.new_instance(&StoreSpec {
@@ -295,7 +304,7 @@ impl Engine {
             started,
             _permit: permit,
             hibernation,
-            refill: (request.runtime == Runtime::Python).then(|| self.refill()),
+            refill: (request.runtime == Runtime::Python).then(|| self.refill(!host.ahead)),
             running: inner.running.clone(),
         };
         let span = tracing::info_span!("execution", id = %id, session = request.session_id.as_deref().unwrap_or(""));
@@ -407,7 +416,7 @@ impl Engine {
                 "an execution in a live session cannot be journaled: it depends on what the session's earlier programs left",
             ));
         }
-        let schemas = session.schemas_for(&request.tools).await?;
+        let schemas = inner.schemas.compiled(session.tenant(), &request.tools).await?;
         session.claim()?;
         let started = Instant::now();
         let (events_tx, events_rx) = mpsc::unbounded_channel();
@@ -600,10 +609,12 @@ impl Engine {
         }
     }
 
-    /// The top-up of the warm pool that an execution runs once it has ended.
-    fn refill(&self) -> Refill {
+    /// The top-up of the warm pool that an execution runs once it has ended; `learn`: its
+    /// program's pages are its own, to learn from (`Hot`).
+    fn refill(&self, learn: bool) -> Refill {
         let engine = self.clone();
-        Refill::new(move || async move { engine.fill_warm().await })
+        let hot = learn.then(|| self.inner.stores.hot.clone());
+        Refill::new(hot, move || async move { engine.fill_warm().await })
     }
 }
 

@@ -200,11 +200,15 @@ pub(crate) enum Start {
 /// Runs the program to its end and sends the final event. The store is dropped on return,
 /// whatever happened, which frees the instance.
 pub(crate) async fn drive(mut job: Job, mut store: Store<HostState>, start: Start) {
-    let (event, _) = run(&job, &mut store, start, false).await;
+    let (event, kept) = run(&job, &mut store, start, false).await;
     let _ = job.events.send(event);
+    let refill = job.refill.take();
+    if let (Some(refill), Some(guest)) = (&refill, &kept) {
+        refill.learn(&mut store, guest);
+    }
     // Everything the execution held goes first: its slot, and the event channel, whose end
     // tells the client there is nothing more.
-    let refill = job.refill.take();
+    drop(kept);
     drop(store);
     drop(job);
     if let Some(refill) = refill {

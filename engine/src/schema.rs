@@ -1,6 +1,6 @@
 //! Tool input validation on the host, before a call leaves the sandbox.
 //!
-//! Schemas are compiled once per execution with remote `$ref` resolution off (the crate is
+//! Schemas are compiled once per tool set and tenant (kept between executions: `cache.rs`), with remote `$ref` resolution off (the crate is
 //! built without its HTTP/file resolvers), so a schema cannot make the host fetch anything.
 //!
 //! **Bounded.** A program controls the inputs it sends, and jsonschema cannot be stopped once
@@ -14,6 +14,7 @@
 //! A schema that makes one value cost more than [`MAX_WIDEST`] subschema visits (`anyOf`s
 //! through `$ref`s multiply) is refused when the tools are given.
 
+mod cache;
 mod cost;
 
 use std::collections::HashMap;
@@ -23,6 +24,8 @@ use jsonschema::Validator;
 use crate::error::{Error, Result};
 use crate::request::ToolDef;
 use crate::request::label;
+
+pub(crate) use cache::SchemaCache;
 
 /// The most steps (subschema visits) one input check may take. The costliest shape measured,
 /// a pattern on each of 200 `anyOf` branches, took jsonschema 27 ms for 962,401 steps, and the

@@ -32,8 +32,7 @@ use crate::guest::Guest;
 use crate::hibernation::{Hibernation, Sleeper};
 use crate::host::HostState;
 use crate::output::Output;
-use crate::request::{Runtime, ToolDef};
-use crate::schema::Schemas;
+use crate::request::Runtime;
 
 /// How to open a live session: `SessionRequest::new()` and the `with_*` methods.
 #[derive(Debug, Clone)]
@@ -169,10 +168,6 @@ pub(crate) struct SessionCore {
     pub(crate) tenant: Option<String>,
     /// The instance's stdout and stderr, emptied for each execution.
     pub(crate) output: Output,
-    /// The last execution's tools and their compiled input schemas: an agent calls the same
-    /// tools program after program, and compiling them was 6% of a session's `pass` (and
-    /// more in allocations).
-    schemas: Mutex<Option<(Vec<ToolDef>, Arc<Schemas>)>>,
 }
 
 /// Prepares the store for the next execution (its exchange, events, tools and limits).
@@ -317,18 +312,6 @@ impl Session {
         })
     }
 
-    /// The compiled input schemas of `tools`: the last execution's if its tools were the same.
-    pub(crate) async fn schemas_for(&self, tools: &[ToolDef]) -> Result<Arc<Schemas>> {
-        if let Some((last, schemas)) = self.shared.schemas.lock().unwrap().as_ref()
-            && last.as_slice() == tools
-        {
-            return Ok(schemas.clone());
-        }
-        let schemas = Schemas::compile_shared(tools).await?;
-        *self.shared.schemas.lock().unwrap() = Some((tools.to_vec(), schemas.clone()));
-        Ok(schemas)
-    }
-
     /// The session's state as bytes (see [`SessionState`]); refused while an execution runs.
     /// `max_bytes` bounds the state; a larger one fails with a message saying what to delete.
     pub async fn snapshot(&self, max_bytes: u64) -> Result<SessionState> {
@@ -349,7 +332,6 @@ impl SessionCore {
             reason: Mutex::new(None),
             kept: AtomicBool::new(false),
             tenant,
-            schemas: Mutex::new(None),
         })
     }
 

@@ -28,7 +28,7 @@ use crate::output::Output;
 use crate::request::{DATA_DIR, Runtime};
 use crate::schema::Schemas;
 use crate::shares::Shares;
-use crate::warm::{Warm, WarmPool};
+use crate::warm::{Hot, Warm, WarmPool};
 
 /// What instances are made from (each runtime's engine and pre-linked code), and what their
 /// stores draw on and count in.
@@ -47,6 +47,8 @@ pub(crate) struct Stores {
     pub(crate) paused: Arc<AtomicUsize>,
     /// Instances made ahead of demand (`warm.rs`).
     pub(crate) warm: WarmPool,
+    /// The pages programs write, which warm instances copy ahead.
+    pub(crate) hot: Arc<Hot>,
     /// Executions hibernated (`hibernation/`).
     pub(crate) hibernated: Arc<AtomicUsize>,
     /// Executions and sessions that may be hibernated now, for a start that finds no slot.
@@ -83,6 +85,9 @@ pub(crate) struct HostSide {
     pub(crate) exchange: Arc<Exchange>,
     pub(crate) output: Output,
     pub(crate) fuel: Option<u64>,
+    /// The instance had pages copied on write ahead (a warm one; `Hot::prepare`), so the
+    /// pages its program writes cannot be told from them.
+    pub(crate) ahead: bool,
 }
 
 impl Stores {
@@ -103,6 +108,7 @@ impl Stores {
             live: Arc::new(AtomicUsize::new(0)),
             paused: Arc::new(AtomicUsize::new(0)),
             warm: WarmPool::new(config.warm_instances),
+            hot: Arc::default(),
             hibernated: Arc::new(AtomicUsize::new(0)),
             parked: Arc::default(),
             build,
@@ -156,7 +162,7 @@ impl Stores {
     /// [`Stores::new_store`] with the instance already made when a warm one is ready
     /// (`warm.rs`); `None`: the caller instantiates.
     pub(crate) fn new_instance(&self, spec: &StoreSpec<'_>) -> Result<(Store<HostState>, Option<Guest>, HostSide)> {
-        let (mut state, host) = self.host_state(spec, true)?;
+        let (mut state, mut host) = self.host_state(spec, true)?;
         let warm = if spec.runtime == Runtime::Python { self.warm.take() } else { None };
         let Some(mut warm) = warm else {
             return Ok((self.store_with(state, spec.runtime, host.fuel)?, None, host));
@@ -169,6 +175,7 @@ impl Stores {
             return Ok((self.store_with(state, spec.runtime, host.fuel)?, None, host));
         }
         state.limiter.peak = initial;
+        host.ahead = warm.ahead;
         *warm.store.data_mut() = state;
         arm(&mut warm.store, host.fuel)?;
         Ok((warm.store, Some(warm.guest), host))
@@ -182,10 +189,13 @@ impl Stores {
             .instantiate(&mut store)
             .await
             .map_err(|e| Error::engine("instantiating", e))?;
-        let Some(image) = self.image.get().cloned() else { return Ok(Warm { store, guest }) };
+        if !self.hot.known() {
+            return Ok(Warm { store, guest, ahead: false });
+        }
+        let hot = self.hot.clone();
         tokio::task::spawn_blocking(move || {
-            image.prepare(&mut store, &guest);
-            Warm { store, guest }
+            let ahead = hot.prepare(&mut store, &guest);
+            Warm { store, guest, ahead }
         })
         .await
         .map_err(|e| Error::engine("preparing a warm instance", e))
@@ -327,7 +337,7 @@ impl Stores {
         let mut state = HostState::new(wasi, limiter, broker, live.then(|| self.live.clone()), data_dir.is_some());
         state.monotonic = monotonic;
         let fuel = self.fuel(limits);
-        Ok((state, HostSide { events: events_tx, events_rx, exchange, output, fuel }))
+        Ok((state, HostSide { events: events_tx, events_rx, exchange, output, fuel, ahead: false }))
     }
 }
 

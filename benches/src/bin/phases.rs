@@ -95,8 +95,19 @@ async fn main() -> anyhow::Result<()> {
     if args.pss {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let rollup = std::fs::read_to_string("/proc/self/smaps_rollup")?;
-        let pss = rollup.lines().find(|l| l.starts_with("Pss:")).unwrap_or("Pss: ?");
-        println!("{} warm instances ready; {pss}", engine.warm_instances());
+        // Pss_File: pages of files (the component's memory image) this process maps, as its
+        // share of each; Pss_Anon: its own.
+        let field = |name: &str| {
+            let line = rollup.lines().find(|l| l.starts_with(name)).unwrap_or("? ?");
+            line.split_whitespace().nth(1).unwrap_or("?").to_string()
+        };
+        println!(
+            "{} warm instances ready; PSS {} kB (anonymous {} kB, files {} kB)",
+            engine.warm_instances(),
+            field("Pss:"),
+            field("Pss_Anon:"),
+            field("Pss_File:")
+        );
     }
     Ok(())
 }

@@ -16,7 +16,6 @@ use crate::execution::{Control, Execution, Job, Start, drive};
 use crate::hibernation::{Asleep, Binding, Image, sealed};
 use crate::host::HostState;
 use crate::request::{ExecutionRequest, Runtime};
-use crate::schema::Schemas;
 use crate::session::{self, Session, SessionCore, SessionRequest};
 use crate::stores::{HostSide, StoreSpec};
 
@@ -57,7 +56,7 @@ impl Engine {
             return Err(Error::invalid("a thawed execution is not journaled: its image holds all it had done"));
         }
         let pre = inner.stores.pre(request.runtime)?;
-        let schemas = Schemas::compile_shared(&request.tools).await?;
+        let schemas = inner.schemas.compiled(request.tenant.as_deref(), &request.tools).await?;
         let spec = StoreSpec {
             limits: &limits,
             schemas: Some(schemas),
@@ -102,7 +101,7 @@ impl Engine {
             started,
             _permit: None,
             hibernation: Some(self.hibernation(None, sealing)),
-            refill: (request.runtime == Runtime::Python).then(|| self.refill()),
+            refill: (request.runtime == Runtime::Python).then(|| self.refill(false)),
             running: inner.running.clone(),
         };
         let span = tracing::info_span!("execution", id = %id, session = request.session_id.as_deref().unwrap_or(""));

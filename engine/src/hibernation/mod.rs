@@ -34,7 +34,7 @@ use crate::request::Runtime;
 use crate::stores::Stores;
 
 mod delta;
-mod pagemap;
+pub(crate) mod pagemap;
 mod parked;
 pub(crate) mod sealed;
 
@@ -68,15 +68,7 @@ pub(crate) struct Image {
     /// for the data runtime, its version and this snapshot's memory, since each server
     /// pre-initialises its own (`data/init.rs`) and two snapshots may differ.
     pub(crate) build: [u8; 32],
-    /// The pages the last hibernated instance had written (ascending), which a thaw will
-    /// write again: a warm instance copies them on write before it is needed
-    /// ([`Image::prepare`]).
-    hot: Mutex<Arc<[u32]>>,
 }
-
-/// The most pages a warm instance copies on write ahead (4 MiB): a paused program's are
-/// about 350; a program that wrote many more is not what the next one will look like.
-const HOT_MOST: usize = 1024;
 
 enum Base {
     /// The component's memory, copied (24 MB), and the canonical options that name it.
@@ -107,7 +99,7 @@ impl Image {
         let options = memory_options(store, instance);
         let memory = Linear::Component(instance, options).with(store, |m| m.to_vec());
         let len = memory.len();
-        Image { len, base: Base::Copy(memory, options), runtime: Runtime::Python, build, hot: Mutex::default() }
+        Image { len, base: Base::Copy(memory, options), runtime: Runtime::Python, build }
     }
 
     /// What sealed images of the data runtime are bound to: its `version`, and the memory of
@@ -124,24 +116,7 @@ impl Image {
     pub(crate) fn data(store: Store<HostState>, memory: Memory, build: [u8; 32]) -> Image {
         let len = memory.data_size(&store);
         let base = Base::Instance(Mutex::new(store), memory);
-        Image { len, base, runtime: Runtime::PythonData, build, hot: Mutex::default() }
-    }
-
-    /// Copies on write, in `guest`'s fresh instance, the pages the last hibernated one had
-    /// written, so that a thaw into it does not take a fault for each as it writes them (nor
-    /// priming, as it runs). The instance then holds about 1.4 MiB of its own. Call it off
-    /// the async workers.
-    pub(crate) fn prepare(&self, store: &mut Store<HostState>, guest: &Guest) {
-        let hot = self.hot.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        Linear::of(guest, self).with(store, |m| pagemap::populate(m, &hot));
-    }
-
-    /// Takes `pages`, those an instance about to hibernate had written, as the ones a thaw
-    /// will write: unless there are more than a program usually writes.
-    fn learn(&self, pages: &[u32]) {
-        if pages.len() <= HOT_MOST {
-            *self.hot.lock().unwrap_or_else(|e| e.into_inner()) = pages.into();
-        }
+        Image { len, base, runtime: Runtime::PythonData, build }
     }
 
     /// Runs `f` on a fresh instance's memory.
@@ -186,6 +161,17 @@ impl Linear {
             Linear::Core(memory) => f(memory.data_mut(store)),
         }
     }
+}
+
+/// Runs `f` on the linear memory of `instance`, an instance of the component. No wasm runs
+/// meanwhile.
+pub(crate) fn component_memory<R>(
+    store: &mut Store<HostState>,
+    instance: Instance,
+    f: impl FnOnce(&mut [u8]) -> R,
+) -> R {
+    let options = memory_options(store, instance);
+    Linear::Component(instance, options).with(store, f)
 }
 
 /// The first canonical options of the component that name a linear memory: every export that
@@ -337,12 +323,12 @@ async fn thaw(store: &mut Store<HostState>, guest: &Guest, image: &Image, frozen
     let inflated = t0.elapsed();
     // Pages priming (or instantiation) wrote, which may differ from the image.
     let written = linear.with(store, |m| pagemap::written(m));
-    // Those a warm instance copied on write ahead (`Image::prepare`) need not be again.
+    // Those a warm instance copied on write ahead (`Hot::prepare`) need not be again.
     let unwritten: Vec<u32> = match &written {
         Some(w) => frozen.pages.iter().copied().filter(|&p| !w[p as usize]).collect(),
         None => frozen.pages.clone(),
     };
-    linear.with(store, |m| pagemap::populate(m, &unwritten));
+    linear.with(store, |m| pagemap::populate(m, &unwritten, true));
     let mut kept = frozen.pages.iter().peekable();
     let mut first = 0;
     while first < total {
@@ -495,7 +481,9 @@ impl Hibernation {
         let placeholder = self.stores.placeholder().map_err(|e| e.to_string());
         let frozen = match (self.stores.image(runtime).await, placeholder) {
             (Ok(image), Ok(placeholder)) => freeze(store, &guest, &image, self.sealing.is_some()).await.map(|frozen| {
-                image.learn(&frozen.pages);
+                if runtime == Runtime::Python {
+                    self.stores.hot.learn(&frozen.pages);
+                }
                 (frozen, image, placeholder)
             }),
             (Err(e), _) => Err(e.to_string()),
