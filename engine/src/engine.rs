@@ -583,7 +583,7 @@ impl Engine {
         tokio::time::sleep(WARM_IDLE).await;
         let Some(_filling) = warm.start_filling() else { return };
         while inner.accepting.load(Ordering::SeqCst) && warm.wants_more() && self.idle() {
-            match inner.stores.make_warm().await {
+            match inner.stores.make_warm(self.idleness()).await {
                 Ok(made) if inner.accepting.load(Ordering::SeqCst) => warm.put(made),
                 Ok(_) => break,
                 Err(e) => {
@@ -598,6 +598,12 @@ impl Engine {
     /// No execution is running now (all are paused, if any).
     fn idle(&self) -> bool {
         self.inner.running.load(Ordering::Acquire) <= self.inner.stores.paused.load(Ordering::Acquire)
+    }
+
+    /// [`Engine::idle`], for work off the engine's tasks.
+    fn idleness(&self) -> impl Fn() -> bool + Send + 'static {
+        let (running, paused) = (self.inner.running.clone(), self.inner.stores.paused.clone());
+        move || running.load(Ordering::Acquire) <= paused.load(Ordering::Acquire)
     }
 
     /// Makes the warm instances on a task of the current tokio runtime once the engine is

@@ -181,20 +181,21 @@ impl Stores {
         Ok((warm.store, Some(warm.guest), host))
     }
 
-    /// One warm instance: the component instantiated in a store with a placeholder state.
-    pub(crate) async fn make_warm(&self) -> Result<Warm> {
+    /// One warm instance: the component instantiated in a store with a placeholder state, and
+    /// the pages programs touch mapped ahead while `idle` says so (`Hot::prepare`).
+    pub(crate) async fn make_warm(&self, idle: impl Fn() -> bool + Send + 'static) -> Result<Warm> {
         let (state, host) = self.placeholder_state(Runtime::Python)?;
         let mut store = self.store_with(state, Runtime::Python, host.fuel)?;
         let guest = Pre::Component(self.pre.clone())
             .instantiate(&mut store)
             .await
             .map_err(|e| Error::engine("instantiating", e))?;
-        if !self.hot.known() {
+        if !self.hot.known() || !idle() {
             return Ok(Warm { store, guest, ahead: false });
         }
         let hot = self.hot.clone();
         tokio::task::spawn_blocking(move || {
-            let ahead = hot.prepare(&mut store, &guest);
+            let ahead = hot.prepare(&mut store, &guest, idle);
             Warm { store, guest, ahead }
         })
         .await
@@ -207,7 +208,7 @@ impl Stores {
             Runtime::Python => {
                 self.image
                     .get_or_try_init(|| async {
-                        let mut warm = self.make_warm().await?;
+                        let mut warm = self.make_warm(|| false).await?;
                         let Guest::Component(_, instance) = warm.guest else {
                             unreachable!("make_warm makes the component")
                         };

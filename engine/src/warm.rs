@@ -60,6 +60,10 @@ const WRITTEN_MOST: usize = 1024;
 /// The most pages a warm instance maps for reading ahead (32 MiB, more than the snapshot).
 const READ_MOST: usize = 8192;
 
+/// Pages mapped ahead between two looks at whether the engine is still idle (at most about
+/// 45 µs: copying a page on write took 1.3 µs in a thaw).
+const PREPARE_CHUNK: usize = 32;
+
 /// One program's pages in this many are read (the page map of 24 MB of memory, 47 KB, in
 /// about 50 µs), once some are known.
 const LEARN_EVERY: u32 = 32;
@@ -102,15 +106,26 @@ impl Hot {
     }
 
     /// Maps ahead, in `guest`'s fresh instance, the pages programs touch: copies on write those
-    /// they write; whether there were any. Call it off the async workers.
-    pub(crate) fn prepare(&self, store: &mut Store<HostState>, guest: &Guest) -> bool {
+    /// they write first, then maps those they read; whether it mapped any. It stops when `idle`
+    /// turns false: mapping ahead while an execution runs made a fresh `pass` back to back over
+    /// gRPC 2.95 ms instead of 2.25 (the two fault in one address space on two cores). Call it
+    /// off the async workers.
+    pub(crate) fn prepare(&self, store: &mut Store<HostState>, guest: &Guest, idle: impl Fn() -> bool) -> bool {
         let Guest::Component(_, instance) = guest else { return false };
         let pages = self.pages.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut any = false;
         component_memory(store, *instance, |m| {
-            pagemap::populate(m, &pages.read, false);
-            pagemap::populate(m, &pages.written, true);
+            for (pages, write) in [(&pages.written, true), (&pages.read, false)] {
+                for chunk in pages.chunks(PREPARE_CHUNK) {
+                    if !idle() {
+                        return;
+                    }
+                    pagemap::populate(m, chunk, write);
+                    any = true;
+                }
+            }
         });
-        !pages.written.is_empty() || !pages.read.is_empty()
+        any
     }
 
     /// How many pages a warm instance copies on write ahead: its own memory, in pages.
