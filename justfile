@@ -12,9 +12,16 @@ test-python:
 build:
     cargo build --workspace --release
 
-# Benchmarks: library, gRPC, `python3 -c` and warm CPython side by side.
+# Benchmarks: library, gRPC, `python3 -c` and warm CPython side by side; then ptc-engine beside
+# Monty and pyeryx from PyPI in one run (`bench-peers`).
 bench:
     cargo bench -p ptc-benches
+    benches/python/peers.sh
+
+# ptc-engine (Python client over gRPC), Monty (pydantic-monty 1.4.0) and pyeryx 0.11.0 side by side:
+# fresh `pass`, `pass` in a session, one tool round, a CPU-bound loop; e.g. `just bench-peers --runs 100`.
+bench-peers *ARGS:
+    benches/python/peers.sh {{ARGS}}
 
 # Density harness: N paused executions (100, 500, 1000, 2000, 5000), memory per execution by
 # PSS, first-call and round-trip latency, throughput; table on stdout, JSON in target/density.json.

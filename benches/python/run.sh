@@ -11,9 +11,5 @@ VENV=target/bench-venvs/python
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 "$VENV/bin/pip" install --quiet --disable-pip-version-check \
     "./clients/python[fastmcp]" "fastmcp[code-mode]==4.1.6" "pydantic-monty==1.4.0"
-PTC_LOG=error "$BIN" serve --grpc-addr "127.0.0.1:$GRPC" --http-addr 127.0.0.1:0 --metrics-addr 127.0.0.1:0 \
-    >/dev/null 2>&1 &
-server=$!
-trap 'kill $server 2>/dev/null || true; wait 2>/dev/null || true' EXIT
-for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$GRPC") 2>/dev/null && break; sleep 0.2; done
+. benches/python/serve.sh
 "$VENV/bin/python" benches/python/codemode.py --url "http://127.0.0.1:$GRPC" "$@"
