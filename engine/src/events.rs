@@ -82,8 +82,9 @@ pub struct ToolCallRecord {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Stats {
     pub wall_time: Duration,
-    /// Time spent creating the instance on the execution's path: zero when a warm one was
-    /// ready (see `EngineConfig::warm_instances`) and in a session.
+    /// Time spent creating the instance on the execution's path, with copying ahead the pages
+    /// programs write: zero when a warm one was ready (see `EngineConfig::warm_instances`) and
+    /// in a session.
     pub instantiate_time: Duration,
     pub round_trips: u32,
     pub tool_calls: u32,

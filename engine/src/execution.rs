@@ -264,6 +264,9 @@ async fn race(
                     None => {
                         let t0 = Instant::now();
                         let sandbox = job.pre.instantiate(&mut *store).await?;
+                        if let Some(refill) = &job.refill {
+                            refill.write_ahead(&mut *store, &sandbox);
+                        }
                         *instantiate_time = Some(t0.elapsed());
                         sandbox
                     }
