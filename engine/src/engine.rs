@@ -597,13 +597,13 @@ impl Engine {
 
     /// No execution is running now (all are paused, if any).
     fn idle(&self) -> bool {
-        self.inner.running.load(Ordering::Acquire) <= self.inner.stores.paused.load(Ordering::Acquire)
+        idle(&self.inner.running, &self.inner.stores.paused)
     }
 
     /// [`Engine::idle`], for work off the engine's tasks.
     fn idleness(&self) -> impl Fn() -> bool + Send + 'static {
         let (running, paused) = (self.inner.running.clone(), self.inner.stores.paused.clone());
-        move || running.load(Ordering::Acquire) <= paused.load(Ordering::Acquire)
+        move || idle(&running, &paused)
     }
 
     /// Makes the warm instances on a task of the current tokio runtime once the engine is
@@ -615,11 +615,11 @@ impl Engine {
         }
     }
 
-    /// The top-up of the warm pool that an execution runs once it has ended; `learn`: its
-    /// program's pages are its own, to learn from (`Hot`).
-    fn refill(&self, learn: bool) -> Refill {
+    /// The top-up of the warm pool that an execution runs once it has ended; `own_pages`: its
+    /// instance had no pages mapped ahead, so it may be given them or learnt from (`Hot`).
+    fn refill(&self, own_pages: bool) -> Refill {
         let engine = self.clone();
-        let hot = learn.then(|| self.inner.stores.hot.clone());
+        let hot = own_pages.then(|| self.inner.stores.hot.clone());
         Refill::new(hot, move || async move { engine.fill_warm().await })
     }
 }
@@ -654,4 +654,9 @@ fn new_id() -> String {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).expect("the OS random source");
     hex::encode(bytes)
+}
+
+/// No execution is running, of `running` under way of which `paused` wait on their tools.
+fn idle(running: &AtomicUsize, paused: &AtomicUsize) -> bool {
+    running.load(Ordering::Acquire) <= paused.load(Ordering::Acquire)
 }

@@ -82,13 +82,18 @@ impl Hot {
         }
     }
 
+    /// Whether to learn from the next program offered, which runs in an instance with no
+    /// pages mapped ahead: the first, then one in [`LEARN_EVERY`]. That one is then not given
+    /// any ([`Hot::write_ahead`]), or the pages it wrote could not be told from them, and the
+    /// lists would only ever grow.
+    pub(crate) fn sample(&self) -> bool {
+        !self.known() || self.offered.fetch_add(1, Ordering::Relaxed).is_multiple_of(LEARN_EVERY)
+    }
+
     /// Learns from the memory of a program of the component that has ended in `guest`'s
-    /// instance, which had no pages mapped ahead: the first, then one in [`LEARN_EVERY`].
+    /// instance, which had no pages mapped ahead.
     pub(crate) fn learn_from(&self, store: &mut Store<HostState>, guest: &Guest) {
         let Guest::Component(_, instance) = guest else { return };
-        if self.known() && !self.offered.fetch_add(1, Ordering::Relaxed).is_multiple_of(LEARN_EVERY) {
-            return;
-        }
         let entries = component_memory(store, *instance, |m| (m.len() <= LEARN_MOST).then(|| pagemap::entries(m)));
         let Some(Some(entries)) = entries else { return };
         let (mut written, mut read) = (Vec::new(), Vec::new());
@@ -213,29 +218,35 @@ type Fill = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send 
 /// and the pages to learn from its instance, if they are its program's own.
 pub(crate) struct Refill {
     fill: Fill,
+    /// The pages programs touch, when the execution's instance had none mapped ahead.
     hot: Option<Arc<Hot>>,
+    /// Learn from this one ([`Hot::sample`]) rather than copy pages ahead in it.
+    learn: bool,
 }
 
 impl Refill {
-    /// `hot`: learn from the instance's pages when the program ends ([`Hot::learn_from`]).
+    /// `hot`: the execution's instance had no pages mapped ahead; it is either given them
+    /// ([`Refill::write_ahead`]) or learnt from when its program ends ([`Refill::learn`]).
     pub(crate) fn new<F>(hot: Option<Arc<Hot>>, fill: impl FnOnce() -> F + Send + Sync + 'static) -> Self
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        Refill { fill: Box::new(move || Box::pin(fill())), hot }
+        let learn = hot.as_ref().is_some_and(|hot| hot.sample());
+        Refill { fill: Box::new(move || Box::pin(fill())), hot, learn }
     }
 
     /// Copies on write, in the instance the execution has just made for itself (`guest`), the
-    /// pages programs write, before the program reads any of them ([`Hot::write_ahead`]).
+    /// pages programs write, before the program reads any of them ([`Hot::write_ahead`]);
+    /// unless the execution is the one to learn from.
     pub(crate) fn write_ahead(&self, store: &mut Store<HostState>, guest: &Guest) {
-        if let Some(hot) = &self.hot {
+        if let Some(hot) = self.hot.as_ref().filter(|_| !self.learn) {
             hot.write_ahead(store, guest);
         }
     }
 
-    /// Learns which pages the program that ended in `guest` wrote, if it is to.
+    /// Learns which pages the program that ended in `guest` wrote, if it is the one to.
     pub(crate) fn learn(&self, store: &mut Store<HostState>, guest: &Guest) {
-        if let Some(hot) = &self.hot {
+        if let Some(hot) = self.hot.as_ref().filter(|_| self.learn) {
             hot.learn_from(store, guest);
         }
     }

@@ -22,7 +22,7 @@ const FILE: u64 = 1 << 61;
 /// For each 4 KiB page of `memory` (which starts on a page boundary), whether it may have been
 /// written; `None` if the kernel cannot say (then every page may have been).
 pub(crate) fn written(memory: &[u8]) -> Option<Vec<bool>> {
-    Some(entries(memory)?.into_iter().map(|e| e != Entry::Absent && e != Entry::Read).collect())
+    Some(entries(memory)?.into_iter().map(|e| e == Entry::Written).collect())
 }
 
 /// What the kernel maps at one page.
