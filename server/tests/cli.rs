@@ -196,7 +196,15 @@ fn serve_runs_as_an_unprivileged_user_that_owns_only_its_files_dir() {
     stream.write_all(request.as_bytes()).unwrap();
     let mut reply = String::new();
     std::io::Read::read_to_string(&mut stream, &mut reply).unwrap();
-    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    // The server's log goes on being read, so that a failure shows why (a host error is logged,
+    // never sent); the pipe is drained once the server has stopped.
+    let mut server_log = || {
+        child.0.kill().ok();
+        let mut rest = String::new();
+        let _ = std::io::Read::read_to_string(&mut log, &mut rest);
+        format!("{seen}{rest}")
+    };
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}\nthe server's log:\n{}", server_log());
     assert!(reply.contains(r#""stdout":"wrote\n""#) && reply.contains(r#""name":"out.txt""#), "{reply}");
     let written = home.join("files");
     assert!(std::fs::read_dir(&written).unwrap().next().is_some(), "the session's files are in the files dir");
