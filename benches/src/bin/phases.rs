@@ -33,6 +33,28 @@ struct Args {
     /// A sandbox component file to load instead of the embedded one (to compare builds).
     #[arg(long)]
     component: Option<std::path::PathBuf>,
+    /// MCP tools (a JSON list of `{name, description, inputSchema}`, as in
+    /// `runtime-python-wasm/toolsets`) given to every execution instead of the one `add`, in a
+    /// namespace named after the file; repeatable (all five files: the 102-tool yardstick).
+    #[arg(long)]
+    toolset: Vec<std::path::PathBuf>,
+}
+
+/// The tools of `--toolset` files, each file's in a namespace named after it.
+fn toolsets(paths: &[std::path::PathBuf]) -> anyhow::Result<Vec<ptc_engine::ToolDef>> {
+    let mut tools = Vec::new();
+    for path in paths {
+        let namespace = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        let listed: Vec<serde_json::Value> = serde_json::from_slice(&std::fs::read(path)?)?;
+        for t in listed {
+            let name = t["name"].as_str().unwrap_or_default();
+            let mut tool = ptc_engine::ToolDef::new(name).with_namespace(namespace.clone());
+            tool.description = t["description"].as_str().unwrap_or_default().to_string();
+            tool = tool.with_parameters(t["inputSchema"].clone());
+            tools.push(tool);
+        }
+    }
+    Ok(tools)
 }
 
 fn median(mut v: Vec<Duration>) -> f64 {
@@ -60,13 +82,14 @@ async fn main() -> anyhow::Result<()> {
     } else {
         None
     };
+    let tools = if args.toolset.is_empty() { ptc_benches::tools() } else { toolsets(&args.toolset)? };
     let (mut total, mut wall, mut inst) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..args.n {
         if args.gap_ms > 0 {
             tokio::time::sleep(Duration::from_millis(args.gap_ms)).await;
         }
         let t0 = Instant::now();
-        let request = ExecutionRequest::new(args.code.clone()).with_tools(ptc_benches::tools()).with_runtime(runtime);
+        let request = ExecutionRequest::new(args.code.clone()).with_tools(tools.clone()).with_runtime(runtime);
         let mut exec = match &session {
             Some(session) => engine.execute_in(session, request.with_limits(ptc_benches::limits())).await?,
             None => engine.start(request).await?,

@@ -219,6 +219,30 @@ class RunnerTest(unittest.TestCase):
         o, _, _, _ = run(code, tools=tools)
         self.assertEqual(json.loads(o.value_json), ["UnknownToolError", "nope"], "a ToolError too")
 
+    def test_namespaced_stubs_are_made_when_first_reached(self):
+        schema = '{"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}'
+        tools = [("read_file", "Reads a file.", schema, "fs"), ("broken", "", "{not json", "fs")]
+        code = (
+            "before = sorted(vars(fs))\n"
+            "a, b = fs.read_file, fs.read_file\n"
+            "r = await a('x')\n"
+            "return [before, sorted(k for k in vars(fs) if not k.startswith('_')), a is b, r['args'],\n"
+            "        str(inspect.signature(a)), a.__doc__.splitlines()[0], a.__qualname__]"
+        )
+        host = ScriptedHost(lambda name, args: {"tool": name, "args": args})
+        o, _, _, _ = run("import inspect\n" + code, host, tools)
+        self.assertTrue(o.ok, o)
+        self.assertEqual(json.loads(o.value_json), [
+            ["_ToolNamespace__call", "_ToolNamespace__name", "_ToolNamespace__specs"], ["read_file"], True,
+            {"path": "x"}, "(path, **kwargs)", "Reads a file.", "fs.read_file",
+        ])
+        # A schema that is not JSON (the host refuses one before it gets here) is refused when
+        # its tool is reached, in words, and the others still work.
+        o, _, _, _ = run("await fs.broken()", tools=tools)
+        self.assertIn("InvalidTools: parameters of tool 'broken' are not valid JSON: Expecting property name", o.message)
+        o, _, _, _ = run("del fs.read_file", tools=tools)
+        self.assertIn("cannot be removed", o.message)
+
     def test_a_namespace_cannot_collide_with_a_tool(self):
         o, _, _, _ = run("pass", tools=[("fs", "", ""), ("read", "", "", "fs")])
         self.assertEqual((o.ok, o.kind), (False, "invalid-tools"))
