@@ -56,9 +56,18 @@ async def named_sessions(client, desc):
     # program wrote is gone, and the session with its earlier state goes on.
     result, text, sc = await run(client, "open('/mnt/data/big.bin', 'wb').write(b'x' * (3 << 20))\nprint('wrote')", session=sid)
     assert result.is_error and sc["error"]["kind"] == "file_quota", sc
-    assert "quota" in text and "delete files you no longer need" in text and "wrote" in sc["stdout"], text
-    result, text, sc = await run(client, "import os\nprint(len(seen), sorted(os.listdir('/mnt/data')))", session=sid)
-    assert sc["stdout"] == "4 ['seen.txt']\n", sc
+    assert "quota" in text and "delete files you no longer need" in text, text
+    # The quota is checked every 100 ms while a program runs, and at its end. On a loaded
+    # machine the write can outlast a check (a CI run on 2 cores saw it): the program is then
+    # stopped mid-way and its session ends. Otherwise the program ends and the session goes on.
+    if "stopped mid-way" in text:
+        assert "so its session has ended" in text and "wrote" not in sc["stdout"], text
+        result, text, sc = await run(client, "print('seen' in globals())", session=sid)
+        assert text.startswith(f'[session] session "{sid}" is not open') and sc["stdout"] == "False\n", text
+    else:
+        assert "wrote" in sc["stdout"], sc
+        result, text, sc = await run(client, "import os\nprint(len(seen), sorted(os.listdir('/mnt/data')))", session=sid)
+        assert sc["stdout"] == "4 ['seen.txt']\n", sc
     # An id that is not open (ended, or never was): the program runs in a new session and the
     # model is told its earlier state is gone.
     result, text, sc = await run(client, "print('seen' in globals())", session="not-a-session")
