@@ -30,7 +30,8 @@ density *ARGS:
     cargo run --release -p ptc-benches --bin density -- {{ARGS}}
 
 # Where a fresh execution's time goes: N executions one after another through the library, medians
-# of the whole, of the engine's wall time and of instantiation, e.g. `just phases --warm 0 --gap-ms 5`.
+# of the whole, of the engine's wall time and of instantiation, e.g. `just phases --warm 0 --gap-ms 5`;
+# `--grpc URL` drives a running server from this process instead, beside the wire's floors.
 phases *ARGS:
     cargo run --release -p ptc-benches --bin phases -- {{ARGS}}
 

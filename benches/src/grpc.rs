@@ -11,7 +11,7 @@ use tonic::transport::Channel;
 const WAIT: Duration = Duration::from_secs(120);
 
 /// An [`ExecuteStream`] whose every wait has a deadline and whose errors are strings.
-pub struct Exec(ExecuteStream);
+pub struct Exec(ExecuteStream, Option<proto::Stats>);
 
 /// A `Start` with the named tools (no schema), the longest deadline (an execution may wait
 /// while thousands of others are started) and room for the 100-round workload.
@@ -45,7 +45,7 @@ impl Exec {
         let opened = tokio::time::timeout(WAIT, ExecuteStream::open(client, start, key))
             .await
             .map_err(|_| "no response to Start")?;
-        opened.map(Exec).map_err(|s| format!("{:?}: {}", s.code(), s.message()))
+        opened.map(|stream| Exec(stream, None)).map_err(|s| format!("{:?}: {}", s.code(), s.message()))
     }
 
     async fn next(&mut self) -> Result<Message, String> {
@@ -71,9 +71,17 @@ impl Exec {
     pub async fn next_batch(&mut self) -> Result<Option<Vec<proto::ToolCall>>, String> {
         match self.next().await? {
             Message::ToolCalls(batch) => Ok(Some(batch.calls)),
-            Message::Completed(_) => Ok(None),
+            Message::Completed(done) => {
+                self.1 = done.stats;
+                Ok(None)
+            }
             other => Err(unexpected(other)),
         }
+    }
+
+    /// The server's figures for the execution, once [`Exec::next_batch`] saw it complete.
+    pub fn stats(&self) -> Option<proto::Stats> {
+        self.1
     }
 
     pub async fn completion(&mut self) -> Result<proto::Completed, String> {

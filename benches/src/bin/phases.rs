@@ -1,5 +1,7 @@
 //! Where a fresh execution's time goes: runs one program many times through the library,
-//! one after another, and prints the medians of the engine's own phases (`just phases`).
+//! one after another, and prints the medians of the engine's own phases (`just phases`); with
+//! `--grpc URL`, the same over gRPC against a server in another process, beside the floors of
+//! the wire (a stream refused at its `Start`, a unary call refused).
 //! Meant to be run under `perf record` too: nothing else happens in the process.
 
 use std::time::{Duration, Instant};
@@ -38,6 +40,11 @@ struct Args {
     /// namespace named after the file; repeatable (all five files: the 102-tool yardstick).
     #[arg(long)]
     toolset: Vec<std::path::PathBuf>,
+    /// Run over gRPC against the server at this URL from this process (`--session`: in one
+    /// gRPC session), answering `add` at once; also times the two floors of the wire: an
+    /// `Execute` stream refused at its `Start`, and a unary call refused at once.
+    #[arg(long)]
+    grpc: Option<String>,
 }
 
 /// The tools of `--toolset` files, each file's in a namespace named after it.
@@ -65,6 +72,9 @@ fn median(mut v: Vec<Duration>) -> f64 {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if let Some(url) = &args.grpc {
+        return over_grpc(&args, url).await;
+    }
     let runtime: Runtime = args.runtime.parse().map_err(anyhow::Error::msg)?;
     let mut config = EngineConfig::default();
     config.cache_dir = Some(ptc_server::default_cache_dir());
@@ -132,5 +142,64 @@ async fn main() -> anyhow::Result<()> {
             field("Pss_File:")
         );
     }
+    Ok(())
+}
+
+/// `phases --grpc URL`: the client's whole call and the server's engine time (`Stats`), and
+/// the wire's floors, each timed from this process against a server in another.
+async fn over_grpc(args: &Args, url: &str) -> anyhow::Result<()> {
+    use ptc_benches::grpc::{Exec, ok, start};
+    use ptc_server::proto::{CloseSessionRequest, OpenSessionRequest, sandbox_client::SandboxClient};
+    let channel = tonic::transport::Channel::from_shared(url.to_string())?.tcp_nodelay(true).connect().await?;
+    let mut client = SandboxClient::new(channel);
+    let session_id = match args.session {
+        true => client.open_session(OpenSessionRequest::default()).await?.into_inner().session_id,
+        false => String::new(),
+    };
+    let (mut total, mut wall, mut inst, mut refused, mut unary) = (vec![], vec![], vec![], vec![], vec![]);
+    for _ in 0..args.n {
+        if args.gap_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(args.gap_ms)).await;
+        }
+        let t0 = Instant::now();
+        let request = ptc_server::proto::Start { session_id: session_id.clone(), ..start(&args.code, &["add"]) };
+        let mut exec = Exec::open(&mut client, request, None).await.map_err(anyhow::Error::msg)?;
+        while let Some(calls) = exec.next_batch().await.map_err(anyhow::Error::msg)? {
+            let results = calls.iter().map(|c| ok(&c.id, &serde_json::json!(3))).collect();
+            exec.send_results(results).await.map_err(anyhow::Error::msg)?;
+        }
+        total.push(t0.elapsed());
+        let stats = exec.stats().unwrap_or_default();
+        wall.push(Duration::from_micros(stats.wall_time_us));
+        inst.push(Duration::from_micros(stats.instantiate_time_us));
+    }
+    // The floors, each in a loop of its own (so that each is back to back, or spaced, as asked).
+    for _ in 0..args.n {
+        if args.gap_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(args.gap_ms)).await;
+        }
+        let t0 = Instant::now();
+        let start = ptc_server::proto::Start { session_id: "no-such-session".into(), ..start("pass", &[]) };
+        let _ = Exec::open(&mut client, start, None).await.err().expect("refused");
+        refused.push(t0.elapsed());
+    }
+    for _ in 0..args.n {
+        if args.gap_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(args.gap_ms)).await;
+        }
+        let t0 = Instant::now();
+        let _ = client.close_session(CloseSessionRequest { session_id: "no-such-session".into() }).await;
+        unary.push(t0.elapsed());
+    }
+    println!(
+        "n={} over gRPC: total {:.3} ms, engine wall {:.3} ms, instantiate {:.3} ms; \
+         a stream refused at Start {:.3} ms, a unary call refused {:.3} ms (medians)",
+        args.n,
+        median(total),
+        median(wall),
+        median(inst),
+        median(refused),
+        median(unary)
+    );
     Ok(())
 }
