@@ -10,11 +10,12 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::UnboundedSender;
 
+use crate::approval::{NeedApproval, take_reason};
 use crate::bindings::ptc::sandbox::host::{self as wit, ToolOutcome, WaitAnswer};
 use crate::config::{Ceilings, Limits};
 use crate::error::HostTrap;
-use crate::events::{Event, FailureKind, ToolCall, ToolCallRecord, ToolResult};
-use crate::exchange::{Drained, Exchange, Waited};
+use crate::events::{ApprovalRequest, Event, FailureKind, ToolCall, ToolCallRecord, ToolResult};
+use crate::exchange::{Announce, Drained, Exchange, Waited};
 use crate::hibernation::{Parked, Sleeper};
 use crate::journal::{Journal, RecordedCall, RecordedResult, Recorder, Replayed};
 use crate::output::Output;
@@ -54,6 +55,16 @@ pub(crate) struct Broker {
     /// The last wait answered `hibernate`: the next one, with no new calls, is the same wait
     /// re-entered after the thaw, which a journal does not record again.
     resuming: bool,
+    /// What the execution's calls' ids end with (`approval::id_suffix`): the guest's own ids
+    /// (`call_3`) are unique only within the execution.
+    pub(crate) suffix: String,
+    /// The tools whose calls wait for a person's decision.
+    pub(crate) need_approval: NeedApproval,
+    /// Reasons the program gave for the calls of this wait that need approval, by id.
+    reasons: HashMap<String, String>,
+    /// Calls a replay handed out without telling the client (their results were in the
+    /// journal), with their rounds, until it goes live.
+    unsent: Vec<(u32, ToolCall)>,
 }
 
 /// How a tool input or result too large for the call log is kept there: a JSON string.
@@ -104,6 +115,10 @@ impl Broker {
             parked: None,
             timer_due: None,
             resuming: false,
+            suffix: String::new(),
+            need_approval: NeedApproval::default(),
+            reasons: HashMap::new(),
+            unsent: Vec::new(),
         }
     }
 
@@ -134,16 +149,17 @@ impl Broker {
 
     /// Starts the next execution of a live session: its own exchange, events, tools and
     /// limits, an empty call log and counters. The run slot and output stay the instance's.
-    pub(crate) fn reset(
-        &mut self,
-        exchange: Arc<Exchange>,
-        events: UnboundedSender<Event>,
-        schemas: Arc<Schemas>,
-        limits: &Limits,
-        ceilings: &Ceilings,
-    ) {
+    pub(crate) fn reset(&mut self, exchange: Arc<Exchange>, events: UnboundedSender<Event>, next: Next<'_>) {
         let run_slot = self.run_slot.clone();
-        *self = Broker::new(exchange, events, self.output.clone(), run_slot, schemas, limits, ceilings);
+        *self = Broker::new(exchange, events, self.output.clone(), run_slot, next.schemas, next.limits, next.ceilings);
+        self.identify(crate::approval::id_suffix(next.id), next.need_approval);
+    }
+
+    /// Names the execution (its calls' ids end with `suffix`: `approval.rs`) and the tools
+    /// whose calls need approval.
+    pub(crate) fn identify(&mut self, suffix: String, need_approval: NeedApproval) {
+        self.suffix = suffix;
+        self.need_approval = need_approval;
     }
 
     /// `text` as the call log keeps it: itself while the log has room, else a marker.
@@ -183,6 +199,26 @@ impl Broker {
     }
 
     pub(crate) async fn wait_for_tools(
+        &mut self,
+        mut calls: Vec<wit::ToolCall>,
+        timeout_ms: Option<u64>,
+    ) -> wasmtime::Result<WaitAnswer> {
+        // Outside the guest, a call's id carries the execution's (`approval.rs`).
+        for call in &mut calls {
+            call.id.push_str(&self.suffix);
+        }
+        let mut answer = self.wait_for_tools_here(calls, timeout_ms).await?;
+        if let WaitAnswer::Results(results) = &mut answer {
+            for r in results {
+                if let Some(own) = r.id.strip_suffix(self.suffix.as_str()) {
+                    r.id.truncate(own.len());
+                }
+            }
+        }
+        Ok(answer)
+    }
+
+    async fn wait_for_tools_here(
         &mut self,
         calls: Vec<wit::ToolCall>,
         timeout_ms: Option<u64>,
@@ -241,6 +277,9 @@ impl Broker {
         replayed: Option<Vec<ToolResult>>,
     ) -> wasmtime::Result<WaitAnswer> {
         let (valid, refused) = self.admit(calls).await?;
+        if replayed.is_none() {
+            self.go_live()?;
+        }
         if !valid.is_empty() {
             self.hand_out(valid, replayed.is_none())?;
         }
@@ -271,6 +310,15 @@ impl Broker {
                 let max = self.max_tool_calls;
                 return Err(HostTrap::raise(FailureKind::ToolCalls, format!("Exceeded maximum tool calls ({max})")));
             }
+            // The reason a call that needs approval may carry is for the person, not the tool.
+            let mut call = call;
+            if self.need_approval.contains(&call.namespace, &call.name) {
+                let (input, reason) = take_reason(&call.input);
+                call.input = input;
+                if let Some(reason) = reason {
+                    self.reasons.insert(call.id.clone(), reason);
+                }
+            }
             let (checked, call) = self.check_input(call).await;
             match checked {
                 Ok(()) => valid.push(call),
@@ -294,18 +342,96 @@ impl Broker {
             return Err(HostTrap::raise(FailureKind::RoundTrips, format!("Exceeded maximum round trips ({max})")));
         }
         let round = self.rounds;
-        self.exchange.register(round, valid.iter().map(|c| (c.id.as_str(), label(&c.namespace, &c.name))));
         for call in &valid {
             self.record(call, round);
         }
-        let calls = valid
-            .into_iter()
-            .map(|c| ToolCall { id: c.id, namespace: namespace(&c.namespace), name: c.name, input: c.input })
-            .collect();
-        if send {
-            let _ = self.events.send(Event::ToolCalls { round, calls });
+        if !send {
+            // A replay that answers the round from its journal: what it leaves unanswered is
+            // told about once the replay goes live (`Broker::go_live`).
+            self.exchange.register(round, valid.iter().map(|c| (c.id.as_str(), label(&c.namespace, &c.name))));
+            self.unsent.extend(valid.into_iter().map(|c| (round, api_call(c))));
+            return Ok(());
         }
+        let (held, free): (Vec<_>, Vec<_>) =
+            valid.into_iter().partition(|c| self.need_approval.contains(&c.namespace, &c.name));
+        self.exchange.register(round, free.iter().map(|c| (c.id.as_str(), label(&c.namespace, &c.name))));
+        let mut calls: Vec<ToolCall> = free.into_iter().map(api_call).collect();
+        let approvals: Vec<ApprovalRequest> = held
+            .into_iter()
+            .map(|c| {
+                let reason = self.reasons.remove(&c.id);
+                ApprovalRequest { call: api_call(c), reason }
+            })
+            .collect();
+        self.reasons.clear();
+        if !approvals.is_empty() {
+            let label_of = |a: &ApprovalRequest| label(a.call.namespace.as_deref().unwrap_or(""), &a.call.name);
+            self.exchange.hold(round, approvals.iter().map(|a| (label_of(a), a.clone())));
+            self.exchange.announce_asks(round, approvals);
+            self.apply_recorded_decisions()?;
+        }
+        let (announced, approvals) = self.announced();
+        calls.extend(announced);
+        let _ = self.events.send(Event::ToolCalls { round, calls, approvals });
         Ok(())
+    }
+
+    /// What is to be told now: calls to run (whose log entries take the input they were
+    /// approved with) and requests to decide on.
+    fn announced(&mut self) -> (Vec<ToolCall>, Vec<ApprovalRequest>) {
+        let (mut calls, mut approvals) = (Vec::new(), Vec::new());
+        for item in self.exchange.take_announced() {
+            match item {
+                Announce::Call(_, call) => {
+                    if let Some(&(i, _)) = self.index.get(&call.id)
+                        && self.log[i].input != call.input
+                    {
+                        self.log[i].input = self.loggable(&call.input);
+                    }
+                    calls.push(call);
+                }
+                Announce::Ask(_, request) => approvals.push(request),
+            }
+        }
+        (calls, approvals)
+    }
+
+    /// A replay elsewhere: what a person decided in the first run stands, and nobody is asked
+    /// again (the journal keeps decisions, `journal.rs`).
+    fn apply_recorded_decisions(&mut self) -> wasmtime::Result<()> {
+        let Some(journal) = &self.journal else { return Ok(()) };
+        let decided = journal.decisions_for(&self.exchange.held_requests());
+        if decided.is_empty() {
+            return Ok(());
+        }
+        self.exchange.decide(&decided).map_err(|e| {
+            HostTrap::raise(
+                FailureKind::Diverged,
+                Journal::diverged(&format!("its journal's decisions do not fit: {e}")),
+            )
+        })
+    }
+
+    /// The first live wait after a replay: calls of replayed rounds that the journal left
+    /// unanswered are told about at this blocking point, held for a decision if their tool
+    /// needs one (unless the journal has it).
+    fn go_live(&mut self) -> wasmtime::Result<()> {
+        if self.unsent.is_empty() {
+            return Ok(());
+        }
+        let need = self.need_approval.clone();
+        let needs = move |c: &ToolCall| need.contains(c.namespace.as_deref().unwrap_or(""), &c.name);
+        self.exchange.reannounce(std::mem::take(&mut self.unsent), needs);
+        self.apply_recorded_decisions()
+    }
+
+    /// Tells the client, at a blocking point with no new calls, about calls announced since
+    /// (approved, or left by a replay), as a `ToolCalls` of the current round.
+    fn announce(&mut self) {
+        let (calls, approvals) = self.announced();
+        if !calls.is_empty() || !approvals.is_empty() {
+            let _ = self.events.send(Event::ToolCalls { round: self.rounds, calls, approvals });
+        }
     }
 
     /// A replay's answers to the round: as the first run got them, at once, or none (its wait
@@ -331,32 +457,38 @@ impl Broker {
     /// The answers that arrived, waiting for them (parked, without a run slot) if none has;
     /// or, if the host asked, `hibernate`: the program gets off the native stack.
     async fn wait_for_answers(&mut self, timeout_ms: Option<u64>) -> wasmtime::Result<WaitAnswer> {
-        let ready = match self.exchange.drain() {
-            Drained::Ready(ready) => ready,
-            Drained::Idle => {
-                let message =
-                    format!("guest waits for tool results but no call is outstanding (round {})", self.rounds);
-                return Err(HostTrap::raise(FailureKind::Internal, message));
+        let timeout = timeout_ms.map(Duration::from_millis);
+        let started = Instant::now();
+        let ready = loop {
+            match self.exchange.drain() {
+                Drained::Ready(ready) => break ready,
+                Drained::Idle => {
+                    let message =
+                        format!("guest waits for tool results but no call is outstanding (round {})", self.rounds);
+                    return Err(HostTrap::raise(FailureKind::Internal, message));
+                }
+                Drained::Waiting => {}
             }
-            Drained::Waiting => {
-                // A parked guest holds no run slot; it queues for one again before resuming.
-                self.run_slot.release();
-                // Empty if the wait timed out (the guest has timers to run).
-                let timeout = timeout_ms.map(Duration::from_millis);
-                let started = Instant::now();
-                let listed = match (&self.parked, self.hibernate_after) {
-                    (Some(parked), Some(_)) => Some(parked.list(started, Sleeper::Execution(self.exchange.clone()))),
-                    _ => None,
-                };
-                let waited = self.exchange.wait(timeout, self.hibernate_after).await;
-                drop(listed);
-                self.run_slot.acquire().await;
-                match waited {
-                    Waited::Ready(ready) => ready,
-                    Waited::Unwind => {
-                        self.timer_due = timeout.map(|t| started + t);
-                        return Ok(WaitAnswer::Hibernate);
-                    }
+            // Blocked: what is to be told goes out now.
+            self.announce();
+            // A parked guest holds no run slot; it queues for one again before resuming.
+            self.run_slot.release();
+            // Empty if the wait timed out (the guest has timers to run).
+            let left = timeout.map(|t| t.saturating_sub(started.elapsed()));
+            let listed = match (&self.parked, self.hibernate_after) {
+                (Some(parked), Some(_)) => Some(parked.list(started, Sleeper::Execution(self.exchange.clone()))),
+                _ => None,
+            };
+            let waited = self.exchange.wait(left, self.hibernate_after).await;
+            drop(listed);
+            self.run_slot.acquire().await;
+            match waited {
+                Waited::Ready(ready) => break ready,
+                // An approval came: it is told about at the top of the loop, and the wait goes on.
+                Waited::Announce => continue,
+                Waited::Unwind => {
+                    self.timer_due = timeout.map(|t| started + t);
+                    return Ok(WaitAnswer::Hibernate);
                 }
             }
         };
@@ -419,6 +551,20 @@ fn recorded(r: &wit::ToolResult) -> RecordedResult {
         ToolOutcome::Ok(json) => RecordedResult { id: r.id.clone(), value: json.clone(), error: false },
         ToolOutcome::Error(message) => RecordedResult { id: r.id.clone(), value: message.clone(), error: true },
     }
+}
+
+/// A call as the client sees it.
+fn api_call(c: wit::ToolCall) -> ToolCall {
+    ToolCall { id: c.id, namespace: namespace(&c.namespace), name: c.name, input: c.input }
+}
+
+/// What a live session's next execution brings its broker ([`Broker::reset`]).
+pub(crate) struct Next<'a> {
+    pub(crate) id: &'a str,
+    pub(crate) schemas: Arc<Schemas>,
+    pub(crate) need_approval: NeedApproval,
+    pub(crate) limits: &'a Limits,
+    pub(crate) ceilings: &'a Ceilings,
 }
 
 /// The guest's "" for no namespace as the API's `None`.

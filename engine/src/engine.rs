@@ -11,7 +11,9 @@ use tokio_util::task::TaskTracker;
 use wasmtime::Store;
 use wasmtime::component::{HasSelf, Linker};
 
+use crate::approval::NeedApproval;
 use crate::bindings::{self, Sandbox, SandboxPre};
+use crate::broker::Next;
 use crate::config::{ComponentSource, EngineConfig, Limits, MIB, WhenBusy};
 use crate::data::DataRuntime;
 use crate::error::{Error, ErrorKind, Result};
@@ -270,7 +272,7 @@ impl Engine {
         let started = Instant::now();
         let (mut store, instance, host) = inner.stores.new_instance(&StoreSpec {
             limits: &limits,
-            schemas: Some(schemas),
+            schemas: Some(schemas.clone()),
             data_dir: request.data_dir.as_deref(),
             tenant: request.tenant.as_deref(),
             runtime: request.runtime,
@@ -280,7 +282,12 @@ impl Engine {
         let hibernate_after = request.hibernate_after.or(inner.config.hibernate_after);
         store.data_mut().broker.hibernate_after = hibernate_after;
         store.data_mut().broker.parked = Some(inner.stores.parked.clone());
-        let id: Arc<str> = new_id().into();
+        let id: Arc<str> = request.id.clone().unwrap_or_else(new_id).into();
+        let suffix = match &request.journal {
+            Some(journal) => crate::approval::journal_suffix(&journal.seed),
+            None => crate::approval::id_suffix(&id),
+        };
+        store.data_mut().broker.identify(suffix, NeedApproval::of(&request.tools));
         let (permit, hibernation) = match hibernate_after {
             None => (Some(permit), None),
             Some(_) => {
@@ -309,7 +316,7 @@ impl Engine {
         };
         let span = tracing::info_span!("execution", id = %id, session = request.session_id.as_deref().unwrap_or(""));
         inner.drivers.spawn(tracing::Instrument::instrument(drive(job, store, Start::Fresh(instance)), span));
-        let control = Control { id, exchange: host.exchange, cancel, journal };
+        let control = Control { id, exchange: host.exchange, cancel, journal, schemas };
         Ok(Execution::new(control, host.events_rx))
     }
 
@@ -443,16 +450,20 @@ impl Engine {
         };
         let ceilings = inner.config.ceilings.clone();
         let install_exchange = exchange.clone();
+        let id: Arc<str> = request.id.clone().unwrap_or_else(new_id).into();
+        let need_approval = NeedApproval::of(&request.tools);
+        let (install_id, control_schemas) = (id.clone(), schemas.clone());
         let install = move |store: &mut Store<HostState>| {
             output.reset(limits.max_output_bytes, events_tx.clone());
-            store.data_mut().broker.reset(install_exchange, events_tx, schemas, &limits, &ceilings);
+            let next = Next { id: &install_id, schemas, need_approval, limits: &limits, ceilings: &ceilings };
+            store.data_mut().broker.reset(install_exchange, events_tx, next);
             store.set_epoch_deadline(1);
             if let Some(fuel) = fuel {
                 let _ = store.set_fuel(fuel);
             }
         };
         session.send(session::Command::Execute(Box::new(job), Box::new(install)))?;
-        let control = Control { id: new_id().into(), exchange, cancel, journal: None };
+        let control = Control { id, exchange, cancel, journal: None, schemas: control_schemas };
         Ok(Execution::new(control, events_rx))
     }
 
@@ -642,8 +653,8 @@ fn wit_tools(tools: &[ToolDef]) -> Vec<bindings::ToolDef> {
         .iter()
         .map(|t| bindings::ToolDef {
             name: t.name.clone(),
-            description: t.description.clone(),
-            parameters: t.parameters.as_ref().map(|p| p.to_string()).unwrap_or_default(),
+            description: crate::approval::guest_description(t),
+            parameters: crate::approval::guest_parameters(t).map(|p| p.to_string()).unwrap_or_default(),
             namespace: t.namespace.clone().unwrap_or_default(),
         })
         .collect()

@@ -7,9 +7,16 @@ use std::time::Duration;
 pub enum Event {
     /// Every call that was pending when the program blocked; answer any subset, in any order.
     /// `round` counts the batches handed out so far (1 for the first).
+    ///
+    /// `approvals` are calls of tools that need a person's approval
+    /// ([`crate::ToolDef::with_approval`]): each is held, not to be run, until
+    /// [`crate::Control::decide`] answers it; the program's other calls go on meanwhile. A call
+    /// approved later comes again in a `ToolCalls` of its own round, in `calls`, with the input
+    /// it was approved with.
     ToolCalls {
         round: u32,
         calls: Vec<ToolCall>,
+        approvals: Vec<ApprovalRequest>,
     },
     Output {
         stream: OutputStream,
@@ -25,8 +32,11 @@ pub enum OutputStream {
     Stderr,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ToolCall {
+    /// Unique and stable: the execution's id (its first 16 characters) and the call's place in
+    /// the program's order of calls (`call_3_9f86d081884c7d65`), the same when the execution is
+    /// thawed or replayed from its journal; a client may use it as an idempotency key.
     pub id: String,
     /// The tool's original name, as in its definition.
     pub name: String,
@@ -39,6 +49,52 @@ pub struct ToolCall {
 impl ToolCall {
     pub fn input_value(&self) -> serde_json::Value {
         serde_json::from_str(&self.input).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+/// A call held for a person's approval, and why the program makes it, if it said
+/// (`_reason="..."`, an argument every tool that needs approval takes).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ApprovalRequest {
+    pub call: ToolCall,
+    pub reason: Option<String>,
+}
+
+/// A person's answer to an [`ApprovalRequest`]: [`crate::Control::decide`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Decision {
+    /// The held call's id.
+    pub id: String,
+    pub verdict: Verdict,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Verdict {
+    /// Run the call: as it was made, or with `input` (JSON text of an object) in place of its
+    /// arguments, checked against the tool's schema again.
+    Approve { input: Option<String> },
+    /// Do not run it: the program gets `ToolError("denied by the user: <reason>")`.
+    Deny { reason: String },
+    /// Nobody could be asked: the program gets `ToolError(message)` (say why, and what to do).
+    Unasked { message: String },
+}
+
+impl Decision {
+    pub fn approve(id: impl Into<String>) -> Self {
+        Decision { id: id.into(), verdict: Verdict::Approve { input: None } }
+    }
+
+    /// Approved with other arguments (a JSON object as text).
+    pub fn approve_with(id: impl Into<String>, input: impl Into<String>) -> Self {
+        Decision { id: id.into(), verdict: Verdict::Approve { input: Some(input.into()) } }
+    }
+
+    pub fn deny(id: impl Into<String>, reason: impl Into<String>) -> Self {
+        Decision { id: id.into(), verdict: Verdict::Deny { reason: reason.into() } }
+    }
+
+    pub fn unasked(id: impl Into<String>, message: impl Into<String>) -> Self {
+        Decision { id: id.into(), verdict: Verdict::Unasked { message: message.into() } }
     }
 }
 

@@ -25,7 +25,7 @@ use tokio::sync::Notify;
 
 use crate::config::MIB;
 use crate::error::{Error, ErrorKind, Result};
-use crate::events::ToolResult;
+use crate::events::{ApprovalRequest, Decision, ToolCall, ToolResult, Verdict};
 use crate::shares::MemoryClaim;
 
 /// The least time a hibernated program should sleep: `Exchange::wait` does not hibernate one
@@ -52,15 +52,49 @@ pub(crate) struct Exchange {
 }
 
 struct State {
-    /// Calls handed to the client and not answered yet: id → (tool name, round).
-    pending: HashMap<String, (String, u32)>,
+    /// Calls handed to the client and not answered yet, held ones among them.
+    pending: HashMap<String, Pending>,
     answered: HashSet<String>,
     /// Answers the guest has not taken yet, in the order they were submitted.
     arrived: Vec<ToolResult>,
     finished: bool,
+    /// Calls to tell the client about at the program's next blocking point: approved ones,
+    /// and (after a replay) ones its first run had handed out.
+    announce: Vec<Announce>,
     /// Bytes of `arrived`'s results, charged to `claim`.
     held: u64,
     claim: MemoryClaim,
+}
+
+/// A call handed out and not answered yet.
+struct Pending {
+    /// The tool's label (`namespace.name`).
+    name: String,
+    round: u32,
+    /// Held for a person's decision ([`crate::ToolDef::requires_approval`]): no result is
+    /// taken for it until [`Exchange::decide`] approves it.
+    held: Option<ApprovalRequest>,
+}
+
+/// A call to tell the client about (in `ToolCalls` of the program's next blocking point, so
+/// that every `ToolCalls` event finds the program blocked), with the round it was made in.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub(crate) enum Announce {
+    /// To run: approved, with the input it runs with.
+    Call(u32, ToolCall),
+    /// To decide on.
+    Ask(u32, ApprovalRequest),
+}
+
+/// What a sealed image keeps of the exchange ([`Exchange::pending_calls`]).
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Kept {
+    /// Calls handed out and not answered: (id, tool, round).
+    pub(crate) pending: Vec<(String, String, u32)>,
+    /// Calls held for a person's decision: (round, the request).
+    pub(crate) held: Vec<(u32, ApprovalRequest)>,
+    /// Calls not told about yet.
+    pub(crate) announce: Vec<Announce>,
 }
 
 /// How [`Exchange::wait`] ended.
@@ -68,6 +102,8 @@ struct State {
 pub(crate) enum Waited {
     /// Answers that arrived (none if the wait timed out).
     Ready(Vec<ToolResult>),
+    /// No answer yet, but calls to tell the client about ([`Exchange::take_announced`]).
+    Announce,
     /// The host asked the program off the native stack ([`Exchange::request_unwind`]); what
     /// arrived stays here for the next wait.
     Unwind,
@@ -99,6 +135,7 @@ impl Exchange {
             answered: HashSet::new(),
             arrived: Vec::new(),
             finished: false,
+            announce: Vec::new(),
             held: 0,
             claim,
         };
@@ -123,35 +160,175 @@ impl Exchange {
     pub(crate) fn register<'a>(&self, round: u32, calls: impl IntoIterator<Item = (&'a str, impl Into<String>)>) {
         let mut state = self.state();
         for (id, name) in calls {
-            state.pending.insert(id.to_string(), (name.into(), round));
+            state.pending.insert(id.to_string(), Pending { name: name.into(), round, held: None });
         }
     }
 
-    /// The calls awaiting answers, (id, tool, round), for a sealed image.
-    pub(crate) fn pending_calls(&self) -> Vec<(String, String, u32)> {
-        let state = self.state();
-        let mut calls: Vec<_> =
-            state.pending.iter().map(|(id, (name, round))| (id.clone(), name.clone(), *round)).collect();
-        calls.sort_by(|a, b| (a.2, &a.0).cmp(&(b.2, &b.0)));
-        calls
+    /// Guest side: these calls, handed out in `round` (their tool's label with each), wait
+    /// for a person's decision before they may be answered.
+    pub(crate) fn hold(&self, round: u32, requests: impl IntoIterator<Item = (String, ApprovalRequest)>) {
+        let mut state = self.state();
+        for (name, request) in requests {
+            state.pending.insert(request.call.id.clone(), Pending { name, round, held: Some(request) });
+        }
     }
 
-    /// A thawed execution's exchange: these calls await answers, and these ids were answered.
-    pub(crate) fn restore(&self, pending: Vec<(String, String, u32)>, answered: impl IntoIterator<Item = String>) {
+    /// The calls awaiting answers, (id, tool, round), those of them held for a decision,
+    /// (round, request), and what is still to be announced, for a sealed image.
+    pub(crate) fn pending_calls(&self) -> Kept {
+        let state = self.state();
+        let mut calls = Vec::new();
+        let mut held = Vec::new();
+        for (id, p) in &state.pending {
+            match &p.held {
+                Some(request) => held.push((p.round, request.clone())),
+                None => calls.push((id.clone(), p.name.clone(), p.round)),
+            }
+        }
+        calls.sort_by(|a, b| (a.2, &a.0).cmp(&(b.2, &b.0)));
+        held.sort_by(|a, b| (a.0, &a.1.call.id).cmp(&(b.0, &b.1.call.id)));
+        Kept { pending: calls, held, announce: state.announce.clone() }
+    }
+
+    /// A thawed execution's exchange: as [`Exchange::pending_calls`] kept it, and these ids
+    /// were answered.
+    pub(crate) fn restore(&self, kept: Kept, answered: impl IntoIterator<Item = String>) {
+        let Kept { pending, held, announce } = kept;
         let mut state = self.state();
         state.answered.extend(answered);
+        state.announce = announce;
         for (id, name, round) in pending {
-            state.pending.insert(id, (name, round));
+            state.pending.insert(id, Pending { name, round, held: None });
+        }
+        for (round, request) in held {
+            let name = crate::request::label(request.call.namespace.as_deref().unwrap_or(""), &request.call.name);
+            state.pending.insert(request.call.id.clone(), Pending { name, round, held: Some(request) });
         }
     }
 
-    /// Ids of the unanswered calls handed out in rounds up to `round`, oldest round first.
-    pub(crate) fn pending_through(&self, round: u32) -> Vec<String> {
+    /// Ids of the unanswered calls handed out in rounds up to `round`, oldest round first;
+    /// with `held`, those waiting for a decision, else those that may be answered.
+    pub(crate) fn pending_through(&self, round: u32, held: bool) -> Vec<String> {
         let state = self.state();
-        let mut ids: Vec<(u32, &String)> =
-            state.pending.iter().filter(|(_, (_, r))| *r <= round).map(|(id, (_, r))| (*r, id)).collect();
+        let mut ids: Vec<(u32, &String)> = state
+            .pending
+            .iter()
+            .filter(|(_, p)| p.round <= round && p.held.is_some() == held)
+            .map(|(id, p)| (p.round, id))
+            .collect();
         ids.sort();
         ids.into_iter().map(|(_, id)| id.clone()).collect()
+    }
+
+    /// The calls held for a decision now: (tool label, reason), for the words of a deadline.
+    pub(crate) fn held_tools(&self) -> Vec<String> {
+        let state = self.state();
+        let mut names: Vec<String> =
+            state.pending.values().filter(|p| p.held.is_some()).map(|p| p.name.clone()).collect();
+        names.sort();
+        names
+    }
+
+    /// Guest side: these requests (just held) are to be told about at this blocking point.
+    pub(crate) fn announce_asks(&self, round: u32, requests: Vec<ApprovalRequest>) {
+        self.state().announce.extend(requests.into_iter().map(|r| Announce::Ask(round, r)));
+    }
+
+    /// The requests held for a decision now.
+    pub(crate) fn held_requests(&self) -> Vec<ApprovalRequest> {
+        self.state().pending.values().filter_map(|p| p.held.clone()).collect()
+    }
+
+    /// Guest side: what to tell the client about at this blocking point.
+    pub(crate) fn take_announced(&self) -> Vec<Announce> {
+        std::mem::take(&mut self.state().announce)
+    }
+
+    /// Guest side, after a replay went live: these calls its first run had handed out are
+    /// still pending; they are told about at the next blocking point, those of tools that need
+    /// approval held for a decision (`needs(namespace, name)`), unless `decided` (recorded in
+    /// the journal) decides them at once.
+    pub(crate) fn reannounce(&self, calls: Vec<(u32, ToolCall)>, needs: impl Fn(&ToolCall) -> bool) {
+        let mut state = self.state();
+        for (round, call) in calls {
+            let Some(pending) = state.pending.get_mut(&call.id) else { continue };
+            if pending.held.is_some() {
+                continue;
+            }
+            let item = if needs(&call) {
+                let request = ApprovalRequest { call, reason: None };
+                pending.held = Some(request.clone());
+                Announce::Ask(round, request)
+            } else {
+                Announce::Call(round, call)
+            };
+            state.announce.push(item);
+        }
+    }
+
+    /// The held call `id`'s tool (namespace or "", name), if it is held.
+    pub(crate) fn held_tool(&self, id: &str) -> Option<(String, String)> {
+        let state = self.state();
+        let call = &state.pending.get(id)?.held.as_ref()?.call;
+        Some((call.namespace.clone().unwrap_or_default(), call.name.clone()))
+    }
+
+    /// Client side: a person's decisions on held calls. All or nothing, as [`Exchange::submit`]:
+    /// an id that is not held (unknown, answered, already decided) or decided twice refuses
+    /// the whole batch. An approved call becomes a pending call (with the approved input),
+    /// announced at the program's next blocking point (now, if it is parked); a denied one is
+    /// answered with the program's `ToolError`. Edited inputs must have been checked against
+    /// the schema before.
+    pub(crate) fn decide(&self, decisions: &[Decision]) -> Result<()> {
+        let mut state = self.state();
+        if state.finished {
+            return Err(Error::new(ErrorKind::Finished, "the execution has already ended"));
+        }
+        let mut batch = HashSet::new();
+        for d in decisions {
+            let problem = match state.pending.get(&d.id) {
+                _ if !batch.insert(d.id.as_str()) => "is decided twice in this batch",
+                Some(Pending { held: Some(_), .. }) => continue,
+                Some(_) => "does not wait for a decision (it was approved already, or needs none)",
+                None if state.answered.contains(&d.id) => "was already answered",
+                None => "is not a call of this execution",
+            };
+            return Err(Error::new(ErrorKind::InvalidToolResult, format!("tool call id {:?} {problem}", d.id)));
+        }
+        for d in decisions {
+            let pending = state.pending.get_mut(&d.id).expect("checked above");
+            let request = pending.held.take().expect("checked above");
+            let round = pending.round;
+            // Any announcement of it still to come is for the request it no longer is.
+            state.announce.retain(|a| !matches!(a, Announce::Ask(_, r) if r.call.id == d.id));
+            match &d.verdict {
+                Verdict::Approve { input } => {
+                    let mut call = request.call;
+                    if let Some(input) = input {
+                        call.input = input.clone();
+                    }
+                    state.announce.push(Announce::Call(round, call));
+                }
+                Verdict::Deny { reason } => {
+                    self.answer(&mut state, ToolResult::error(d.id.clone(), crate::approval::denied(reason)));
+                }
+                Verdict::Unasked { message } => {
+                    self.answer(&mut state, ToolResult::error(d.id.clone(), message.clone()));
+                }
+            }
+        }
+        drop(state);
+        self.arrived.notify_one();
+        Ok(())
+    }
+
+    /// Answers pending call `r.id` (checked by the caller) with `r`.
+    fn answer(&self, state: &mut State, mut r: ToolResult) {
+        let Pending { name, .. } = state.pending.remove(&r.id).expect("a pending call");
+        state.answered.insert(r.id.clone());
+        self.check_result(&name, &mut r);
+        self.hold_result(state, &name, &mut r);
+        state.arrived.push(r);
     }
 
     /// Client side: answers for any subset of the pending calls.
@@ -171,6 +348,8 @@ impl Exchange {
                 "was already answered"
             } else if !state.pending.contains_key(&r.id) {
                 "is not a pending tool call of this execution"
+            } else if state.pending.get(&r.id).is_some_and(|p| p.held.is_some()) {
+                "waits for the user's approval: send a decision for it first, and run it only once it is approved"
             } else if !batch.insert(r.id.as_str()) {
                 "is answered twice in this batch"
             } else {
@@ -178,12 +357,8 @@ impl Exchange {
             };
             return Err(Error::new(ErrorKind::InvalidToolResult, format!("tool call id {:?} {problem}", r.id)));
         }
-        for mut r in results {
-            let (name, _) = state.pending.remove(&r.id).unwrap_or_default();
-            state.answered.insert(r.id.clone());
-            self.check_result(&name, &mut r);
-            self.hold(&mut state, &name, &mut r);
-            state.arrived.push(r);
+        for r in results {
+            self.answer(&mut state, r);
         }
         drop(state);
         self.arrived.notify_one();
@@ -209,7 +384,7 @@ impl Exchange {
 
     /// Counts a result as waiting for the program, or turns it into the error the program sees
     /// when the results waiting would pass its memory limit or the budget refuses them.
-    fn hold(&self, state: &mut State, name: &str, r: &mut ToolResult) {
+    fn hold_result(&self, state: &mut State, name: &str, r: &mut ToolResult) {
         let size = match &r.outcome {
             Ok(text) | Err(text) => text.len() as u64,
         };
@@ -264,6 +439,9 @@ impl Exchange {
                 if let Drained::Ready(results) = self.drain() {
                     return Waited::Ready(results);
                 }
+                if !self.state().announce.is_empty() {
+                    return Waited::Announce;
+                }
                 if self.unwind.swap(false, Ordering::AcqRel) {
                     return Waited::Unwind;
                 }
@@ -296,7 +474,8 @@ impl Exchange {
             loop {
                 let notified = self.arrived.notified();
                 // The guest's wait, after the thaw, drains before it parks: no permit is owed.
-                if !self.state().arrived.is_empty() {
+                // An approval wakes it too: the program's wait tells the client.
+                if self.has_arrivals() {
                     return;
                 }
                 notified.await;
@@ -308,6 +487,12 @@ impl Exchange {
                 let _ = tokio::time::timeout(t, arrived).await;
             }
         }
+    }
+
+    /// Answers, or calls to tell the client about, are waiting for the program.
+    fn has_arrivals(&self) -> bool {
+        let state = self.state();
+        !state.arrived.is_empty() || !state.announce.is_empty()
     }
 
     /// Asks the program off the native stack at its next wait (now, if it is parked): the
@@ -377,8 +562,8 @@ mod tests {
         let x = exchange();
         x.register(1, [("a", "t"), ("b", "t")]);
         x.register(2, [("c", "t")]);
-        assert_eq!(x.pending_through(1), ["a", "b"]);
-        assert_eq!(x.pending_through(2), ["a", "b", "c"]);
+        assert_eq!(x.pending_through(1, false), ["a", "b"]);
+        assert_eq!(x.pending_through(2, false), ["a", "b", "c"]);
         x.submit(vec![ToolResult::ok_json("c", "3")]).unwrap();
         assert_eq!(x.drain(), Drained::Ready(vec![ToolResult::ok_json("c", "3")]));
         let err = x.submit(vec![ToolResult::ok_json("a", "1"), ToolResult::ok_json("zz", "2")]).unwrap_err();
@@ -392,10 +577,54 @@ mod tests {
         assert!(err.message().contains("already answered"), "{err}");
         assert_eq!(x.drain(), Drained::Ready(vec![ToolResult::ok_json("a", "1")]));
         assert_eq!(x.drain(), Drained::Waiting, "b is still pending");
-        assert_eq!(x.pending_through(2), ["b"]);
+        assert_eq!(x.pending_through(2, false), ["b"]);
         x.submit(vec![ToolResult::error("b", "no")]).unwrap();
         assert_eq!(x.drain(), Drained::Ready(vec![ToolResult::error("b", "no")]));
         assert_eq!(x.drain(), Drained::Idle);
+    }
+
+    fn held(id: &str) -> (String, ApprovalRequest) {
+        let call = ToolCall { id: id.into(), name: "delete".into(), namespace: None, input: "{}".into() };
+        ("delete".into(), ApprovalRequest { call, reason: Some("stale".into()) })
+    }
+
+    #[test]
+    fn a_held_call_takes_a_decision_before_a_result() {
+        let x = exchange();
+        x.register(1, [("a", "get")]);
+        x.hold(1, [held("b"), held("c"), held("d")]);
+        assert_eq!(x.pending_through(1, false), ["a"]);
+        assert_eq!(x.pending_through(1, true), ["b", "c", "d"]);
+        let err = x.submit(vec![ToolResult::ok_json("b", "1")]).unwrap_err();
+        assert!(err.message().contains("waits for the user's approval"), "{err}");
+        // All or nothing: a decision for a call that is not held refuses the batch.
+        let err = x.decide(&[Decision::approve("b"), Decision::approve("a")]).unwrap_err();
+        assert!(err.message().contains("does not wait for a decision"), "{err}");
+        let err = x.decide(&[Decision::approve("b"), Decision::deny("b", "no")]).unwrap_err();
+        assert!(err.message().contains("twice"), "{err}");
+        assert_eq!(x.drain(), Drained::Waiting);
+        x.decide(&[
+            Decision::approve_with("b", r#"{"id":2}"#),
+            Decision::deny("c", "not that one"),
+            Decision::unasked("d", "nobody"),
+        ])
+        .unwrap();
+        let announced = x.take_announced();
+        assert!(
+            matches!(&announced[..], [Announce::Call(1, call)] if call.id == "b" && call.input == r#"{"id":2}"#),
+            "{announced:?}"
+        );
+        assert_eq!(
+            x.drain(),
+            Drained::Ready(vec![
+                ToolResult::error("c", "denied by the user: not that one"),
+                ToolResult::error("d", "nobody")
+            ])
+        );
+        assert!(x.decide(&[Decision::approve("b")]).unwrap_err().message().contains("approved already"));
+        assert_eq!(x.pending_through(1, false), ["a", "b"]);
+        x.submit(vec![ToolResult::ok_json("b", "1"), ToolResult::ok_json("a", "2")]).unwrap();
+        assert!(x.decide(&[Decision::approve("c")]).unwrap_err().message().contains("already answered"));
     }
 
     #[test]

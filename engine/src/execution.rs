@@ -11,13 +11,14 @@ use wasmtime::Store;
 
 use crate::bindings::{self, Outcome};
 use crate::error::{Error, ErrorKind, HostTrap, Result};
-use crate::events::{Completion, Event, Failure, FailureKind, OutputStream, Stats, ToolResult};
+use crate::events::{Completion, Decision, Event, Failure, FailureKind, OutputStream, Stats, ToolResult, Verdict};
 use crate::exchange::Exchange;
 use crate::guest::{Guest, Pre};
 use crate::hibernation::{Asleep, Hibernation};
 use crate::host::HostState;
 use crate::journal::{Journal, JournalTake, Recorder};
 use crate::output::Output;
+use crate::schema::Schemas;
 use crate::warm::Refill;
 
 /// The client's side of one execution. Dropping it cancels the execution and frees the instance.
@@ -45,6 +46,11 @@ impl Execution {
         self.control.submit(results)
     }
 
+    /// See [`Control::decide`].
+    pub async fn decide(&self, decisions: Vec<Decision>) -> Result<()> {
+        self.control.decide(decisions).await
+    }
+
     pub fn cancel(&self) {
         self.control.cancel();
     }
@@ -69,6 +75,8 @@ pub struct Control {
     pub(crate) cancel: CancellationToken,
     /// A journaled execution's recorder ([`crate::ExecutionRequest::journal`]).
     pub(crate) journal: Option<Arc<Recorder>>,
+    /// The tools' compiled input schemas, which approved inputs that were changed must fit.
+    pub(crate) schemas: Arc<Schemas>,
 }
 
 impl Control {
@@ -95,10 +103,83 @@ impl Control {
         self.exchange.submit(results)
     }
 
+    /// A person's decisions on calls held for approval ([`crate::Event::ToolCalls`]'s
+    /// `approvals`): approved ones go out again as calls (a `ToolCalls` event of their round),
+    /// with the arguments they were approved with, which must fit the tool's schema; a denied
+    /// one raises `ToolError("denied by the user: <reason>")` in the program.
+    ///
+    /// All or nothing, like [`Control::submit`]: a call that is not held (unknown, answered,
+    /// decided already) or decided twice, or changed arguments that do not fit, refuse the whole
+    /// batch with [`ErrorKind::InvalidToolResult`], saying why, and nothing changes. A journaled
+    /// execution records the decisions, so a replay of it asks nobody again.
+    pub async fn decide(&self, decisions: Vec<Decision>) -> Result<()> {
+        let decisions = self.check_decisions(decisions).await?;
+        self.apply_decisions(&decisions)
+    }
+
+    /// [`Control::decide`]'s first half: checks changed arguments against their tools' schemas
+    /// (off the async workers when that is costly), and returns the decisions as they are to
+    /// be applied; nothing changes yet.
+    pub async fn check_decisions(&self, mut decisions: Vec<Decision>) -> Result<Vec<Decision>> {
+        if self.cancel.is_cancelled() {
+            return Err(Error::new(ErrorKind::Finished, "the execution has already ended"));
+        }
+        for d in &mut decisions {
+            let Verdict::Approve { input: Some(input) } = &mut d.verdict else { continue };
+            // A person's edit is checked like the program's call was; a tool that takes no
+            // schema still takes an object only.
+            let Some((namespace, name)) = self.exchange.held_tool(&d.id) else { continue };
+            let (text, _) = crate::approval::take_reason(input);
+            if !matches!(serde_json::from_str(&text), Ok(serde_json::Value::Object(_))) {
+                return Err(Error::new(
+                    ErrorKind::InvalidToolResult,
+                    format!("the changed arguments of call {:?} are not a JSON object", d.id),
+                ));
+            }
+            let checked = match self.schemas.check_inline(&namespace, &name, &text) {
+                Some(checked) => checked,
+                None => {
+                    let (schemas, t) = (self.schemas.clone(), text.clone());
+                    tokio::task::spawn_blocking(move || schemas.check(&namespace, &name, &t))
+                        .await
+                        .unwrap_or_else(|e| Err(format!("checking the input failed: {e}")))
+                }
+            };
+            if let Err(problem) = checked {
+                return Err(Error::new(
+                    ErrorKind::InvalidToolResult,
+                    format!("the changed arguments of call {:?} do not fit the tool: {problem}", d.id),
+                ));
+            }
+            *input = text;
+        }
+        Ok(decisions)
+    }
+
+    /// [`Control::decide`]'s second half, for decisions [`Control::check_decisions`] returned.
+    pub fn apply_decisions(&self, decisions: &[Decision]) -> Result<()> {
+        if self.cancel.is_cancelled() {
+            return Err(Error::new(ErrorKind::Finished, "the execution has already ended"));
+        }
+        self.exchange.decide(decisions)?;
+        if let Some(journal) = &self.journal {
+            for d in decisions {
+                journal.decision(d);
+            }
+        }
+        Ok(())
+    }
+
     /// Ids of the calls handed out in rounds up to `round` (of [`crate::Event::ToolCalls`])
-    /// that have no answer yet, oldest round first.
+    /// that may be answered now and are not, oldest round first.
     pub fn pending_through(&self, round: u32) -> Vec<String> {
-        self.exchange.pending_through(round)
+        self.exchange.pending_through(round, false)
+    }
+
+    /// Ids of the calls handed out in rounds up to `round` that wait for a person's decision
+    /// ([`Control::decide`]), oldest round first.
+    pub fn held_through(&self, round: u32) -> Vec<String> {
+        self.exchange.pending_through(round, true)
     }
 
     pub fn cancel(&self) {
@@ -333,7 +414,16 @@ fn final_event(
         Ending::Cancelled => (Event::Failed(failure(FailureKind::Cancelled, "execution cancelled".into())), None),
         Ending::Shutdown => (Event::Failed(failure(FailureKind::Shutdown, "the server is shutting down".into())), None),
         Ending::Timeout => {
-            let message = format!("Execution timeout after {} ms", job.timeout.as_millis());
+            let mut message = format!("Execution timeout after {} ms", job.timeout.as_millis());
+            let held = store.data().broker.exchange.held_tools();
+            if !held.is_empty() {
+                message.push_str(&format!(
+                    " while {} waited for the user's approval, which never came ({}); ask the user first, or run \
+                     without the calls that need approval",
+                    if held.len() == 1 { "a call" } else { "calls" },
+                    held.join(", ")
+                ));
+            }
             (Event::Failed(failure(FailureKind::Timeout, message)), None)
         }
         Ending::Returned(Outcome::Completed(return_value), sandbox) => {

@@ -21,7 +21,7 @@ use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
 use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtxBuilder};
 
-use crate::events::ToolResult;
+use crate::events::{ApprovalRequest, Decision, ToolResult, Verdict};
 
 /// What a journaled execution starts from: its seed, and what an earlier run of the same
 /// request recorded (nothing, the first time).
@@ -77,6 +77,10 @@ pub enum Entry {
     /// What that `wait-for-tools` returned (empty when it timed out).
     #[serde(rename = "r")]
     Results(Vec<RecordedResult>),
+    /// A person's decision on a call held for approval, when it was made (between waits). A
+    /// replay takes it wherever it stands: the held call is then decided at once, nobody asked.
+    #[serde(rename = "d")]
+    Decision(Decision),
 }
 
 impl Entry {
@@ -88,6 +92,13 @@ impl Entry {
                 calls.iter().map(|c| 32 + c.id.len() + c.namespace.len() + c.name.len() + c.input.len()).sum()
             }
             Entry::Results(results) => results.iter().map(|r| 32 + r.id.len() + r.value.len()).sum(),
+            Entry::Decision(d) => {
+                32 + d.id.len()
+                    + match &d.verdict {
+                        Verdict::Approve { input } => input.as_ref().map_or(0, String::len),
+                        Verdict::Deny { reason: text } | Verdict::Unasked { message: text } => text.len(),
+                    }
+            }
         }
     }
 }
@@ -147,8 +158,10 @@ pub(crate) struct Recorder {
 }
 
 struct State {
-    /// Entries of an earlier run still to be given back.
+    /// Entries of an earlier run still to be given back (decisions taken out: `decided`).
     replay: VecDeque<Entry>,
+    /// Decisions an earlier run recorded, by call id, until a held call takes its own.
+    decided: std::collections::HashMap<String, Decision>,
     /// Entries recorded since the last take.
     new: Vec<Entry>,
     /// Bytes the journal may still take.
@@ -168,10 +181,20 @@ struct State {
 impl Recorder {
     pub(crate) fn new(journal: &Journal, max_bytes: usize) -> Arc<Self> {
         let recorded: usize = journal.entries.iter().map(Entry::size).sum();
+        let (decisions, entries): (Vec<Entry>, Vec<Entry>) =
+            journal.entries.iter().cloned().partition(|e| matches!(e, Entry::Decision(_)));
+        let decided = decisions
+            .into_iter()
+            .filter_map(|e| match e {
+                Entry::Decision(d) => Some((d.id.clone(), d)),
+                _ => None,
+            })
+            .collect();
         Arc::new(Recorder {
             seed: journal.seed,
             state: Mutex::new(State {
-                replay: journal.entries.iter().cloned().collect(),
+                replay: entries.into(),
+                decided,
                 new: Vec::new(),
                 room: max_bytes.saturating_sub(recorded),
                 lost: None,
@@ -256,6 +279,17 @@ impl Recorder {
                 describe(calls)
             )),
         }
+    }
+
+    /// Decisions the first run recorded for these held calls (a replay asks nobody twice).
+    pub(crate) fn decisions_for(&self, held: &[ApprovalRequest]) -> Vec<Decision> {
+        let mut state = self.state();
+        held.iter().filter_map(|a| state.decided.remove(&a.call.id)).collect()
+    }
+
+    /// A person decided on a held call, now.
+    pub(crate) fn decision(&self, decision: &Decision) {
+        Self::record(&mut self.state(), Entry::Decision(decision.clone()));
     }
 
     /// What a live `wait-for-tools` returned.

@@ -22,6 +22,7 @@
 //! # Ok(()) }
 //! ```
 
+mod approval;
 mod bindings;
 mod broker;
 mod clock;
@@ -52,7 +53,10 @@ pub use config::{
 };
 pub use engine::{DescribedTool, Engine, ToolDescription};
 pub use error::{Error, ErrorKind, Result};
-pub use events::{Completion, Event, Failure, FailureKind, OutputStream, Stats, ToolCall, ToolCallRecord, ToolResult};
+pub use events::{
+    ApprovalRequest, Completion, Decision, Event, Failure, FailureKind, OutputStream, Stats, ToolCall, ToolCallRecord,
+    ToolResult, Verdict,
+};
 pub use execution::{Control, Execution};
 pub use hibernation::{Hibernated, Keeper};
 pub use journal::{Entry, Journal, JournalTake, RecordedCall, RecordedResult};

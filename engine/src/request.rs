@@ -27,11 +27,29 @@ pub struct ToolDef {
     /// servers' `search` tools never collide; calls come back with both names.
     #[serde(default)]
     pub namespace: Option<String>,
+    /// Each call waits for a person's approval: it reaches the client in
+    /// [`crate::Event::ToolCalls`]'s `approvals`, not to be run until [`crate::Control::decide`]
+    /// approves it (the program's other calls go on meanwhile). The program sees the tool
+    /// take one more optional argument, `_reason`, shown to the person asked.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub requires_approval: bool,
 }
 
 impl ToolDef {
     pub fn new(name: impl Into<String>) -> Self {
-        ToolDef { name: name.into(), description: String::new(), parameters: None, namespace: None }
+        ToolDef {
+            name: name.into(),
+            description: String::new(),
+            parameters: None,
+            namespace: None,
+            requires_approval: false,
+        }
+    }
+
+    /// Each call waits for a person's approval ([`ToolDef::requires_approval`]).
+    pub fn with_approval(mut self) -> Self {
+        self.requires_approval = true;
+        self
     }
 
     pub fn with_namespace(mut self, namespace: impl Into<String>) -> Self {
@@ -81,6 +99,10 @@ pub struct ExecutionRequest {
     /// How long it may wait for tool results before it hibernates, in place of
     /// [`crate::EngineConfig::hibernate_after`] (which `None` keeps).
     pub hibernate_after: Option<std::time::Duration>,
+    /// The execution's id: `None` draws a new one (128 random bits as hex). A replay gives its
+    /// first run's, so that its tool calls get the same ids ([`crate::ToolCall::id`]).
+    /// 1-64 characters of `[A-Za-z0-9_-]`.
+    pub id: Option<String>,
 }
 
 /// The Python a program runs in, chosen per execution (and per session).
@@ -170,7 +192,18 @@ impl ExecutionRequest {
         self
     }
 
+    /// The execution's id ([`ExecutionRequest::id`]): a replay's, its first run's.
+    pub fn with_id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+
     pub(crate) fn check_size(&self, ceilings: &Ceilings) -> Result<()> {
+        if let Some(id) = &self.id
+            && !valid_id(id)
+        {
+            return Err(Error::invalid("an execution id is 1-64 characters of letters, digits, '-' and '_'"));
+        }
         if self.code.len() > ceilings.max_code_bytes {
             return Err(Error::invalid(format!(
                 "code is {} bytes; the limit is {}",
@@ -180,6 +213,10 @@ impl ExecutionRequest {
         }
         check_tools_size(&self.tools, ceilings)
     }
+}
+
+fn valid_id(id: &str) -> bool {
+    (1..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 /// The tool count and each definition's size against the ceilings.

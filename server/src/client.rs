@@ -160,6 +160,7 @@ fn parse_tools(text: &str) -> anyhow::Result<Vec<proto::Tool>> {
                 description: t["description"].as_str().unwrap_or_default().to_string(),
                 parameters_json: if t["parameters"].is_null() { String::new() } else { t["parameters"].to_string() },
                 namespace: t["namespace"].as_str().unwrap_or_default().to_string(),
+                ..Default::default()
             })
         })
         .collect()

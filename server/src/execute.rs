@@ -51,6 +51,11 @@ impl ExecuteStream {
         self.send(client_message::Message::ToolResults(proto::ToolResults { results })).await
     }
 
+    /// A person's decisions on calls held for approval (`ToolCalls.approvals`).
+    pub async fn send_decisions(&self, decisions: Vec<proto::Decision>) -> Result<(), Status> {
+        self.send(client_message::Message::Decisions(proto::Decisions { decisions })).await
+    }
+
     /// Asks the server to cancel the execution (it answers with `Failed`, kind `cancelled`).
     pub async fn cancel(&self, reason: &str) -> Result<(), Status> {
         self.send(client_message::Message::Cancel(proto::Cancel { reason: reason.into() })).await

@@ -145,9 +145,14 @@ impl From<Completed> for Failed {
 pub fn server_message(event: ptc_engine::Event) -> ServerMessage {
     use server_message::Message as M;
     let message = match event {
-        ptc_engine::Event::ToolCalls { round, calls } => {
-            M::ToolCalls(ToolCalls { calls: calls.into_iter().map(Into::into).collect(), round })
-        }
+        ptc_engine::Event::ToolCalls { round, calls, approvals } => M::ToolCalls(ToolCalls {
+            calls: calls.into_iter().map(Into::into).collect(),
+            round,
+            approvals: approvals
+                .into_iter()
+                .map(|a| ApprovalRequest { call: Some(a.call.into()), reason: a.reason.unwrap_or_default() })
+                .collect(),
+        }),
         ptc_engine::Event::Output { stream, data } => M::Output(Output {
             stream: match stream {
                 ptc_engine::OutputStream::Stdout => OutputStream::Stdout,
@@ -159,6 +164,18 @@ pub fn server_message(event: ptc_engine::Event) -> ServerMessage {
         ptc_engine::Event::Failed(f) => M::Failed(f.into()),
     };
     ServerMessage { message: Some(message) }
+}
+
+/// A person's decision from the wire; one without a verdict is refused.
+pub fn decision(d: Decision) -> Result<ptc_engine::Decision, String> {
+    match d.verdict {
+        Some(decision::Verdict::Approve(Approve { input_json: None })) => Ok(ptc_engine::Decision::approve(d.call_id)),
+        Some(decision::Verdict::Approve(Approve { input_json: Some(input) })) => {
+            Ok(ptc_engine::Decision::approve_with(d.call_id, input))
+        }
+        Some(decision::Verdict::Deny(Deny { reason })) => Ok(ptc_engine::Decision::deny(d.call_id, reason)),
+        None => Err(format!("the decision for call {:?} has neither approve nor deny", d.call_id)),
+    }
 }
 
 /// Tool definitions from the wire; the schema must be JSON text (or empty).
@@ -178,6 +195,9 @@ pub fn tool_defs(tools: Vec<Tool>) -> Result<Vec<ptc_engine::ToolDef>, String> {
             def.parameters = parameters;
             if !t.namespace.is_empty() {
                 def = def.with_namespace(t.namespace);
+            }
+            if t.requires_approval {
+                def = def.with_approval();
             }
             Ok(def)
         })

@@ -146,6 +146,15 @@ return {{"ids": [n["id"] for n in found["result"]]}}
     assert result.is_error and "call it as `await notes.search_notes(...)`" in text, text
     log("not callable: ok")
 
+    # A tool the operator marked for approval (web's "approve"), from a client that cannot ask
+    # its user (no elicitation): callable, and each call refused in words the model can act on.
+    assert "web.delete_note(id: int, _reason?: str)  # asks the user first" in desc, desc
+    code = 'try:\n    await web.delete_note(id=1)\nexcept ToolError as e:\n    print(e)'
+    result, text, sc = await run(client, code)
+    assert not result.is_error, text
+    assert "web.delete_note needs the user's approval, and this MCP client cannot ask for it" in sc["stdout"], sc
+    log("approval without elicitation: ok")
+
     # The server crashes mid-call: ToolError, and the next call restarts it.
     code = """
 before = await notes.pid()
@@ -285,6 +294,59 @@ print(a, "|", b, "|", c)
     log("llm_query with sampling: ok")
 
 
+async def ask_user(context, params):
+    """The client's "user", asked through elicitation: takes half a second to answer (so that
+    the program's other calls finish first), approves note 1 as it is, note 2 with another id,
+    and refuses the rest."""
+    await asyncio.sleep(0.5)
+    assert "Its reason: note" in params.message and "notes.delete_note" in params.message, params.message
+    if '"id": 1' in params.message:
+        return types.ElicitResult(action="accept", content={"approve": True})
+    if '"id": 2' in params.message:
+        return types.ElicitResult(action="accept", content={"approve": True, "arguments": '{"id": 20}'})
+    return types.ElicitResult(action="accept", content={"approve": False, "reason": "keep note 3"})
+
+
+async def with_approvals(server):
+    """A client that can ask its user: a write tool the default hides is callable with the
+    user's approval. One gather: two read-only calls finish while three deletes wait for the
+    user, who approves one, changes another's arguments and refuses the third. The deletes that
+    ran carry their call's id to the server as an idempotency key."""
+    async with Client(server, elicitation_callback=ask_user) as client:
+        desc = {t.name: t for t in (await client.list_tools()).tools}["execute_code"].description
+        assert "notes.delete_note(id: int, _reason?: str)  # asks the user first" in desc, desc
+        code = """
+import time
+done = []
+async def timed(label, call):
+    value = await call
+    done.append(label)
+    return value
+async def rm(i):
+    try:
+        return await notes.delete_note(id=i, _reason=f"note {i} is stale")
+    except ToolError as e:
+        return str(e)
+found, body, a, b, c = await asyncio.gather(
+    timed("search", notes.search_notes(query="rust")), timed("body", notes.get_body(id=1)),
+    timed("rm1", rm(1)), timed("rm2", rm(2)), timed("rm3", rm(3)))
+print(len(found["result"]), body, a["deleted"], b["deleted"], c)
+print(done[:2])
+return [a["key"], b["key"]]
+"""
+        result, text, sc = await run(client, code)
+        assert not result.is_error, text
+        lines = sc["stdout"].splitlines()
+        assert lines[0] == "2 borrow, don't clone 1 20 denied by the user: keep note 3", sc
+        assert sorted(eval(lines[1])) == ["body", "search"], sc
+        calls = {c["tool_call_id"]: c for c in sc["tool_calls"]}
+        keys = sc["return_value"]
+        assert all(k in calls and calls[k]["tool_name"] == "notes.delete_note" for k in keys), (keys, calls)
+        assert calls[keys[1]]["args"] == {"id": 20}, calls[keys[1]]
+        assert keys[0] != keys[1] and keys[0].startswith("call_"), keys
+    log("approval with elicitation: ok")
+
+
 def connect(args):
     if args.mode == "stdio":
         # PTC_CANARY stands for ptc-engine's secrets: its downstream servers must not see it.
@@ -306,6 +368,7 @@ async def main():
     async with Client(server) as client:
         await scenarios(client, args.fs_root, args.pause, persistent=args.mode == "stdio")
     await with_sampling(connect(args))
+    await with_approvals(connect(args))
     await abandoned(connect(args), args.pause)
     log("ALL OK")
 

@@ -92,6 +92,10 @@ impl Stream {
         self.0.cancel("test").await.expect("the stream is open");
     }
 
+    pub async fn send_decisions(&self, decisions: Vec<proto::Decision>) {
+        self.0.send_decisions(decisions).await.expect("the stream is open");
+    }
+
     /// Answers every call with `handler` until the end; returns the final message and the
     /// batches seen.
     pub async fn drive(

@@ -95,7 +95,8 @@ pub async fn drive(mut exec: Execution, handler: impl Fn(&ToolCall) -> Result<Va
         Run { rounds: vec![], streamed_stdout: String::new(), streamed_stderr: String::new(), end: Err(dummy()) };
     while let Some(event) = exec.next_event().await {
         match event {
-            Event::ToolCalls { round, calls } => {
+            Event::ToolCalls { round, calls, approvals } => {
+                assert!(approvals.is_empty(), "`drive` answers no approvals: {approvals:?}");
                 assert_eq!(round as usize, run.rounds.len() + 1, "rounds are numbered 1, 2, ... in order");
                 let results = calls
                     .iter()

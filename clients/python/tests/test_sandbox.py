@@ -90,6 +90,52 @@ def place(order: Order, ship_to: Address, note: Optional[str] = None, priority: 
     return Receipt(sku=order.sku, total=9.5 * order.quantity)
 
 
+async def test_a_call_that_needs_approval_waits_for_on_approval_while_the_others_run(sb):
+    deleted = []
+
+    @tool(requires_approval=True)
+    async def delete_note(id: int) -> str:
+        """Deletes a note."""
+        deleted.append(id)
+        return f"deleted {id}"
+
+    asked = []
+    add_done = asyncio.Event()
+
+    async def approve(request: ptc_engine.ApprovalRequest) -> ptc_engine.Approve | ptc_engine.Deny | bool:
+        # The other call of the round is answered while the user thinks.
+        await asyncio.wait_for(add_done.wait(), 10)
+        asked.append((request.call.input["id"], request.reason))
+        if request.call.input["id"] == 1:
+            return True
+        if request.call.input["id"] == 2:
+            return ptc_engine.Approve(input={"id": 20})
+        return ptc_engine.Deny("keep it")
+
+    def add_and_tell(a: int, b: int) -> int:
+        add_done.set()
+        return a + b
+
+    code = """
+async def rm(i):
+    try:
+        return await delete_note(id=i, _reason=f"note {i} is stale")
+    except ToolError as e:
+        return str(e)
+print(await asyncio.gather(add(a=1, b=2), rm(1), rm(2), rm(3)))
+"""
+    add_tool = Tool.from_function(add_and_tell, name="add")
+    result = await sb.run(code, tools=[add_tool, delete_note], on_approval=approve)
+    assert result.stdout == "[3, 'deleted 1', 'deleted 20', 'denied by the user: keep it']\n"
+    assert sorted(deleted) == [1, 20]
+    assert sorted(asked) == [(1, "note 1 is stale"), (2, "note 2 is stale"), (3, "note 3 is stale")]
+    ids = [c.id for c in result.tool_calls]
+    assert len(set(ids)) == 4 and all(i.startswith("call_") for i in ids), ids
+    # A tool that needs approval without anyone to ask: refused before anything runs.
+    with pytest.raises(ptc_engine.InvalidRequest, match="on_approval"):
+        await sb.run(code, tools=[add_tool, delete_note])
+
+
 async def test_schemas_come_from_type_hints_and_docstrings_and_values_convert(sb):
     t = Tool.from_function(place)
     assert t.description == "Places an order."
@@ -297,7 +343,7 @@ async def test_an_execute_whose_refusal_grpcio_lost_is_made_again(monkeypatch):
 
     tries = []
 
-    async def once(self, start, tools, on_output, on_event, may_retry):
+    async def once(self, start, tools, on_output, on_event, may_retry, on_approval=None):
         tries.append(may_retry)
         if len(tries) < 3:
             raise _client._RefusalLost()

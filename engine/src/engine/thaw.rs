@@ -59,7 +59,7 @@ impl Engine {
         let schemas = inner.schemas.compiled(request.tenant.as_deref(), &request.tools).await?;
         let spec = StoreSpec {
             limits: &limits,
-            schemas: Some(schemas),
+            schemas: Some(schemas.clone()),
             data_dir: request.data_dir.as_deref(),
             tenant: request.tenant.as_deref(),
             runtime: request.runtime,
@@ -69,7 +69,7 @@ impl Engine {
         let Opened { host: h, round, mut store, side, asleep } =
             self.asleep_store(Sealed::Execution, id, image, spec, true).await?;
         let answered: Vec<String> = h.log.iter().filter(|r| r.outcome.is_some()).map(|r| r.id.clone()).collect();
-        side.exchange.restore(h.pending, answered);
+        side.exchange.restore(h.exchange, answered);
         side.output.restore(h.stdout, h.stderr, h.truncated);
         let data = store.data_mut();
         data.broker.restore(Progress {
@@ -81,6 +81,7 @@ impl Engine {
         });
         data.broker.hibernate_after = request.hibernate_after.or(inner.config.hibernate_after);
         data.broker.parked = Some(inner.stores.parked.clone());
+        data.broker.identify(h.suffix.clone(), crate::approval::NeedApproval::of(&request.tools));
 
         let now = Instant::now();
         let started = now.checked_sub(Duration::from_millis(h.elapsed_ms)).unwrap_or(now);
@@ -107,7 +108,7 @@ impl Engine {
         let span = tracing::info_span!("execution", id = %id, session = request.session_id.as_deref().unwrap_or(""));
         tracing::debug!(parent: &span, round, bytes = image.len(), "thawing a sealed image");
         inner.drivers.spawn(tracing::Instrument::instrument(drive(job, store, Start::Asleep(asleep)), span));
-        let control = Control { id, exchange: side.exchange, cancel, journal: None };
+        let control = Control { id, exchange: side.exchange, cancel, journal: None, schemas };
         Ok(Execution::new(control, side.events_rx))
     }
 

@@ -383,6 +383,7 @@ impl Sealing {
         let data = store.data();
         let broker = &data.broker;
         let Progress { rounds, calls, log, log_room, timer } = broker.kept();
+        let exchange = broker.exchange.pending_calls();
         let (stdout, stderr, truncated) = broker.output.kept();
         Body {
             tenant: self.tenant.clone(),
@@ -400,7 +401,8 @@ impl Sealing {
                 calls,
                 log,
                 log_room: log_room as u64,
-                pending: broker.exchange.pending_calls(),
+                exchange,
+                suffix: broker.suffix.clone(),
                 stdout,
                 stderr,
                 truncated,
@@ -411,13 +413,13 @@ impl Sealing {
 
     /// The image of `body`, sealed.
     async fn seal(&self, body: Body) -> Result<Hibernated, String> {
-        let round = body.round;
+        let (round, asking) = (body.round, !body.host.exchange.held.is_empty());
         // The output and call log it carries may be megabytes: sealed off the async workers.
         let key = self.key.clone();
         let bytes = tokio::task::spawn_blocking(move || sealed::seal(&key, &body))
             .await
             .map_err(|e| format!("sealing failed: {e}"))?;
-        Ok(Hibernated { execution_id: self.execution.to_string(), tenant: self.tenant.clone(), round, bytes })
+        Ok(Hibernated { execution_id: self.execution.to_string(), tenant: self.tenant.clone(), round, asking, bytes })
     }
 }
 

@@ -22,8 +22,8 @@ use super::Frozen;
 use crate::events::ToolCallRecord;
 
 const MAGIC: &[u8; 4] = b"PTCH";
-/// 2: the pages are compressed with zstd (1: zlib).
-const VERSION: u8 = 2;
+/// 2: the pages are compressed with zstd (1: zlib). 3: calls held for approval are kept.
+const VERSION: u8 = 3;
 const MAC_LEN: usize = 32;
 
 /// A hibernated execution, sealed, as its request's [`Keeper`] receives it.
@@ -34,6 +34,8 @@ pub struct Hibernated {
     pub tenant: Option<String>,
     /// The round of tool calls it waits on ([`crate::Event::ToolCalls`]'s `round`).
     pub round: u32,
+    /// Some of its calls wait for a person's decision ([`crate::Control::decide`]).
+    pub asking: bool,
     /// The sealed bytes, for [`crate::Engine::thaw`].
     pub bytes: Vec<u8>,
 }
@@ -79,8 +81,10 @@ pub(crate) struct Host {
     pub(crate) calls: u32,
     pub(crate) log: Vec<ToolCallRecord>,
     pub(crate) log_room: u64,
-    /// Calls handed out and not answered: (id, tool, round).
-    pub(crate) pending: Vec<(String, String, u32)>,
+    /// Calls handed out and not answered, held for a decision, or not told about yet.
+    pub(crate) exchange: crate::exchange::Kept,
+    /// What its calls' ids end with (`approval.rs`).
+    pub(crate) suffix: String,
     pub(crate) stdout: Vec<u8>,
     pub(crate) stderr: Vec<u8>,
     pub(crate) truncated: bool,
@@ -163,7 +167,8 @@ mod tests {
                 calls: 3,
                 log: Vec::new(),
                 log_room: 100,
-                pending: vec![("c1".into(), "get".into(), 2)],
+                exchange: crate::exchange::Kept { pending: vec![("c1".into(), "get".into(), 2)], ..Default::default() },
+                suffix: "_0123456789abcdef".into(),
                 stdout: b"hi\n".to_vec(),
                 stderr: Vec::new(),
                 truncated: false,
@@ -182,7 +187,7 @@ mod tests {
     fn sealed_bytes_open_under_the_same_key_and_binding() {
         let sealed = seal(KEY, &body());
         let opened = open(KEY, &sealed, 1 << 20, &binding(Some("acme"))).unwrap();
-        assert_eq!(opened.host.pending, vec![("c1".to_string(), "get".to_string(), 2)]);
+        assert_eq!(opened.host.exchange.pending, vec![("c1".to_string(), "get".to_string(), 2)]);
         assert_eq!(opened.frozen.packed, vec![1, 2, 3]);
         assert_eq!(opened.round, 2);
     }

@@ -36,7 +36,7 @@ impl Keeper for StoreKeeper {
     fn keep(&self, image: Hibernated) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>> {
         Box::pin(async move {
             let ttl = Duration::from_millis(self.expires_at_ms.saturating_sub(now_ms()).max(1));
-            let (id, round) = (&image.execution_id, image.round);
+            let (id, round) = (&image.execution_id, crate::core::token::pause_of(image.round, image.asking));
             let kept = self.store.keep_image(id, &self.tenant, round, &image.bytes, &self.node, ttl).await;
             match kept {
                 Ok(Saving::Saved) => {

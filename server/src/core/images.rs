@@ -228,7 +228,8 @@ impl Keeper for DiskKeeper {
     fn keep(&self, image: Hibernated) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>> {
         Box::pin(async move {
             let header = self.header.get().ok_or("its request's header is not known yet")?;
-            self.images.keep(&image.execution_id, &self.tenant, image.round, header, &image.bytes).await?;
+            let pause = crate::core::token::pause_of(image.round, image.asking);
+            self.images.keep(&image.execution_id, &self.tenant, pause, header, &image.bytes).await?;
             metrics::counter!("ptc_hibernated_images_kept_total").increment(1);
             Ok(())
         })

@@ -9,6 +9,14 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
+/// The number a pause of the engine's round `round` goes by, in tokens (`Claims::round`), the
+/// journal's segments, claims and kept images: a round whose calls wait for a person's
+/// decision pauses first for the decisions (`2r - 1`), then for the results (`2r`). Pauses come
+/// in that order, each once.
+pub fn pause_of(round: u32, asking: bool) -> u32 {
+    round.saturating_mul(2).saturating_sub(u32::from(asking))
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Claims {
     #[serde(rename = "e")]
@@ -17,6 +25,7 @@ pub struct Claims {
     pub tenant: String,
     #[serde(rename = "s")]
     pub session_id: String,
+    /// The pause it resumes ([`pause_of`]).
     #[serde(rename = "r")]
     pub round: u32,
     /// Unix time in milliseconds.

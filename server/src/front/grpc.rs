@@ -315,7 +315,7 @@ impl Pump {
                 }
                 message = self.inbound.message(), if inbound_open => match message {
                     Ok(Some(message)) => {
-                        if let Some(reply) = handle_client_message(&self.run.execution, message)
+                        if let Some(reply) = handle_client_message(&self.run.execution, message).await
                             && self.tx.send(Ok(reply)).await.is_err()
                         {
                             break;
@@ -381,11 +381,19 @@ fn inbound_status(status: Status, max_message_bytes: usize) -> Status {
     }
 }
 
-fn handle_client_message(
+async fn handle_client_message(
     execution: &ptc_engine::Execution,
     message: proto::ClientMessage,
 ) -> Option<proto::ServerMessage> {
     match message.message {
+        Some(client_message::Message::Decisions(decisions)) => {
+            let decisions: Result<Vec<_>, String> = decisions.decisions.into_iter().map(proto::decision).collect();
+            let decided = match decisions {
+                Ok(decisions) => execution.decide(decisions).await,
+                Err(why) => return Some(error_message("invalid_decision", why)),
+            };
+            decided.err().map(|e| error_message(e.kind().as_str(), e.message()))
+        }
         Some(client_message::Message::ToolResults(results)) => {
             match execution.submit(results.results.into_iter().map(Into::into).collect()) {
                 Ok(()) => None,

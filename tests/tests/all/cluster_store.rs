@@ -161,6 +161,71 @@ async fn the_first_continuation_after_redis_restarted_is_replayed_on_another_nod
     let _ = std::fs::remove_dir_all(files);
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn an_approval_pending_across_a_replay_keeps_its_call_id_and_is_asked_once() {
+    let (_redis, port) = tokio::task::spawn_blocking(|| redis::start(None)).await.unwrap();
+    let files = std::env::temp_dir().join(format!("ptc-approval-replay-{}", std::process::id()));
+    let (p1, p2, p3) = (ptc_tests::binary::free_port(), ptc_tests::binary::free_port(), ptc_tests::binary::free_port());
+    let peers = Peers::List(vec![
+        ("n1".into(), format!("http://127.0.0.1:{p1}")),
+        ("n2".into(), format!("http://127.0.0.1:{p2}")),
+        ("n3".into(), format!("http://127.0.0.1:{p3}")),
+    ]);
+    let configs: Vec<ServerConfig> = [("n1", p1), ("n2", p2), ("n3", p3)]
+        .into_iter()
+        .map(|(id, p)| {
+            let mut c = node(id, port, peers.clone(), &files);
+            c.http_addr = ([127, 0, 0, 1], p).into();
+            // Replayed from the journal, never thawed.
+            c.engine.hibernate_after = None;
+            c
+        })
+        .collect();
+    let tools = json!([
+        {"name": "t", "parameters": {"type": "object"}},
+        {"name": "rm", "parameters": {"type": "object", "properties": {"id": {"type": "integer"}}}, "requires_approval": true}
+    ]);
+    let code = "import random\nr = random.random()\na, b = await asyncio.gather(t(x=1), rm(id=3, _reason='stale'))\nprint(a, b, r)";
+    let n1 = serve(configs[0].clone()).await;
+    let paused = post(n1.http_addr, PATH, Some("key-a"), &json!({"code": code, "tools": tools})).await;
+    assert_eq!(paused.body["status"], "tool_call_required", "{}", paused.text);
+    let (call, asked) = (paused.body["tool_calls"][0].clone(), paused.body["approvals"][0].clone());
+    assert_eq!(asked["reason"], "stale", "{}", paused.text);
+    stop(n1).await;
+
+    // n1 is gone: n2 replays its journal to the pause the token names, and takes the answer
+    // and the decision (the person asked once, before).
+    let n2 = serve(configs[1].clone()).await;
+    let decisions = json!([{"call_id": asked["id"], "approve": true, "input": {"id": 4}}]);
+    let body = json!({
+        "continuation_token": paused.body["continuation_token"],
+        "tool_results": [{"call_id": call["id"], "result": 1}],
+        "decisions": decisions,
+    });
+    let next = post(n2.http_addr, PATH, Some("key-a"), &body).await;
+    assert_eq!(next.body["status"], "tool_call_required", "{}", next.text);
+    assert!(next.body.get("approvals").is_none(), "{}", next.text);
+    let approved = next.body["tool_calls"][0].clone();
+    assert_eq!((&approved["id"], &approved["input"]), (&asked["id"], &json!({"id": 4})), "{}", next.text);
+    stop(n2).await;
+
+    // n2 is gone too: n3 replays again, the decision from the journal; nobody is asked, and the
+    // call keeps its id.
+    let n3 = serve(configs[2].clone()).await;
+    let body = json!({
+        "continuation_token": next.body["continuation_token"],
+        "tool_results": [{"call_id": approved["id"], "result": "removed"}],
+    });
+    let end = post(n3.http_addr, PATH, Some("key-a"), &body).await;
+    assert_eq!(end.body["status"], "completed", "{}", end.text);
+    let stdout = end.body["stdout"].as_str().unwrap();
+    assert!(stdout.starts_with("1 removed 0."), "{stdout}");
+    let usage = n3.http.cluster.store.usage("a").await.unwrap();
+    assert_eq!(usage.get("replays"), Some(&2), "{usage:?}");
+    stop(n3).await;
+    let _ = std::fs::remove_dir_all(files);
+}
+
 async fn stop(server: RunningServer) {
     server.shutdown();
     server.wait().await;

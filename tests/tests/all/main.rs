@@ -3,6 +3,7 @@
 //! Tests that need process-wide state run in binaries of their own (`grpc_disconnect.rs`
 //! reads process-wide metrics; `release_binary.rs` builds and drives the release binary).
 
+mod approvals;
 mod batching;
 mod bounds;
 mod cluster_store;

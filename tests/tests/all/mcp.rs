@@ -12,7 +12,10 @@ use std::time::{Duration, Instant};
 use ptc_server::front::mcp::McpConfig;
 use ptc_tests::binary::{self, Process, free_port};
 use ptc_tests::{eventually, grpc, http, node, python};
-use rmcp::model::{CallToolRequestParams, CallToolResult, ClientConfig, ProtocolVersion};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction,
+    ProtocolVersion,
+};
 use rmcp::service::RunningService;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -58,7 +61,10 @@ fn downstream(tag: &str) -> Downstream {
 
     let config = json!({"mcpServers": {
         "notes": {"command": python, "args": [project.join("notes_server.py")], "timeoutMs": 2000},
-        "web": {"type": "http", "url": format!("http://127.0.0.1:{port}/mcp"), "allow": ["search_notes", "pid"]},
+        "web": {
+            "type": "http", "url": format!("http://127.0.0.1:{port}/mcp"),
+            "allow": ["search_notes", "pid"], "approve": ["delete_note"]
+        },
         "fs": {
             "command": "node",
             "args": [project.join("node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"), &fs_root],
@@ -154,6 +160,55 @@ async fn streamable_http_behind_api_keys() {
     })
     .await
     .unwrap();
+    server.shutdown();
+    server.wait().await;
+}
+
+/// A client of protocol 2025-06-18 that can ask its user (elicitation): the "user" approves
+/// deleting note 1 and refuses the rest, saying why.
+#[derive(Clone)]
+struct AskingClient;
+
+impl rmcp::ClientHandler for AskingClient {
+    fn get_info(&self) -> ClientConfig {
+        let mut info = ClientConfig::default();
+        info.protocol_version = ProtocolVersion::V_2025_06_18;
+        info.capabilities.elicitation = Some(Default::default());
+        info
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, rmcp::ErrorData> {
+        let ElicitRequestParams::FormElicitationParams { message, .. } = request else {
+            return Err(rmcp::ErrorData::invalid_params("a form was expected", None));
+        };
+        let approve = message.contains("\"id\": 1") && message.contains("Its reason: tidy");
+        Ok(ElicitResult::new(ElicitationAction::Accept)
+            .with_content(json!({"approve": approve, "reason": "not that one"})))
+    }
+}
+
+/// Before protocol 2026-07-28 a write tool's call is asked about with an `elicitation/create`
+/// request while the program waits, and its other calls go on.
+#[tokio::test(flavor = "multi_thread")]
+async fn before_protocol_2026_07_28_a_write_tool_waits_for_an_elicitation() {
+    let setup = tokio::task::spawn_blocking(|| downstream("elicit")).await.unwrap();
+    let mut config = grpc::config(&["acme:acme-key"]);
+    config.mcp = McpConfig::load(&setup.config).unwrap();
+    let server = grpc::serve(config).await;
+    let transport = StreamableHttpClientTransportConfig::with_uri(format!("http://{}/mcp", server.http_addr))
+        .auth_header("acme-key");
+    let client = AskingClient.serve(StreamableHttpClientTransport::from_config(transport)).await.unwrap();
+    let code = "async def rm(i):\n    try:\n        return (await notes.delete_note(id=i, _reason='tidy'))['deleted']\n    \
+                except ToolError as e:\n        return str(e)\n\
+                print(await asyncio.gather(notes.get_body(id=2), rm(1), rm(3)))";
+    let args = json!({"code": code}).as_object().unwrap().clone();
+    let r = client.call_tool(CallToolRequestParams::new("execute_code").with_arguments(args)).await.unwrap();
+    assert_eq!(stdout(&r), "['gather independent awaits', 1, 'denied by the user: not that one']\n", "{r:?}");
+    client.cancel().await.unwrap();
     server.shutdown();
     server.wait().await;
 }

@@ -15,10 +15,13 @@ Integrations with agent frameworks' code modes are in `ptc_engine.integrations`.
 """
 
 from ._client import (
+    ApprovalRequest,
+    Approve,
     Call,
     DescribedTool,
     Description,
     Event,
+    Deny,
     Finished,
     Limits,
     Output,
@@ -55,10 +58,13 @@ from ._result import Result, Stats, ToolCallRecord
 from ._tools import Tool, ToolFailure, tool
 
 __all__ = [
+    "ApprovalRequest",
+    "Approve",
     "AuthenticationError",
     "Call",
     "Cancelled",
     "DescribedTool",
+    "Deny",
     "Description",
     "DuplicateRequest",
     "Event",

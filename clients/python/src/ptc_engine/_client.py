@@ -4,6 +4,7 @@ a program and answers its tool calls with your tools, concurrently within each r
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import os
 import threading
@@ -93,11 +94,42 @@ class Output:
 
 
 @dataclass(frozen=True)
+class ApprovalRequest:
+    """A call of a tool that needs the user's approval (`Tool(requires_approval=True)`), held
+    until `on_approval` decides it; `reason` is the program's own words (its `_reason=`)."""
+
+    call: Call
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class Approve:
+    """`on_approval`'s answer: run the call, with `input` (the arguments to run it with
+    instead, checked against the tool's schema again) if given."""
+
+    input: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Deny:
+    """`on_approval`'s answer: do not run the call; the program gets
+    `ToolError("denied by the user: <reason>")`."""
+
+    reason: str = ""
+
+
+Verdict = bool | Approve | Deny
+ApprovalHandler = Callable[[ApprovalRequest], Verdict | Awaitable[Verdict]]
+
+
+@dataclass(frozen=True)
 class ToolCalls:
-    """One round of tool calls (all the calls pending when the program blocked)."""
+    """One round of tool calls (all the calls pending when the program blocked), and the calls
+    that wait for the user's approval (a call approved later comes again in `calls`)."""
 
     round: int
     calls: list[Call]
+    approvals: list[ApprovalRequest] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -231,16 +263,20 @@ class Sandbox:
         request_id: str | None = None,
         on_output: Callable[[Output], Awaitable[None] | None] | None = None,
         on_event: Callable[[Event], Awaitable[None] | None] | None = None,
+        on_approval: ApprovalHandler | None = None,
     ) -> Result:
         """Runs `code` and answers its tool calls with `tools` until it ends; its `Result`, or
         an `ExecutionError` (one subclass per failure kind) if it failed.
 
         `timeout` (seconds) is the whole run's, tool calls included; `files` are written into
         `/mnt/data` first; with `return_files` the files it writes come back in `result.files`;
-        `on_output` sees printed text as it comes, `on_event` every event. Cancelling the
-        calling task cancels the execution on the server at once."""
+        `on_output` sees printed text as it comes, `on_event` every event. A call of a tool
+        with `requires_approval` waits for `on_approval` (sync or async), which answers
+        `True`/`Approve(input=...)` to run it or `False`/`Deny(reason)` not to, while the
+        program's other calls go on. Cancelling the calling task cancels the execution on the
+        server at once."""
         start = self._start(code, tools, timeout, limits, runtime, files, return_files, request_id)
-        return await self._execute(start, tools, on_output, on_event)
+        return await self._execute(start, tools, on_output, on_event, on_approval)
 
     async def stream(
         self,
@@ -351,11 +387,19 @@ class Sandbox:
         tools: Iterable[ToolLike],
         on_output: Callable[[Output], Awaitable[None] | None] | None,
         on_event: Callable[[Event], Awaitable[None] | None] | None,
+        on_approval: ApprovalHandler | None = None,
     ) -> Result:
         tools = list(tools)
+        asking = [t.name for t in map(as_tool, tools) if t.requires_approval]
+        if asking and on_approval is None:
+            raise InvalidRequest(
+                f"tools {asking} need the user's approval for each call: pass on_approval= to decide them"
+            )
         for attempt in range(_REFUSAL_ATTEMPTS):
             try:
-                return await self._execute_once(start, tools, on_output, on_event, attempt + 1 < _REFUSAL_ATTEMPTS)
+                return await self._execute_once(
+                    start, tools, on_output, on_event, attempt + 1 < _REFUSAL_ATTEMPTS, on_approval
+                )
             except _RefusalLost:
                 continue
         raise AssertionError("unreachable: the last attempt raises")
@@ -367,6 +411,7 @@ class Sandbox:
         on_output: Callable[[Output], Awaitable[None] | None] | None,
         on_event: Callable[[Event], Awaitable[None] | None] | None,
         may_retry: bool,
+        on_approval: ApprovalHandler | None = None,
     ) -> Result:
         by_name = {(t.namespace or None, t.name): t for t in map(as_tool, tools)}
         call = self._stub().Execute(metadata=self._metadata)
@@ -402,12 +447,13 @@ class Sandbox:
                 if kind == "started":
                     execution_id = message.started.execution_id
                 elif kind == "tool_calls":
-                    calls = [
-                        Call(c.id, c.name, c.namespace or None, _decode(c.input_json)) for c in message.tool_calls.calls
-                    ]
-                    await emit(ToolCalls(message.tool_calls.round, calls))
-                    for c in calls:
-                        task = asyncio.ensure_future(_answer(by_name, c, send))
+                    calls = [_call(c) for c in message.tool_calls.calls]
+                    asked = [ApprovalRequest(_call(a.call), a.reason or None) for a in message.tool_calls.approvals]
+                    await emit(ToolCalls(message.tool_calls.round, calls, asked))
+                    work = [_answer(by_name, c, send) for c in calls]
+                    work += [_decide(on_approval, a, send) for a in asked if on_approval is not None]
+                    for job in work:
+                        task = asyncio.ensure_future(job)
                         answering.add(task)
                         task.add_done_callback(answering.discard)
                 elif kind == "output":
@@ -490,11 +536,12 @@ class Session:
         return_files: bool = False,
         on_output: Callable[[Output], Awaitable[None] | None] | None = None,
         on_event: Callable[[Event], Awaitable[None] | None] | None = None,
+        on_approval: ApprovalHandler | None = None,
     ) -> Result:
         """Runs `code` in the session (after its earlier programs); one at a time."""
         sb = self.sandbox
         start = sb._start(code, tools, timeout, limits, None, files, return_files, None, session_id=self.id)
-        return await sb._execute(start, tools, on_output, on_event)
+        return await sb._execute(start, tools, on_output, on_event, on_approval)
 
     async def snapshot(self, *, include_files: bool = False) -> Snapshot:
         """The session's state (and with `include_files` its `/mnt/data`), sealed."""
@@ -554,7 +601,40 @@ def _wire(tool: Tool) -> pb.Tool:
         description=tool.description,
         parameters_json=json.dumps(tool.parameters) if tool.parameters is not None else "",
         namespace=tool.namespace or "",
+        requires_approval=tool.requires_approval,
     )
+
+
+def _call(c: pb.ToolCall) -> Call:
+    return Call(c.id, c.name, c.namespace or None, _decode(c.input_json))
+
+
+async def _decide(
+    on_approval: ApprovalHandler, request: ApprovalRequest, send: Callable[[pb.ClientMessage], Awaitable[None]]
+) -> None:
+    """Asks `on_approval` about one held call and sends its answer; a callback that fails
+    denies the call, saying so."""
+    verdict: Verdict
+    try:
+        answered = on_approval(request)
+        verdict = await answered if inspect.isawaitable(answered) else answered
+    except asyncio.CancelledError:
+        raise
+    except Exception as e:
+        verdict = Deny(f"asking the user failed ({type(e).__name__}: {e})")
+    decision = pb.Decision(call_id=request.call.id)
+    if verdict is True or (isinstance(verdict, Approve) and verdict.input is None):
+        decision.approve.SetInParent()
+    elif isinstance(verdict, Approve):
+        decision.approve.input_json = json.dumps(verdict.input)
+    elif isinstance(verdict, Deny):
+        decision.deny.reason = verdict.reason
+    else:
+        decision.deny.reason = ""
+    try:
+        await send(pb.ClientMessage(decisions=pb.Decisions(decisions=[decision])))
+    except (grpc.aio.AioRpcError, asyncio.InvalidStateError, RuntimeError):
+        pass  # the execution ended meanwhile
 
 
 def _decode(text: str) -> Any:

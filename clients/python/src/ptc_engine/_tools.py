@@ -42,7 +42,8 @@ class Tool:
 
     `handler` is called with the input's fields as keyword arguments; it may be sync (run in a
     thread) or async. With `parameters` given, the input is passed as is; otherwise the schema
-    and the conversion come from the handler's signature.
+    and the conversion come from the handler's signature. With `requires_approval`, each call
+    waits for the run's `on_approval` to approve it.
     """
 
     name: str
@@ -50,6 +51,7 @@ class Tool:
     description: str = ""
     parameters: dict[str, Any] | None = None
     namespace: str | None = None
+    requires_approval: bool = False
     _model: type[pydantic.BaseModel] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
@@ -60,6 +62,7 @@ class Tool:
         name: str | None = None,
         description: str | None = None,
         namespace: str | None = None,
+        requires_approval: bool = False,
     ) -> Tool:
         """A tool from a function: its name, its docstring's summary, and its parameters."""
         if not callable(fn):
@@ -85,6 +88,7 @@ class Tool:
             description=description if description is not None else summary,
             parameters=copy.deepcopy(schema),
             namespace=namespace,
+            requires_approval=requires_approval,
             _model=model,
         )
 
@@ -143,12 +147,17 @@ def as_tool(obj: Tool | Handler) -> Tool:
 
 
 def tool(
-    fn: Handler | None = None, *, name: str | None = None, description: str | None = None
+    fn: Handler | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    requires_approval: bool = False,
 ) -> Any:
-    """Decorator: `@tool` or `@tool(name=..., description=...)` makes a function a Tool."""
+    """Decorator: `@tool` or `@tool(name=..., description=..., requires_approval=True)` makes a
+    function a Tool."""
 
     def wrap(f: Handler) -> Tool:
-        return Tool.from_function(f, name=name, description=description)
+        return Tool.from_function(f, name=name, description=description, requires_approval=requires_approval)
 
     return wrap(fn) if fn is not None else wrap
 

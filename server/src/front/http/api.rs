@@ -31,6 +31,9 @@ pub(crate) struct ProgrammaticRequest {
     pub run: RunOptions,
     pub continuation_token: Option<String>,
     pub tool_results: Option<Vec<ToolResultSpec>>,
+    /// A person's answers to the calls a pause listed in `approvals` (tools given with
+    /// `requires_approval`).
+    pub decisions: Option<Vec<DecisionSpec>>,
 }
 
 /// `POST /exec`: a run without tools.
@@ -66,14 +69,53 @@ pub(crate) struct ToolSpec {
     pub description: Option<String>,
     #[serde(default)]
     pub parameters: Option<Value>,
+    /// Each call waits for a person's decision: a pause lists it in `approvals`, and the
+    /// continuation answers it in `decisions` before it is run.
+    #[serde(default)]
+    pub requires_approval: bool,
 }
 
 impl From<ToolSpec> for ToolDef {
     fn from(t: ToolSpec) -> Self {
         let mut def = ToolDef::new(t.name).with_description(t.description.unwrap_or_default());
         def.parameters = t.parameters;
+        if t.requires_approval {
+            def = def.with_approval();
+        }
         def
     }
+}
+
+/// A person's decision on a call a pause listed in `approvals`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub(crate) struct DecisionSpec {
+    pub call_id: String,
+    pub approve: bool,
+    /// With `approve`: the arguments to run it with instead (an object), checked against the
+    /// tool's schema again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<Value>,
+    /// Without `approve`: why, for the program's `ToolError`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl DecisionSpec {
+    pub(crate) fn into_decision(self) -> ptc_engine::Decision {
+        match (self.approve, self.input) {
+            (true, None) => ptc_engine::Decision::approve(self.call_id),
+            (true, Some(input)) => ptc_engine::Decision::approve_with(self.call_id, input.to_string()),
+            (false, _) => ptc_engine::Decision::deny(self.call_id, self.reason.unwrap_or_default()),
+        }
+    }
+}
+
+/// What a continuation brings: results for the calls a pause listed, and decisions on the
+/// calls it asked approval for.
+#[derive(Debug, Default)]
+pub(crate) struct Answers {
+    pub results: Vec<ToolResultSpec>,
+    pub decisions: Vec<DecisionSpec>,
 }
 
 /// A file of an earlier session of the same tenant, to copy into this run's `/mnt/data`, as
@@ -132,6 +174,17 @@ pub(crate) struct ToolCallOut {
     pub id: String,
     pub name: String,
     pub input: Value,
+}
+
+/// A call that waits for a person's decision, as `tool_call_required` lists it in `approvals`.
+#[derive(Debug, Serialize)]
+pub(crate) struct ApprovalOut {
+    pub id: String,
+    pub name: String,
+    pub input: Value,
+    /// The program's words on why it makes the call, if it gave any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// The request body as `T`, read within the server's body bounds. A body that is not JSON is

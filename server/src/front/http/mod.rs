@@ -34,15 +34,17 @@ use crate::core::advice::{self, Advice};
 use crate::core::files::FileStore;
 use crate::core::images::{DiskImages, DiskKeeper};
 use crate::core::runs::{self, DataDir, Ending, Launch, Outcome, Run};
-use crate::core::token::{Claims, Signer, TokenError, now_ms};
+use crate::core::token::{Claims, Signer, TokenError, now_ms, pause_of};
 use crate::core::{Core, Error};
 use api::{
-    ApiError, ApiJson, CancelRequest, ExecRequest, ProgrammaticRequest, RunOptions, Tenant, ToolCallOut, ToolResultSpec,
+    Answers, ApiError, ApiJson, ApprovalOut, CancelRequest, ExecRequest, ProgrammaticRequest, RunOptions, Tenant,
+    ToolCallOut,
 };
 use conn::HttpLimits;
 use paused::{Paused, Registry};
 use ptc_engine::{
-    ErrorKind as EngineKind, Event, Execution, ExecutionRequest, FailureKind, Journal, ToolCall, ToolDef, ToolResult,
+    ApprovalRequest, ErrorKind as EngineKind, Event, Execution, ExecutionRequest, FailureKind, Journal, ToolCall,
+    ToolDef, ToolResult,
 };
 use replay::replay;
 
@@ -151,9 +153,14 @@ async fn programmatic(
     ApiJson(request): ApiJson<ProgrammaticRequest>,
 ) -> Result<Response, ApiError> {
     if let Some(token) = request.continuation_token {
-        let results =
-            request.tool_results.ok_or_else(|| ApiError::bad_request("tool_results (an array) is required"))?;
-        return continuation(&state, tenant, &headers, &token, results).await;
+        if request.tool_results.is_none() && request.decisions.is_none() {
+            return Err(ApiError::bad_request("tool_results (an array) is required"));
+        }
+        let answers = Answers {
+            results: request.tool_results.unwrap_or_default(),
+            decisions: request.decisions.unwrap_or_default(),
+        };
+        return continuation(&state, tenant, &headers, &token, answers).await;
     }
     let tools = request.tools.unwrap_or_default().into_iter().map(ToolDef::from).collect();
     initial(&state, tenant, &headers, request.code, tools, request.run).await
@@ -211,16 +218,20 @@ async fn cancel(
     Err(ApiError::new(StatusCode::NOT_FOUND, format!("no running execution with request id {request_id:?}")))
 }
 
-/// Where an execution stopped: paused for tools (in a round), or ended.
+/// Where an execution stopped: paused for tools (at a pause, see [`pause_of`]: calls to run,
+/// and calls to decide on), or ended.
 enum Stop {
-    Calls(u32, Vec<ToolCall>),
+    Calls(u32, Vec<ToolCall>, Vec<ApprovalRequest>),
     Ended(Result<ptc_engine::Completion, ptc_engine::Failure>),
 }
 
 async fn advance(execution: &mut Execution) -> Stop {
     loop {
         match execution.next_event().await {
-            Some(Event::ToolCalls { round, calls }) => return Stop::Calls(round, calls),
+            Some(Event::ToolCalls { round, calls, approvals }) => {
+                let asking = !execution.control().held_through(round).is_empty();
+                return Stop::Calls(pause_of(round, asking), calls, approvals);
+            }
             Some(Event::Completed(c)) => return Stop::Ended(Ok(c)),
             Some(Event::Failed(f)) => return Stop::Ended(Err(f)),
             Some(Event::Output { .. }) => {} // the final event carries all of it
@@ -336,9 +347,9 @@ async fn initial(
 /// answered with a token), or ended.
 async fn answer(state: &HttpState, mut paused: Paused, stop: Stop) -> Response {
     match stop {
-        Stop::Calls(round, calls) => {
+        Stop::Calls(round, calls, approvals) => {
             paused.round = round;
-            pause(state, paused, calls).await
+            pause(state, paused, calls, approvals).await
         }
         Stop::Ended(end) => {
             // Its journal is in the store once a pause saved it (the header went with it).
@@ -356,7 +367,7 @@ async fn continuation(
     tenant: String,
     headers: &HeaderMap,
     token: &str,
-    results: Vec<ToolResultSpec>,
+    answers: Answers,
 ) -> Result<Response, ApiError> {
     let claims = match state.signer.verify(token, now_ms()) {
         Ok(c) if c.tenant == tenant => c,
@@ -364,12 +375,15 @@ async fn continuation(
         Err(TokenError::Expired) => return Err(ApiError::bad_request("Execution expired")),
     };
     if let Some(slot) = state.paused.get(&claims.execution_id) {
-        return resume(state, &tenant, &claims, slot, results).await;
+        return resume(state, &tenant, &claims, slot, answers).await;
     }
     let cluster = &state.cluster;
     // Another node's: forwarded once, with the client's credentials; its answer is ours.
     if !claims.node.is_empty() && claims.node != cluster.node && !cluster.forwarded(headers) {
-        let body = json!({"continuation_token": token, "tool_results": results}).to_string().into_bytes();
+        let body =
+            json!({"continuation_token": token, "tool_results": answers.results, "decisions": answers.decisions})
+                .to_string()
+                .into_bytes();
         match cluster.forward(&claims.node, "/exec/programmatic", headers, body).await {
             Ok(response) => return Ok(response),
             Err(e) if !cluster.durable() => {
@@ -390,21 +404,21 @@ async fn continuation(
         }
     }
     if cluster.durable() {
-        return replay(state, tenant, claims, results).await;
+        return replay(state, tenant, claims, answers).await;
     }
     if state.images.is_some() {
-        return replay::thaw_from_disk(state, tenant, claims, results).await;
+        return replay::thaw_from_disk(state, tenant, claims, answers).await;
     }
     Err(ApiError::bad_request("Execution expired"))
 }
 
-/// Resumes a paused execution held here with the client's results.
+/// Resumes a paused execution held here with the client's results and decisions.
 async fn resume(
     state: &HttpState,
     tenant: &str,
     claims: &Claims,
     slot: paused::Slot,
-    results: Vec<ToolResultSpec>,
+    answers: Answers,
 ) -> Result<Response, ApiError> {
     // A second request racing on the same execution is a replay of the same token.
     let Ok(mut guard) = slot.try_lock() else { return Err(ApiError::bad_request("Invalid continuation token")) };
@@ -415,7 +429,30 @@ async fn resume(
 
     // Everything is checked before anything is applied: a refused request leaves the paused
     // execution exactly as it was.
+    let Answers { results, decisions } = answers;
     let pending = paused.pending();
+    let held = paused.held();
+    let mut decided = Vec::with_capacity(decisions.len());
+    for d in decisions {
+        if !held.contains(&d.call_id) {
+            return Err(ApiError::bad_request(format!(
+                "call_id {:?} in decisions does not wait for a decision: decide only the calls listed in approvals",
+                d.call_id
+            )));
+        }
+        if decided.iter().any(|x: &ptc_engine::Decision| x.id == d.call_id) {
+            return Err(ApiError::bad_request(format!("call_id {:?} is decided twice", d.call_id)));
+        }
+        decided.push(d.into_decision());
+    }
+    let undecided: Vec<&str> =
+        held.iter().filter(|h| !decided.iter().any(|d| &d.id == *h)).map(String::as_str).collect();
+    if !undecided.is_empty() {
+        return Err(ApiError::bad_request(format!("Missing decisions for: {}", undecided.join(", "))));
+    }
+    let control = paused.run.execution.control();
+    // Checked (changed arguments against the tool's schema) before anything is applied.
+    let decided = control.check_decisions(decided).await.map_err(|e| ApiError::bad_request(e.message()))?;
     let mut answers: HashMap<String, ToolResult> = HashMap::new();
     for r in results {
         let id = r.call_id.clone();
@@ -446,7 +483,14 @@ async fn resume(
         }
     }
     let ordered: Vec<ToolResult> = pending.iter().filter_map(|p| answers.remove(p)).collect();
-    if let Err(e) = paused.run.execution.submit(ordered) {
+    // Results first, then decisions: the program takes what arrived before it is told about
+    // approved calls, so that the next pause finds it blocked again.
+    let applied = match ordered.is_empty() {
+        true => Ok(()),
+        false => paused.run.execution.submit(ordered),
+    }
+    .and_then(|()| if decided.is_empty() { Ok(()) } else { control.apply_decisions(&decided) });
+    if let Err(e) = applied {
         return Err(match e.kind() {
             EngineKind::Finished => ApiError::bad_request("Execution expired"),
             _ => Error::from(e).into(),
@@ -464,7 +508,12 @@ async fn resume(
 /// The file quota is checked first: a program that wrote past it while running is stopped
 /// here rather than kept paused. With a shared store, what its journal recorded since the last
 /// pause is saved first, so that any node can resume it with the token.
-async fn pause(state: &HttpState, mut paused: Paused, calls: Vec<ToolCall>) -> Response {
+async fn pause(
+    state: &HttpState,
+    mut paused: Paused,
+    calls: Vec<ToolCall>,
+    approvals: Vec<ApprovalRequest>,
+) -> Response {
     if !paused.run.within_quota().await {
         // Cancelled for it: its end follows.
         loop {
@@ -525,11 +574,18 @@ async fn pause(state: &HttpState, mut paused: Paused, calls: Vec<ToolCall>) -> R
     state.paused.insert(paused);
     let tool_calls: Vec<ToolCallOut> =
         calls.into_iter().map(|c| ToolCallOut { input: c.input_value(), id: c.id, name: c.name }).collect();
-    Json(json!({
+    let mut body = json!({
         "status": "tool_call_required", "session_id": session_id,
         "continuation_token": token, "tool_calls": tool_calls,
-    }))
-    .into_response()
+    });
+    if !approvals.is_empty() {
+        let approvals: Vec<ApprovalOut> = approvals
+            .into_iter()
+            .map(|a| ApprovalOut { input: a.call.input_value(), id: a.call.id, name: a.call.name, reason: a.reason })
+            .collect();
+        body["approvals"] = json!(approvals);
+    }
+    Json(body).into_response()
 }
 
 /// The response for an execution that has ended: its output and files, or what the model is

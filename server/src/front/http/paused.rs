@@ -20,7 +20,8 @@ pub(crate) struct Paused {
     pub run: Run,
     pub tenant: String,
     pub session_id: String,
-    /// The round whose token may resume it; any other token is a replay or a forgery.
+    /// The pause whose token may resume it ([`crate::core::token::pause_of`]); any other token is a replay
+    /// or a forgery.
     pub round: u32,
     pub expires_at_ms: u64,
     /// The journal's header, until the first pause saves it (cluster with a shared store).
@@ -30,9 +31,19 @@ pub(crate) struct Paused {
 }
 
 impl Paused {
+    /// The engine's round of its pause ([`crate::core::token::pause_of`]).
+    fn engine_round(&self) -> u32 {
+        self.round.div_ceil(2)
+    }
+
     /// The calls the client was shown and has not answered.
     pub(crate) fn pending(&self) -> Vec<String> {
-        self.run.execution.control().pending_through(self.round)
+        self.run.execution.control().pending_through(self.engine_round())
+    }
+
+    /// The calls the client was asked to decide on and has not.
+    pub(crate) fn held(&self) -> Vec<String> {
+        self.run.execution.control().held_through(self.engine_round())
     }
 }
 

@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use ptc_engine::{Entry, ExecutionRequest, Journal, Runtime};
 use serde_json::json;
 
-use super::api::{ApiError, ToolResultSpec};
+use super::api::{Answers, ApiError};
 use super::paused::Paused;
 use super::{HttpState, Stop, advance, ended_response, resume};
 use crate::cluster::JournalHeader;
@@ -29,7 +29,7 @@ pub(super) async fn replay(
     state: &HttpState,
     tenant: String,
     claims: Claims,
-    results: Vec<ToolResultSpec>,
+    answers: Answers,
 ) -> Result<Response, ApiError> {
     let cluster = &state.cluster;
     let (header, journal, image) = match load_journal(state, &tenant, &claims).await? {
@@ -45,7 +45,7 @@ pub(super) async fn replay(
     {
         state.paused.insert(paused);
         let slot = state.paused.get(&claims.execution_id).expect("just inserted");
-        return resume(state, &tenant, &claims, slot, results).await;
+        return resume(state, &tenant, &claims, slot, answers).await;
     }
     let Some(journal) = journal else {
         let _ = cluster.store.forget(&claims.execution_id).await;
@@ -59,7 +59,9 @@ pub(super) async fn replay(
     let timeout = Duration::from_millis(remaining).max(engine.config().ceilings.min_timeout);
     let limits = engine.config().default_limits.clone().with_timeout(timeout);
     let runtime = runtime_of(&header)?;
+    // Its first run's id: the same calls get the same ids (a client may have run some).
     let mut request = ExecutionRequest::new(header.code)
+        .with_id(claims.execution_id.clone())
         .with_tools(header.tools)
         .with_limits(limits)
         .with_session_id(header.session_id.clone())
@@ -78,7 +80,7 @@ pub(super) async fn replay(
     };
     let _ = cluster.store.add_usage(&tenant, "replays", 1).await;
     match advance(&mut run.execution).await {
-        Stop::Calls(round, _) if round == claims.round => {
+        Stop::Calls(round, _, _) if round == claims.round => {
             tracing::info!(execution = %claims.execution_id, round, elapsed = ?started.elapsed(), "resumed by replay");
             metrics::histogram!("ptc_replay_seconds").record(started.elapsed().as_secs_f64());
             let ttl = Duration::from_millis(remaining);
@@ -99,9 +101,9 @@ pub(super) async fn replay(
             };
             state.paused.insert(paused);
             let slot = state.paused.get(&claims.execution_id).expect("just inserted");
-            resume(state, &tenant, &claims, slot, results).await
+            resume(state, &tenant, &claims, slot, answers).await
         }
-        Stop::Calls(round, _) => {
+        Stop::Calls(round, _, _) => {
             let _ = cluster.store.forget(&claims.execution_id).await;
             let why = format!(
                 "running it again stopped for tools at round {round}, not at round {} where it was paused",
@@ -122,7 +124,7 @@ pub(super) async fn thaw_from_disk(
     state: &HttpState,
     tenant: String,
     claims: Claims,
-    results: Vec<ToolResultSpec>,
+    answers: Answers,
 ) -> Result<Response, ApiError> {
     let images = state.images.as_ref().expect("a server that keeps images");
     let Some(kept) = images.load(&claims.execution_id).await else {
@@ -140,7 +142,7 @@ pub(super) async fn thaw_from_disk(
         Some(paused) => {
             state.paused.insert(paused);
             let slot = state.paused.get(&claims.execution_id).expect("just inserted");
-            resume(state, &tenant, &claims, slot, results).await
+            resume(state, &tenant, &claims, slot, answers).await
         }
         None => {
             images.forget(&claims.execution_id);

@@ -21,8 +21,16 @@ impl CodeMode {
     /// an instance to render the signatures, so an execution does without it). A tool whose
     /// input schema this server cannot check (`check_tool_schema`) is set aside as not callable,
     /// with the reason, rather than failing every program.
-    pub(super) async fn catalog(&self, describe: bool, mode: Mode, tenant: Option<&str>) -> Result<Catalog, String> {
-        let listings = self.state.downstream.listings(tenant).await;
+    /// `elicits`: the client can ask its user (MCP elicitation), which makes tools callable
+    /// with the user's approval (`config::Approve`).
+    pub(super) async fn catalog(
+        &self,
+        describe: bool,
+        mode: Mode,
+        tenant: Option<&str>,
+        elicits: bool,
+    ) -> Result<Catalog, String> {
+        let listings = self.state.downstream.listings(tenant, elicits).await;
         let mut defs = Vec::new();
         let mut not_callable = Vec::new();
         let mut unavailable = Vec::new();
@@ -32,6 +40,7 @@ impl CodeMode {
                     for t in tools {
                         match t.not_callable {
                             None => match self.state.schema_problem(server, &t.tool) {
+                                None if t.approval => defs.push(tool_def(server, &t.tool).with_approval()),
                                 None => defs.push(tool_def(server, &t.tool)),
                                 Some(why) => not_callable.push(format!("{server}.{} ({why})", t.tool.name)),
                             },
@@ -51,6 +60,9 @@ impl CodeMode {
         text.push_str("\n\nTools (call as `await server.tool(...)`):\n");
         for (d, def) in described.tools.iter().zip(&defs) {
             text.push_str(&d.signature);
+            if def.requires_approval {
+                text.push_str("  # asks the user first");
+            }
             let summary = summary(&def.description);
             if !summary.is_empty() {
                 text.push_str("  # ");
@@ -120,7 +132,9 @@ const EXECUTE_CODE_TOOLS: &str = "The tools below are async functions grouped by
 `await asyncio.gather(...)`. Results arrive as Python values (dicts, lists, strings); a failing tool raises ToolError, \
 which you can catch. Top-level await and `return value` work. Only what the program prints and returns comes back to you, \
 so filter and summarise in code. `await llm_query(prompt, system=None, max_tokens=1024)` asks your client's model \
-and returns its answer as a string. `describe_tools(names)` gives a tool's full documentation.";
+and returns its answer as a string. `describe_tools(names)` gives a tool's full documentation. A tool marked \
+\"asks the user first\" waits for the user to approve each call (the program's other calls go on meanwhile): pass \
+_reason=\"...\" to tell them why; a denied call raises ToolError.";
 
 pub(super) fn tool_def(server: &str, tool: &Tool) -> ToolDef {
     let description = tool.description.as_deref().or(tool.title.as_deref()).unwrap_or_default();

@@ -25,6 +25,7 @@ pub struct McpConfig {
 pub struct ServerSpec {
     pub transport: Transport,
     pub callable: Callable,
+    pub approve: Approve,
     pub call_timeout: Duration,
     pub isolation: Isolation,
 }
@@ -49,6 +50,38 @@ pub enum Transport {
     Stdio { command: String, args: Vec<String>, env: HashMap<String, String>, cwd: Option<PathBuf> },
     /// A Streamable HTTP endpoint (http or https), with headers checked when the file is read.
     Http { url: String, headers: HashMap<HeaderName, HeaderValue> },
+}
+
+/// Which of a server's tools wait for the user's approval at each call (asked through MCP
+/// elicitation; `ToolDef::requires_approval`).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum Approve {
+    /// No `"approve"`: under the default rule, the tools it would hide for not being read-only
+    /// are callable with approval when the connected client can ask its user (elicitation).
+    #[default]
+    WhenHidden,
+    /// Exactly these (`"approve": ["a", "b"]`, `["*"]` every tool; `[]` none): callable (unless
+    /// denied), each call asked.
+    These(Vec<String>),
+}
+
+impl Approve {
+    fn names(&self, tool: &str) -> bool {
+        matches!(self, Approve::These(names) if names.iter().any(|n| n == "*" || n == tool))
+    }
+
+    /// Whether `tool`, callable or not by `callable`'s rule (`allowed`), is callable, and if
+    /// so whether each call needs approval; `elicits`: the client can ask its user.
+    pub fn decide(&self, callable: &Callable, tool: &str, allowed: bool, elicits: bool) -> (bool, bool) {
+        match self {
+            Approve::These(_) if self.names(tool) => {
+                (!matches!(callable, Callable::Deny(d) if d.iter().any(|n| n == tool)), true)
+            }
+            Approve::These(_) => (allowed, false),
+            Approve::WhenHidden if !allowed && elicits && *callable == Callable::ReadOnlyIfAnnotated => (true, true),
+            Approve::WhenHidden => (allowed, false),
+        }
+    }
 }
 
 /// Which of a server's tools programs may call.
@@ -78,7 +111,8 @@ impl Callable {
     pub fn why_not(&self) -> &'static str {
         match self {
             Callable::ReadOnlyIfAnnotated => {
-                "it is not marked read-only (only read-only tools are callable by default)"
+                "it is not marked read-only (only read-only tools are callable by default; with a client that can ask \
+                 its user, through MCP elicitation, it is callable with their approval)"
             }
             Callable::Allow(_) => "it is not in the server's allow list",
             Callable::Deny(_) => "it is in the server's deny list",
@@ -109,6 +143,8 @@ struct RawServer {
     headers: HashMap<String, String>,
     allow: Option<Vec<String>>,
     deny: Option<Vec<String>>,
+    /// Tools whose every call waits for the user's approval: see [`Approve`].
+    approve: Option<Vec<String>>,
     timeout_ms: Option<u64>,
     /// `"shared"` (default) or `"tenant"`: see [`Isolation`].
     isolation: Option<String>,
@@ -200,7 +236,8 @@ fn server(name: &str, raw: RawServer) -> Result<ServerSpec, String> {
             ));
         }
     };
-    Ok(ServerSpec { transport, callable, call_timeout, isolation })
+    let approve = raw.approve.map_or(Approve::WhenHidden, Approve::These);
+    Ok(ServerSpec { transport, callable, approve, call_timeout, isolation })
 }
 
 #[cfg(test)]
@@ -244,6 +281,30 @@ mod tests {
         assert!(!c.allows("unmarked", None, true), "a server that annotates: unmarked is not read-only");
         assert!(c.allows("anything", None, false), "a server that annotates nothing: all");
         assert!(Callable::Allow(vec!["*".into()]).allows("write", Some(false), true));
+    }
+
+    #[test]
+    fn approval_is_asked_for_what_the_list_names_and_by_default_for_what_would_be_hidden() {
+        let default = Callable::ReadOnlyIfAnnotated;
+        // The default: a write tool is hidden from a client that cannot ask, asked otherwise.
+        assert_eq!(Approve::WhenHidden.decide(&default, "write", false, false), (false, false));
+        assert_eq!(Approve::WhenHidden.decide(&default, "write", false, true), (true, true));
+        assert_eq!(Approve::WhenHidden.decide(&default, "read", true, true), (true, false));
+        // An explicit allow list is the operator's choice: nothing is asked unless listed.
+        let allow = Callable::Allow(vec!["a".into()]);
+        assert_eq!(Approve::WhenHidden.decide(&allow, "b", false, true), (false, false));
+        // Listed: callable (but not past a deny) and asked, whether or not the client can ask.
+        let listed = Approve::These(vec!["write".into()]);
+        assert_eq!(listed.decide(&default, "write", false, false), (true, true));
+        assert_eq!(listed.decide(&Callable::Deny(vec!["write".into()]), "write", false, true), (false, true));
+        assert_eq!(
+            listed.decide(&default, "other", false, true),
+            (false, false),
+            "an explicit list turns the default off"
+        );
+        assert_eq!(Approve::These(vec!["*".into()]).decide(&default, "read", true, true), (true, true));
+        let config = McpConfig::parse(r#"{"mcpServers": {"a": {"command": "x", "approve": ["rm"]}}}"#).unwrap();
+        assert_eq!(config.servers["a"].approve, Approve::These(vec!["rm".into()]));
     }
 
     #[test]

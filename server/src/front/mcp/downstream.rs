@@ -55,6 +55,8 @@ pub struct ListedTool {
     pub tool: Tool,
     /// `None` if callable, else why not (for a model).
     pub not_callable: Option<&'static str>,
+    /// Each call waits for the user's approval (`config::Approve`).
+    pub approval: bool,
 }
 
 pub struct Server {
@@ -143,11 +145,12 @@ impl Downstream {
     }
 
     /// Every server's tools as `tenant` sees them, listed concurrently (connecting where needed).
-    pub async fn listings(&self, tenant: Option<&str>) -> Vec<Listing> {
+    /// Every server's tools, as callable for a client that can ask its user (`elicits`) or not.
+    pub async fn listings(&self, tenant: Option<&str>, elicits: bool) -> Vec<Listing> {
         let mut tasks = tokio::task::JoinSet::new();
         for (i, entry) in self.servers.iter().enumerate() {
             let server = self.instance(entry, tenant);
-            tasks.spawn(async move { (i, server.listing().await) });
+            tasks.spawn(async move { (i, server.listing(elicits).await) });
         }
         let mut out: Vec<Option<Listing>> = vec![None; self.servers.len()];
         while let Some(done) = tasks.join_next().await {
@@ -205,15 +208,18 @@ impl Server {
         }
     }
 
-    async fn listing(&self) -> Listing {
+    async fn listing(&self, elicits: bool) -> Listing {
         let tools = self.tools().await.map(|tools| {
             let annotates = tools.iter().any(|t| t.annotations.as_ref().is_some_and(|a| a.read_only_hint.is_some()));
             tools
                 .iter()
                 .map(|tool| {
                     let read_only = tool.annotations.as_ref().and_then(|a| a.read_only_hint);
-                    let callable = self.spec.callable.allows(&tool.name, read_only, annotates);
-                    ListedTool { tool: tool.clone(), not_callable: (!callable).then(|| self.spec.callable.why_not()) }
+                    let allowed = self.spec.callable.allows(&tool.name, read_only, annotates);
+                    let (callable, approval) =
+                        self.spec.approve.decide(&self.spec.callable, &tool.name, allowed, elicits);
+                    let not_callable = (!callable).then(|| self.spec.callable.why_not());
+                    ListedTool { tool: tool.clone(), not_callable, approval }
                 })
                 .collect()
         });
@@ -268,7 +274,9 @@ impl Server {
     }
 
     /// Calls `tool` with `arguments`; `Err` is the message of the program's `ToolError`.
-    pub async fn call(&self, tool: &str, arguments: Value) -> Result<Value, String> {
+    /// Calls `tool`; `call_id` (the program's call's id: unique, and the same when the
+    /// execution is replayed or thawed) goes in `_meta` as [`IDEMPOTENCY_KEY`].
+    pub async fn call(&self, tool: &str, arguments: Value, call_id: &str) -> Result<Value, String> {
         *self.last_used.lock().unwrap() = Instant::now();
         let label = format!("{}.{tool}", self.name);
         let peer = self.peer().await?;
@@ -276,6 +284,9 @@ impl Server {
         if let Value::Object(args) = arguments {
             params = params.with_arguments(args);
         }
+        let mut meta = rmcp::model::MetaObject::default();
+        meta.0.insert(IDEMPOTENCY_KEY.into(), Value::String(call_id.to_string()));
+        params.meta = Some(rmcp::model::RequestMetaObject(meta));
         let timeout = self.spec.call_timeout;
         match tokio::time::timeout(timeout, peer.call_tool(params)).await {
             Err(_) => Err(format!(
@@ -292,6 +303,11 @@ impl Server {
         }
     }
 }
+
+/// The `_meta` key of a downstream call that names it: the program's call's id, unique, and
+/// the same if the program's execution is replayed or thawed, so a server can tell a call
+/// it has already carried out.
+pub const IDEMPOTENCY_KEY: &str = "ptc-engine/idempotency-key";
 
 /// The variables a stdio server inherits from ptc-engine (as Claude Desktop passes them on).
 const INHERITED_ENV: &[&str] = &["PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "LC_ALL", "TMPDIR", "TZ"];

@@ -65,7 +65,12 @@ impl CodeMode {
         CodeMode { state, live: Arc::default(), ended }
     }
 
-    async fn describe(&self, args: &JsonObject, tenant: Option<&str>) -> Result<CallToolResult, McpError> {
+    async fn describe(
+        &self,
+        args: &JsonObject,
+        tenant: Option<&str>,
+        elicits: bool,
+    ) -> Result<CallToolResult, McpError> {
         let names: Option<Vec<String>> = match args.get("names") {
             None | Some(Value::Null) => None,
             Some(v) => Some(serde_json::from_value(v.clone()).map_err(|_| {
@@ -75,7 +80,8 @@ impl CodeMode {
                 )
             })?),
         };
-        let catalog = self.catalog(false, Mode::Fresh, tenant).await.map_err(|e| McpError::internal_error(e, None))?;
+        let catalog =
+            self.catalog(false, Mode::Fresh, tenant, elicits).await.map_err(|e| McpError::internal_error(e, None))?;
         let qualified = |d: &ToolDef| format!("{}.{}", d.namespace.as_deref().unwrap_or_default(), d.name);
         let chosen: Vec<ToolDef> = match &names {
             None => catalog.defs.clone(),
@@ -114,6 +120,12 @@ impl CodeMode {
     }
 }
 
+/// Whether the client can ask its user (MCP elicitation, in a form): tools then become callable
+/// with the user's approval (`config::Approve`).
+pub(super) fn elicits(ctx: &RequestContext<RoleServer>) -> bool {
+    ctx.client_capabilities().is_some_and(|c| c.elicitation.is_some())
+}
+
 impl ServerHandler for CodeMode {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_tool_list_changed().build())
@@ -130,7 +142,7 @@ impl ServerHandler for CodeMode {
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let mode = self.mode(&ctx);
-        let description = match self.catalog(true, mode, tenant_of(&ctx.extensions).as_deref()).await {
+        let description = match self.catalog(true, mode, tenant_of(&ctx.extensions).as_deref(), elicits(&ctx)).await {
             Ok(catalog) => catalog.description,
             Err(e) => format!("{}\n\nNo tools can be offered now: {e}", intro(self.state.runtime)),
         };
@@ -170,7 +182,7 @@ impl ServerHandler for CodeMode {
             "execute_code" => return self.execute(request, ctx).await,
             "describe_tools" => {
                 let tenant = tenant_of(&ctx.extensions);
-                self.describe(&request.arguments.unwrap_or_default(), tenant.as_deref()).await?
+                self.describe(&request.arguments.unwrap_or_default(), tenant.as_deref(), elicits(&ctx)).await?
             }
             other => {
                 return Err(McpError::invalid_params(

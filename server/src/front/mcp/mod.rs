@@ -3,6 +3,7 @@
 //! clients); `ptc-engine serve --mcp-config FILE` serves it over Streamable HTTP at `/mcp`,
 //! behind the same API keys and tenant caps as the other APIs.
 
+mod approvals;
 mod catalog;
 pub mod config;
 pub mod convert;

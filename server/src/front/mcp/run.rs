@@ -6,18 +6,19 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ptc_engine::{Event, ExecutionRequest, FailureKind, OutputStream, ToolCall, ToolResult};
+use ptc_engine::{ApprovalRequest, Decision, Event, ExecutionRequest, FailureKind, OutputStream, ToolCall, ToolResult};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CreateMessageRequest, InputRequest, InputRequests, JsonObject,
-    ProgressNotificationParam, ProtocolVersion,
+    CallToolRequestParams, CallToolResponse, CreateMessageRequest, ElicitRequest, InputRequest, InputRequests,
+    JsonObject, ProgressNotificationParam, ProtocolVersion,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer};
 use serde_json::Value;
 use tokio::task::JoinSet;
 
+use super::approvals;
 use super::catalog::idle_minutes;
-use super::handler::{CodeMode, Mode};
+use super::handler::{CodeMode, Mode, elicits};
 use super::results::{IMAGES, add_session, ended_result, failed_before_start, prefix_text, tail};
 use super::sampling::{LLM_QUERY, NO_SAMPLING, llm_query_def, sampled_answer, sampling_params};
 use super::state::tenant_of;
@@ -54,6 +55,10 @@ pub(super) struct Program {
     pub tenant: Option<String>,
     /// llm_query calls the client was asked to sample for.
     pub awaiting: Vec<String>,
+    /// Calls the client was asked to have its user approve (protocol 2026-07-28).
+    pub asked: Vec<String>,
+    /// The user's answers to approval requests in flight (before protocol 2026-07-28).
+    pub decisions: JoinSet<Decision>,
     /// Said before the program's output (a new live session replaced one that ended).
     notice: Option<String>,
     /// The id of the session the program named (`session`), said after its output.
@@ -76,7 +81,7 @@ impl CodeMode {
     ) -> Result<CallToolResponse, McpError> {
         let tenant = tenant_of(&ctx.extensions);
         if let Some(handle) = &request.request_state {
-            let program = self.retried(handle, &tenant, request.input_responses.unwrap_or_default())?;
+            let program = self.retried(handle, &tenant, request.input_responses.unwrap_or_default()).await?;
             return Ok(self.proceed(program, &ctx).await);
         }
         // Bad arguments are tool errors, not protocol errors, so that the model sees them and
@@ -89,7 +94,7 @@ impl CodeMode {
             Mode::Persistent => Some(self.live.clone().lock_owned().await),
             _ => None,
         };
-        let program = match self.start(&args, mode, held.as_deref_mut(), tenant).await {
+        let program = match self.start(&args, mode, held.as_deref_mut(), tenant, elicits(&ctx)).await {
             Ok(program) => program,
             Err(message) => return Ok(failed_before_start(message).into()),
         };
@@ -106,6 +111,7 @@ impl CodeMode {
         mode: Mode,
         held: Option<&mut Option<HeldSession>>,
         tenant: Option<String>,
+        elicits: bool,
     ) -> Result<Program, String> {
         let Some(code) = args.get("code").and_then(Value::as_str) else {
             return Err("execute_code needs \"code\": the Python program to run, as a string".into());
@@ -132,7 +138,7 @@ impl CodeMode {
         let limits =
             runs::limits(&state.core.engine, state.limits.clone(), timeout_ms).map_err(|e| e.message().to_string())?;
         let timeout_limit = limits.timeout;
-        let mut catalog = self.catalog(false, Mode::Fresh, tenant.as_deref()).await?;
+        let mut catalog = self.catalog(false, Mode::Fresh, tenant.as_deref(), elicits).await?;
         catalog.defs.push(llm_query_def());
         let mut request =
             ExecutionRequest::new(code).with_tools(catalog.defs).with_limits(limits).with_runtime(state.runtime);
@@ -156,7 +162,18 @@ impl CodeMode {
             .start(admitted, Launch { request, dir, thaw: None })
             .await
             .map_err(|e| e.message().to_string())?;
-        Ok(Program { run, calls: JoinSet::new(), started, timeout_limit, tenant, awaiting: vec![], notice, named })
+        Ok(Program {
+            run,
+            calls: JoinSet::new(),
+            started,
+            timeout_limit,
+            tenant,
+            awaiting: vec![],
+            asked: vec![],
+            decisions: JoinSet::new(),
+            notice,
+            named,
+        })
     }
 
     /// This MCP session's live session, opened if it has none or it ended (`notice` then tells
@@ -226,8 +243,10 @@ impl CodeMode {
             Stop::Ended(end) => end,
             Stop::Park(asks) => return self.park(program, asks),
         };
-        // Calls still running downstream are abandoned (their futures dropped).
+        // Calls still running downstream are abandoned (their futures dropped), and so are
+        // questions to the user.
         program.calls.abort_all();
+        program.decisions.abort_all();
         let elapsed = program.started.elapsed();
         let ending = program.run.end(end, Some(IMAGES)).await;
         let mut result = ended_result(ending, elapsed, program.timeout_limit);
@@ -260,9 +279,15 @@ impl CodeMode {
                         let _ = program.run.execution.submit(vec![result]);
                     }
                 }
+                Some(done) = program.decisions.join_next(), if !program.decisions.is_empty() => {
+                    if let Ok(decision) = done {
+                        approvals::decide(&program.run.execution, decision).await;
+                    }
+                }
                 event = program.run.execution.next_event() => match event {
-                    Some(Event::ToolCalls { calls, .. }) => {
-                        let asks = self.call(program, calls, ctx);
+                    Some(Event::ToolCalls { calls, approvals, .. }) => {
+                        let mut asks = self.call(program, calls, ctx);
+                        self.ask(program, approvals, ctx, &mut asks).await;
                         if !asks.is_empty() {
                             return Stop::Park(asks);
                         }
@@ -288,6 +313,36 @@ impl CodeMode {
                         tool_calls: vec![], stats: Default::default(),
                     })),
                 },
+            }
+        }
+    }
+
+    /// Asks the user about calls that need approval: through an `elicitation/create` request
+    /// while the program waits (before protocol 2026-07-28), or (from it on) in `asks`, which
+    /// park the program until the client retries with the answers. A client that cannot ask
+    /// its user gets each call refused, saying why.
+    async fn ask(
+        &self,
+        program: &mut Program,
+        requests: Vec<ApprovalRequest>,
+        ctx: &RequestContext<RoleServer>,
+        asks: &mut InputRequests,
+    ) {
+        let modern = ctx.protocol_version().is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
+        for request in requests {
+            let id = request.call.id.clone();
+            if !elicits(ctx) {
+                let refused = Decision::unasked(id, approvals::cannot_ask(&approvals::label(&request)));
+                approvals::decide(&program.run.execution, refused).await;
+            } else if modern {
+                asks.insert(id.clone(), InputRequest::Elicitation(ElicitRequest::new(approvals::form(&request))));
+                program.asked.push(id);
+            } else {
+                let peer = ctx.peer.clone();
+                program.decisions.spawn(async move {
+                    let answer = peer.create_elicitation(approvals::form(&request)).await;
+                    approvals::decision(id, answer.ok().and_then(|r| serde_json::to_value(r).ok()))
+                });
             }
         }
     }
@@ -328,7 +383,7 @@ impl CodeMode {
                 call.namespace.as_deref().and_then(|ns| self.state.downstream.server(ns, program.tenant.as_deref()));
             program.calls.spawn(async move {
                 let outcome = match server {
-                    Some(server) => server.call(&call.name, call.input_value()).await,
+                    Some(server) => server.call(&call.name, call.input_value(), &call.id).await,
                     None => Err(format!("no downstream server for tool {:?}", call.name)),
                 };
                 match outcome {

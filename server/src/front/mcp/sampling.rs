@@ -71,7 +71,7 @@ impl CodeMode {
     /// The parked program a retried call names by `handle` (another tenant's is as unknown as
     /// one that never existed, and stays parked), with the client's sampled answers
     /// (`responses`) handed to it.
-    pub(super) fn retried(
+    pub(super) async fn retried(
         &self,
         handle: &str,
         tenant: &Option<String>,
@@ -95,21 +95,27 @@ impl CodeMode {
             sampled_answer(id, answer)
         });
         let _ = program.run.execution.submit(answers.collect());
+        for id in std::mem::take(&mut program.asked) {
+            let answer = responses.remove(&id);
+            super::approvals::decide(&program.run.execution, super::approvals::decision(id, answer)).await;
+        }
         Ok(program)
     }
 
     /// Keeps the paused execution for the client's retry and asks the client for `asks`.
-    pub(super) fn park(&self, run: Program, asks: InputRequests) -> CallToolResponse {
+    pub(super) fn park(&self, mut run: Program, asks: InputRequests) -> CallToolResponse {
         let mut parked = self.state.parked.lock().unwrap();
         // Executions that ended early (cancelled, shut down) do not count against the cap.
         parked.retain(|_, r| !r.run.execution.control().is_finished());
         let mine = parked.values().filter(|r| r.tenant == run.tenant).count();
         let full = if mine >= MAX_PARKED_PER_TENANT {
             Some(format!(
-                "{mine} executions of this key already wait for their clients to answer llm_query (the limit)"
+                "{mine} executions of this key already wait for their clients to answer llm_query or approve a call (the limit)"
             ))
         } else if parked.len() >= MAX_PARKED {
-            Some(format!("{MAX_PARKED} executions already wait for their clients to answer llm_query"))
+            Some(format!(
+                "{MAX_PARKED} executions already wait for their clients to answer llm_query or approve a call"
+            ))
         } else {
             None
         };
@@ -129,6 +135,21 @@ impl CodeMode {
         tokio::spawn(async move {
             tokio::time::sleep_until(deadline).await;
             state.parked.lock().unwrap().remove(&key);
+        });
+        // The program's downstream calls go on meanwhile, and their results reach it as they
+        // come: a call waiting for the user holds up only what awaits it.
+        let (mut calls, control) = (std::mem::take(&mut run.calls), run.run.execution.control());
+        tokio::spawn(async move {
+            while !calls.is_empty() {
+                tokio::select! {
+                    Some(done) = calls.join_next() => {
+                        if let Ok(result) = done {
+                            let _ = control.submit(vec![result]);
+                        }
+                    }
+                    _ = tokio::time::sleep_until(deadline) => break,
+                }
+            }
         });
         parked.insert(handle.clone(), run);
         InputRequiredResult::new(Some(asks), Some(handle)).into()

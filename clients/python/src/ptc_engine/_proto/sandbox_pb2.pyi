@@ -46,26 +46,30 @@ FAILURE_KIND_INTERNAL: FailureKind
 FAILURE_KIND_FILE_QUOTA: FailureKind
 
 class ClientMessage(_message.Message):
-    __slots__ = ("start", "tool_results", "cancel")
+    __slots__ = ("start", "tool_results", "cancel", "decisions")
     START_FIELD_NUMBER: _ClassVar[int]
     TOOL_RESULTS_FIELD_NUMBER: _ClassVar[int]
     CANCEL_FIELD_NUMBER: _ClassVar[int]
+    DECISIONS_FIELD_NUMBER: _ClassVar[int]
     start: Start
     tool_results: ToolResults
     cancel: Cancel
-    def __init__(self, start: _Optional[_Union[Start, _Mapping]] = ..., tool_results: _Optional[_Union[ToolResults, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ...) -> None: ...
+    decisions: Decisions
+    def __init__(self, start: _Optional[_Union[Start, _Mapping]] = ..., tool_results: _Optional[_Union[ToolResults, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., decisions: _Optional[_Union[Decisions, _Mapping]] = ...) -> None: ...
 
 class Tool(_message.Message):
-    __slots__ = ("name", "description", "parameters_json", "namespace")
+    __slots__ = ("name", "description", "parameters_json", "namespace", "requires_approval")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     PARAMETERS_JSON_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    REQUIRES_APPROVAL_FIELD_NUMBER: _ClassVar[int]
     name: str
     description: str
     parameters_json: str
     namespace: str
-    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., parameters_json: _Optional[str] = ..., namespace: _Optional[str] = ...) -> None: ...
+    requires_approval: bool
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., parameters_json: _Optional[str] = ..., namespace: _Optional[str] = ..., requires_approval: _Optional[bool] = ...) -> None: ...
 
 class Limits(_message.Message):
     __slots__ = ("timeout_ms", "max_round_trips", "max_tool_calls", "max_memory_bytes", "max_output_bytes", "fuel")
@@ -127,6 +131,34 @@ class Cancel(_message.Message):
     reason: str
     def __init__(self, reason: _Optional[str] = ...) -> None: ...
 
+class Decisions(_message.Message):
+    __slots__ = ("decisions",)
+    DECISIONS_FIELD_NUMBER: _ClassVar[int]
+    decisions: _containers.RepeatedCompositeFieldContainer[Decision]
+    def __init__(self, decisions: _Optional[_Iterable[_Union[Decision, _Mapping]]] = ...) -> None: ...
+
+class Decision(_message.Message):
+    __slots__ = ("call_id", "approve", "deny")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    APPROVE_FIELD_NUMBER: _ClassVar[int]
+    DENY_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    approve: Approve
+    deny: Deny
+    def __init__(self, call_id: _Optional[str] = ..., approve: _Optional[_Union[Approve, _Mapping]] = ..., deny: _Optional[_Union[Deny, _Mapping]] = ...) -> None: ...
+
+class Approve(_message.Message):
+    __slots__ = ("input_json",)
+    INPUT_JSON_FIELD_NUMBER: _ClassVar[int]
+    input_json: str
+    def __init__(self, input_json: _Optional[str] = ...) -> None: ...
+
+class Deny(_message.Message):
+    __slots__ = ("reason",)
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    def __init__(self, reason: _Optional[str] = ...) -> None: ...
+
 class ServerMessage(_message.Message):
     __slots__ = ("started", "tool_calls", "output", "completed", "failed", "error")
     STARTED_FIELD_NUMBER: _ClassVar[int]
@@ -162,12 +194,22 @@ class ToolCall(_message.Message):
     def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., input_json: _Optional[str] = ..., namespace: _Optional[str] = ...) -> None: ...
 
 class ToolCalls(_message.Message):
-    __slots__ = ("calls", "round")
+    __slots__ = ("calls", "round", "approvals")
     CALLS_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
+    APPROVALS_FIELD_NUMBER: _ClassVar[int]
     calls: _containers.RepeatedCompositeFieldContainer[ToolCall]
     round: int
-    def __init__(self, calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., round: _Optional[int] = ...) -> None: ...
+    approvals: _containers.RepeatedCompositeFieldContainer[ApprovalRequest]
+    def __init__(self, calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., round: _Optional[int] = ..., approvals: _Optional[_Iterable[_Union[ApprovalRequest, _Mapping]]] = ...) -> None: ...
+
+class ApprovalRequest(_message.Message):
+    __slots__ = ("call", "reason")
+    CALL_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    call: ToolCall
+    reason: str
+    def __init__(self, call: _Optional[_Union[ToolCall, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class Output(_message.Message):
     __slots__ = ("stream", "data")

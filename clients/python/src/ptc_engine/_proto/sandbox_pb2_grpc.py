@@ -70,8 +70,8 @@ class SandboxServicer:
 
     def Execute(self, request_iterator, context):
         """One execution per stream. The client sends `Start` first, then `ToolResults` (and maybe
-        `Cancel`); the server sends `Started`, any number of `ToolCalls` and `Output`, and ends
-        with exactly one `Completed` or `Failed`, after which it closes the stream.
+        `Decisions` and `Cancel`); the server sends `Started`, any number of `ToolCalls` and
+        `Output`, and ends with exactly one `Completed` or `Failed`, after which it closes the stream.
         Closing the stream (or disconnecting) before the end cancels the execution at once.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
