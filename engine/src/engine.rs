@@ -22,6 +22,7 @@ use crate::guest::Pre;
 use crate::hibernation::{Hibernation, Keeper, Sealing};
 use crate::host::HostState;
 use crate::journal::Recorder;
+use crate::net::NetSide;
 use crate::request::{ExecutionRequest, Runtime, ToolDef, check_tools_size};
 use crate::schema::SchemaCache;
 use crate::session::{self, Restored, Session, SessionCore, SessionRequest};
@@ -288,6 +289,8 @@ impl Engine {
             None => crate::approval::id_suffix(&id),
         };
         store.data_mut().broker.identify(suffix, NeedApproval::of(&request.tools));
+        let deadline = tokio::time::Instant::from_std(started + limits.timeout);
+        store.data_mut().net = NetSide::new(request.network.clone(), Some(deadline));
         let (permit, hibernation) = match hibernate_after {
             None => (Some(permit), None),
             Some(_) => {
@@ -301,7 +304,7 @@ impl Engine {
             pre,
             code: request.code,
             tools: wit_tools(&request.tools),
-            deadline: tokio::time::Instant::from_std(started + limits.timeout),
+            deadline,
             timeout: limits.timeout,
             fuel: host.fuel,
             output: host.output,
@@ -453,8 +456,10 @@ impl Engine {
         let id: Arc<str> = request.id.clone().unwrap_or_else(new_id).into();
         let need_approval = NeedApproval::of(&request.tools);
         let (install_id, control_schemas) = (id.clone(), schemas.clone());
+        let net = NetSide::new(request.network.clone(), Some(tokio::time::Instant::from_std(started + limits.timeout)));
         let install = move |store: &mut Store<HostState>| {
             output.reset(limits.max_output_bytes, events_tx.clone());
+            store.data_mut().net = net;
             let next = Next { id: &install_id, schemas, need_approval, limits: &limits, ceilings: &ceilings };
             store.data_mut().broker.reset(install_exchange, events_tx, next);
             store.set_epoch_deadline(1);

@@ -59,9 +59,10 @@ impl Guest {
         tools: &[ToolDef],
         session: bool,
     ) -> wasmtime::Result<Outcome> {
+        let env = store.data().net.environment();
         match self {
-            Guest::Component(sandbox, _) => sandbox.call_execute(&mut *store, code, tools, session).await,
-            Guest::Data(instance) => instance.execute(store, code, tools, session).await,
+            Guest::Component(sandbox, _) => sandbox.call_execute(&mut *store, code, tools, session, &env).await,
+            Guest::Data(instance) => instance.execute(store, code, tools, session, &env).await,
         }
     }
 

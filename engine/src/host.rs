@@ -12,6 +12,7 @@ use crate::bindings::{self, ptc::sandbox::host as wit};
 use crate::broker::Broker;
 use crate::clock::Monotonic;
 use crate::limiter::Limiter;
+use crate::net::{self, NetSide};
 use crate::output::Output;
 
 pub(crate) struct HostState {
@@ -32,6 +33,8 @@ pub(crate) struct HostState {
     pub(crate) primed_handles: usize,
     /// The component's monotonic clock, unless a journal's recorder keeps it.
     pub(crate) monotonic: Option<Monotonic>,
+    /// The execution's network policy and the requests it made (`net/`).
+    pub(crate) net: NetSide,
 }
 
 /// One turn of the data runtime, as its door sees it: the job the guest asks for, and what
@@ -98,7 +101,32 @@ impl HostState {
             hibernated: None,
             primed_handles,
             monotonic: None,
+            net: NetSide::new(None, None),
         }
+    }
+
+    /// One HTTP request of the program's (`fetch`, or the data runtime's door): made under
+    /// the execution's network policy, live or (a journal's replay) as the first run got it.
+    /// The guest waits meanwhile without its run slot, as it does for tools.
+    pub(crate) async fn fetch(&mut self, request: net::Request) -> Result<net::Response, net::Failure> {
+        self.broker.output.flush();
+        let journal = self.broker.journal.clone();
+        if let Some(journal) = &journal {
+            match journal.http(&request.method, &request.url) {
+                crate::journal::HttpReplay::Recorded(outcome) => return outcome,
+                crate::journal::HttpReplay::Diverged(why) => {
+                    return Err(net::Failure::Failed(crate::journal::Journal::diverged(&why)));
+                }
+                crate::journal::HttpReplay::Live => {}
+            }
+        }
+        self.broker.run_slot.release();
+        let outcome = self.net.fetch(request.clone(), self.net.left()).await;
+        self.broker.run_slot.acquire().await;
+        if let Some(journal) = &journal {
+            journal.record_http(&request.method, &request.url, &outcome);
+        }
+        outcome
     }
 
     /// What the guest's monotonic clock reads now, in nanoseconds (without recording it in a
@@ -178,6 +206,25 @@ impl WasiView for HostState {
 }
 
 impl wit::Host for HostState {
+    async fn fetch(
+        &mut self,
+        request: wit::HttpRequest,
+    ) -> wasmtime::Result<Result<wit::HttpResponse, wit::HttpError>> {
+        let request = net::Request {
+            method: request.method,
+            url: request.url,
+            headers: request.headers,
+            body: request.body,
+            timeout: request.timeout_ms.map(std::time::Duration::from_millis),
+        };
+        Ok(match HostState::fetch(self, request).await {
+            Ok(r) => Ok(wit::HttpResponse { status: r.status, reason: r.reason, headers: r.headers, body: r.body }),
+            Err(net::Failure::Refused(m)) => Err(wit::HttpError::Refused(m)),
+            Err(net::Failure::Failed(m)) => Err(wit::HttpError::Failed(m)),
+            Err(net::Failure::TimedOut(m)) => Err(wit::HttpError::TimedOut(m)),
+        })
+    }
+
     async fn wait_for_tools(
         &mut self,
         calls: Vec<wit::ToolCall>,

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtxBuilder};
 
 use crate::events::{ApprovalRequest, Decision, ToolResult, Verdict};
+use crate::net::{Failure, Response};
 
 /// What a journaled execution starts from: its seed, and what an earlier run of the same
 /// request recorded (nothing, the first time).
@@ -81,6 +82,83 @@ pub enum Entry {
     /// replay takes it wherever it stands: the held call is then decided at once, nobody asked.
     #[serde(rename = "d")]
     Decision(Decision),
+    /// An HTTP request the program made (its network policy's, `net/`) and what came back; a
+    /// replay answers it from here and makes no request.
+    #[serde(rename = "h")]
+    Http(RecordedHttp),
+}
+
+/// One HTTP request of the program's, as it saw it (secrets as placeholders, echoes scrubbed).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedHttp {
+    pub method: String,
+    pub url: String,
+    /// The response, or (`error`) why there was none.
+    #[serde(default)]
+    pub status: u16,
+    #[serde(default)]
+    pub reason: String,
+    #[serde(default)]
+    pub headers: Vec<(String, String)>,
+    /// The body, base64.
+    #[serde(default)]
+    pub body: String,
+    /// `refused`, `failed` or `timed-out`, and the message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<(String, String)>,
+}
+
+impl RecordedHttp {
+    fn of(method: &str, url: &str, outcome: &Result<Response, Failure>) -> Self {
+        use base64::Engine as _;
+        let mut r = RecordedHttp {
+            method: method.to_string(),
+            url: url.to_string(),
+            status: 0,
+            reason: String::new(),
+            headers: Vec::new(),
+            body: String::new(),
+            error: None,
+        };
+        match outcome {
+            Ok(resp) => {
+                r.status = resp.status;
+                r.reason = resp.reason.clone();
+                r.headers = resp.headers.clone();
+                r.body = base64::engine::general_purpose::STANDARD.encode(&resp.body);
+            }
+            Err(Failure::Refused(m)) => r.error = Some(("refused".into(), m.clone())),
+            Err(Failure::Failed(m)) => r.error = Some(("failed".into(), m.clone())),
+            Err(Failure::TimedOut(m)) => r.error = Some(("timed-out".into(), m.clone())),
+        }
+        r
+    }
+
+    fn outcome(self) -> Result<Response, Failure> {
+        use base64::Engine as _;
+        match self.error {
+            Some((kind, m)) => Err(match kind.as_str() {
+                "refused" => Failure::Refused(m),
+                "timed-out" => Failure::TimedOut(m),
+                _ => Failure::Failed(m),
+            }),
+            None => Ok(Response {
+                status: self.status,
+                reason: self.reason,
+                headers: self.headers,
+                body: base64::engine::general_purpose::STANDARD.decode(&self.body).unwrap_or_default(),
+            }),
+        }
+    }
+}
+
+/// How an HTTP request of a journaled execution goes.
+pub(crate) enum HttpReplay {
+    /// Past the recorded entries: made live, and recorded.
+    Live,
+    /// As the first run got it.
+    Recorded(Result<Response, Failure>),
+    Diverged(String),
 }
 
 impl Entry {
@@ -98,6 +176,14 @@ impl Entry {
                         Verdict::Approve { input } => input.as_ref().map_or(0, String::len),
                         Verdict::Deny { reason: text } | Verdict::Unasked { message: text } => text.len(),
                     }
+            }
+            Entry::Http(h) => {
+                32 + h.method.len()
+                    + h.url.len()
+                    + h.reason.len()
+                    + h.body.len()
+                    + h.headers.iter().map(|(k, v)| k.len() + v.len() + 8).sum::<usize>()
+                    + h.error.as_ref().map_or(0, |(k, m)| k.len() + m.len())
             }
         }
     }
@@ -290,6 +376,34 @@ impl Recorder {
     /// A person decided on a held call, now.
     pub(crate) fn decision(&self, decision: &Decision) {
         Self::record(&mut self.state(), Entry::Decision(decision.clone()));
+    }
+
+    /// An HTTP request `method url` of the program's: answered from the record while it
+    /// lasts (and checked to be the recorded one), else made live.
+    pub(crate) fn http(&self, method: &str, url: &str) -> HttpReplay {
+        let mut state = self.state();
+        if let Some(why) = state.diverged.take() {
+            return HttpReplay::Diverged(why);
+        }
+        match state.replay.front() {
+            None => HttpReplay::Live,
+            Some(Entry::Http(h)) if h.method == method && h.url == url => {
+                let Some(Entry::Http(h)) = state.replay.pop_front() else { unreachable!() };
+                HttpReplay::Recorded(h.outcome())
+            }
+            Some(Entry::Http(h)) => HttpReplay::Diverged(format!(
+                "it made the HTTP request {method} {url} where its first run made {} {}",
+                h.method, h.url
+            )),
+            Some(_) => HttpReplay::Diverged(format!(
+                "it made the HTTP request {method} {url} where its first run did something else"
+            )),
+        }
+    }
+
+    /// What a live HTTP request got.
+    pub(crate) fn record_http(&self, method: &str, url: &str, outcome: &Result<Response, Failure>) {
+        Self::record(&mut self.state(), Entry::Http(RecordedHttp::of(method, url, outcome)));
     }
 
     /// What a live `wait-for-tools` returned.

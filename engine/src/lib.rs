@@ -38,6 +38,7 @@ mod hibernation;
 mod host;
 mod journal;
 mod limiter;
+mod net;
 mod output;
 mod request;
 mod schema;
@@ -59,7 +60,8 @@ pub use events::{
 };
 pub use execution::{Control, Execution};
 pub use hibernation::{Hibernated, Keeper};
-pub use journal::{Entry, Journal, JournalTake, RecordedCall, RecordedResult};
+pub use journal::{Entry, Journal, JournalTake, RecordedCall, RecordedHttp, RecordedResult};
+pub use net::{Network, NetworkPolicy, SecretSpec};
 pub use request::{DATA_DIR, ExecutionRequest, Runtime, ToolDef};
 pub use schema::{INLINE_CHECK_STEPS, MAX_CHECK_STEPS, MAX_WIDEST, check_tool_schema};
 pub use session::{DEFAULT_IDLE_TIMEOUT, Dropped, Restored, Session, SessionRequest, SessionState};

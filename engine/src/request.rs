@@ -103,6 +103,9 @@ pub struct ExecutionRequest {
     /// first run's, so that its tool calls get the same ids ([`crate::ToolCall::id`]).
     /// 1-64 characters of `[A-Za-z0-9_-]`.
     pub id: Option<String>,
+    /// What the program may reach over HTTP ([`crate::Network`], the tenant's policy, perhaps
+    /// narrowed); `None`: nothing, and every request is refused in words.
+    pub network: Option<std::sync::Arc<crate::Network>>,
 }
 
 /// The Python a program runs in, chosen per execution (and per session).
@@ -189,6 +192,12 @@ impl ExecutionRequest {
 
     pub fn with_data_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
         self.data_dir = Some(dir.into());
+        self
+    }
+
+    /// The network the program may reach ([`ExecutionRequest::network`]).
+    pub fn with_network(mut self, network: std::sync::Arc<crate::Network>) -> Self {
+        self.network = Some(network);
         self
     }
 

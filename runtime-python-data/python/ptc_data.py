@@ -12,6 +12,9 @@ export with the source `__import__('ptc_data').turn()`, and everything else cros
   `hibernated`, and a `resume` job, in this instance or one its memory was thawed into, goes on)
 - `{"op": "done", "outcome": {...}}` -> `{}` (a run's or a resume's end)
 - `{"op": "answer", "answer": {"ok", "error" | the state}}` -> `{}` (a snapshot's or restore's)
+- `{"op": "http", "method", "url", "headers", "body": base64, "timeout_ms"}` -> `{"status",
+  "reason", "headers", "body": base64}` or `{"error": "refused" | "failed" | "timed-out",
+  "message"}`: a request of the program's `http.client` (`ptc_runtime/net.py`)
 
 `initialize()` runs once, while the engine pre-initialises the module: whatever it imports is
 in the snapshot every instance starts from, so a program's `import pandas` is a lookup.
@@ -24,7 +27,7 @@ import sys
 
 import _host
 
-from ptc_runtime import HIBERNATE, prepare, resume_program, run_program
+from ptc_runtime import HIBERNATE, net, prepare, resume_program, run_program
 from ptc_runtime.runner import INJECTED, live_session
 from ptc_runtime.streams import Stream
 from ptc_runtime.wire import json_text
@@ -50,6 +53,16 @@ def _wait_for_tools(calls, timeout_ms):
     return [tuple(r) for r in answer]
 
 
+def _fetch(method, url, headers, body, timeout):
+    """`net.install`'s bridge to the host, through the door."""
+    timeout_ms = None if timeout is None else max(0, int(timeout * 1000))
+    answer = _call({"op": "http", "method": method, "url": url, "headers": [list(h) for h in headers],
+                    "body": base64.b64encode(bytes(body)).decode(), "timeout_ms": timeout_ms})
+    if "error" in answer:
+        raise net.errors(answer["error"], answer["message"])
+    return answer["status"], answer["reason"], [tuple(h) for h in answer["headers"]], base64.b64decode(answer["body"])
+
+
 _seeded = False
 
 
@@ -71,6 +84,7 @@ def turn():
         if job["kind"] == "resume":
             o = resume_program(_wait_for_tools)
         elif job["kind"] == "run":
+            net.environment([tuple(e) for e in job.get("env", [])])
             tools = [tuple(t) for t in job["tools"]]
             o = run_program(job["code"], tools, _wait_for_tools, job["session"])
         else:
@@ -112,6 +126,8 @@ def initialize():
     collections never copy the snapshot's pages into an instance. Nothing may stay open: a
     file descriptor of this moment is not there at run time."""
     import importlib
+    # Before anything imports urllib.request: http.client's connections go through the host.
+    net.install(_fetch)
     import matplotlib
     matplotlib.use("Agg")
     for name in PRELOADED:

@@ -108,6 +108,11 @@ pub struct TenantArgs {
     /// in local mode; 0 = none).
     #[arg(long, env = "PTC_TENANT_MAX_REQUESTS")]
     pub tenant_max_requests: Option<usize>,
+    /// What each tenant's programs may reach over HTTP: a JSON file, `{"TENANT" | "*":
+    /// {"allow": [hosts], "secrets": [...], ...}}` (docs/network.md). Without it, programs
+    /// have no network.
+    #[arg(long, env = "PTC_NETWORK_POLICY")]
+    pub network_policy: Option<PathBuf>,
 }
 
 /// The engine: its capacity and memory, its instances, and the sandbox's component and runtimes.
@@ -361,9 +366,21 @@ pub struct McpArgs {
     /// a machine prepares it, which takes minutes).
     #[arg(long, env = "PTC_MCP_RUNTIME", default_value = "python")]
     pub runtime: ptc_engine::Runtime,
+    /// What programs may reach over HTTP: a policy file as `serve`'s, whose `"*"` entry applies
+    /// (docs/network.md). Without it, programs have no network.
+    #[arg(long, env = "PTC_NETWORK_POLICY")]
+    pub network_policy: Option<PathBuf>,
 }
 
 impl McpArgs {
+    /// The network policy file's policies, if one is given.
+    pub fn network_policies(&self) -> anyhow::Result<crate::core::network::NetworkPolicies> {
+        match &self.network_policy {
+            Some(path) => crate::core::network::NetworkPolicies::load(path).map_err(anyhow::Error::msg),
+            None => Ok(Default::default()),
+        }
+    }
+
     /// The engine configuration and the downstream servers.
     pub fn configs(&self) -> Result<(ptc_engine::EngineConfig, crate::front::mcp::McpConfig), String> {
         let mut engine = defaults().engine.clone();

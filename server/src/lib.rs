@@ -83,6 +83,8 @@ pub struct ServerConfig {
     pub redis_url: Option<String>,
     /// Bytes of journals in the shared store, per tenant and in all.
     pub journal_limits: cluster::JournalLimits,
+    /// What each tenant's programs may reach over HTTP (`--network-policy`); empty: nothing.
+    pub network: core::network::NetworkPolicies,
 }
 
 impl Default for ServerConfig {
@@ -116,6 +118,7 @@ impl Default for ServerConfig {
             peers: cluster::Peers::None,
             redis_url: None,
             journal_limits: cluster::JournalLimits::default(),
+            network: Default::default(),
         }
     }
 }
@@ -277,6 +280,7 @@ async fn build_core(
         tenants: Tenants::new(config.tenant_limits),
         sessions,
         tasks: TaskTracker::new(),
+        networks: Arc::new(core::network::Networks::new(config.network.clone())),
     })
 }
 

@@ -57,6 +57,7 @@ async fn mcp(args: ptc_server::cli::McpArgs) -> anyhow::Result<()> {
         keys: Default::default(),
         tenants: ptc_server::core::tenants::Tenants::new(Default::default()),
         tasks: tokio_util::task::TaskTracker::new(),
+        networks: std::sync::Arc::new(ptc_server::core::network::Networks::new(args.network_policies()?)),
     };
     let downstream = ptc_server::front::mcp::Downstream::new(&mcp_config);
     let state = ptc_server::front::mcp::McpState::new(core, downstream, args.runtime, !args.stateless);

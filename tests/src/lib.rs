@@ -8,6 +8,7 @@ pub mod http;
 pub mod node;
 pub mod python;
 pub mod redis;
+pub mod web;
 
 use std::sync::OnceLock;
 use std::time::Duration;

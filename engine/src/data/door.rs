@@ -29,6 +29,14 @@ enum Frame {
     Answer {
         answer: serde_json::Value,
     },
+    /// An HTTP request of the program's (`ptc_runtime/net.py`); the body as base64.
+    Http {
+        method: String,
+        url: String,
+        headers: Vec<(String, String)>,
+        body: String,
+        timeout_ms: Option<u64>,
+    },
 }
 
 /// How a program ended, as `ptc_data.turn` reports it (`ptc_runtime.runner.Outcome`).
@@ -123,6 +131,22 @@ pub(super) async fn door(
         Frame::Answer { answer } => {
             caller.data_mut().turn.answer = Some(answer);
             b"{}".to_vec()
+        }
+        Frame::Http { method, url, headers, body, timeout_ms } => {
+            use base64::Engine as _;
+            let b64 = &base64::engine::general_purpose::STANDARD;
+            let Ok(body) = b64.decode(body) else { return Ok(HOST_FAULT) };
+            let timeout = timeout_ms.map(std::time::Duration::from_millis);
+            let request = crate::net::Request { method, url, headers, body, timeout };
+            let answer = match caller.data_mut().fetch(request).await {
+                Ok(r) => serde_json::json!({
+                    "status": r.status, "reason": r.reason, "headers": r.headers, "body": b64.encode(&r.body),
+                }),
+                Err(crate::net::Failure::Refused(m)) => serde_json::json!({"error": "refused", "message": m}),
+                Err(crate::net::Failure::Failed(m)) => serde_json::json!({"error": "failed", "message": m}),
+                Err(crate::net::Failure::TimedOut(m)) => serde_json::json!({"error": "timed-out", "message": m}),
+            };
+            serde_json::to_vec(&answer)?
         }
     };
     let Some(alloc) = caller.get_export("host_alloc").and_then(Extern::into_func) else {

@@ -106,10 +106,11 @@ impl DataInstance {
         code: &str,
         tools: &[bindings::ToolDef],
         session: bool,
+        env: &[(String, String)],
     ) -> wasmtime::Result<bindings::Outcome> {
         let tools: Vec<[&str; 4]> =
             tools.iter().map(|t| [t.name.as_str(), &t.description, &t.parameters, &t.namespace]).collect();
-        let job = serde_json::json!({"kind": "run", "code": code, "tools": tools, "session": session});
+        let job = serde_json::json!({"kind": "run", "code": code, "tools": tools, "session": session, "env": env});
         self.run(store, job).await
     }
 

@@ -85,6 +85,8 @@ impl Engine {
 
         let now = Instant::now();
         let started = now.checked_sub(Duration::from_millis(h.elapsed_ms)).unwrap_or(now);
+        let deadline = tokio::time::Instant::from_std(now + limits.timeout);
+        store.data_mut().net = crate::net::NetSide::new(request.network.clone(), Some(deadline));
         let id: Arc<str> = id.into();
         let sealing = self.sealing(request.keeper.as_ref(), request.tenant.as_ref(), &id, started, h.fuel_initial);
         let cancel = CancellationToken::new();
@@ -92,7 +94,7 @@ impl Engine {
             pre,
             code: String::new(),
             tools: wit_tools(&request.tools),
-            deadline: tokio::time::Instant::from_std(now + limits.timeout),
+            deadline,
             timeout: limits.timeout,
             fuel: h.fuel_initial,
             output: side.output,

@@ -59,6 +59,9 @@ impl TenantArgs {
         };
         config.token_secret = self.token_secret.clone();
         config.api_keys = ApiKeys::parse(&self.api_keys)?;
+        if let Some(path) = &self.network_policy {
+            config.network = crate::core::network::NetworkPolicies::load(path)?;
+        }
         config.tenant_limits.max_concurrent = self.tenant_max_concurrent;
         config.tenant_limits.max_paused = self.tenant_max_paused;
         config.tenant_limits.max_requests = match self.tenant_max_requests {

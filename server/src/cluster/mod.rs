@@ -201,6 +201,9 @@ pub struct JournalHeader {
     /// What `/mnt/data` held when it started, to put it back so for a replay (and to refuse
     /// one when a file it started with has changed since).
     pub files: Vec<crate::core::files::ScanEntry>,
+    /// The hosts the request narrowed its tenant's network policy to (empty: all of it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub network_allow: Vec<String>,
 }
 
 #[cfg(test)]

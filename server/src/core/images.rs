@@ -250,6 +250,7 @@ mod tests {
             seed: String::new(),
             expires_at_ms,
             files: Vec::new(),
+            network_allow: Vec::new(),
         };
         serde_json::to_vec(&header).unwrap()
     }

@@ -8,6 +8,7 @@ pub mod auth;
 pub mod error;
 pub mod files;
 pub mod images;
+pub mod network;
 pub(crate) mod run_files;
 pub mod runs;
 pub mod sessions;
@@ -21,6 +22,7 @@ use tokio_util::task::TaskTracker;
 
 use auth::ApiKeys;
 use files::FileStore;
+use network::Networks;
 use sessions::Sessions;
 use tenants::Tenants;
 
@@ -38,6 +40,8 @@ pub struct Core {
     /// Work started on behalf of requests (gRPC stream pumps, file watchers): shutdown waits
     /// for it, so that final events reach their clients.
     pub tasks: TaskTracker,
+    /// What each tenant's programs may reach over HTTP (`--network-policy`).
+    pub networks: Arc<Networks>,
 }
 
 impl Core {

@@ -116,6 +116,7 @@ impl SandboxService {
         let admitted = core.admit(Some(tenant), Some(&start.request_id)).map_err(status)?;
         let mut request =
             ExecutionRequest::new(start.code).with_tools(tools).with_limits(limits.clone()).with_tenant(tenant);
+        request.network = core.networks.for_run(Some(tenant), &start.network_allow).map_err(status)?;
         request.runtime = runtime;
         request.session_id = session_id.clone();
         let inputs: Vec<(String, Vec<u8>)> = start.files.into_iter().map(|f| (f.name, f.content)).collect();

@@ -28,6 +28,7 @@ mod limits;
 mod mcp;
 mod mcp_tenants;
 mod names;
+mod network;
 mod python_client;
 mod python_data;
 mod reservation;

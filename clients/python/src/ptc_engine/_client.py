@@ -264,6 +264,7 @@ class Sandbox:
         on_output: Callable[[Output], Awaitable[None] | None] | None = None,
         on_event: Callable[[Event], Awaitable[None] | None] | None = None,
         on_approval: ApprovalHandler | None = None,
+        network_allow: Sequence[str] = (),
     ) -> Result:
         """Runs `code` and answers its tool calls with `tools` until it ends; its `Result`, or
         an `ExecutionError` (one subclass per failure kind) if it failed.
@@ -274,8 +275,10 @@ class Sandbox:
         with `requires_approval` waits for `on_approval` (sync or async), which answers
         `True`/`Approve(input=...)` to run it or `False`/`Deny(reason)` not to, while the
         program's other calls go on. Cancelling the calling task cancels the execution on the
-        server at once."""
+        server at once. `network_allow` narrows what the server's network policy lets the
+        program reach over HTTP to these hosts (it never widens it)."""
         start = self._start(code, tools, timeout, limits, runtime, files, return_files, request_id)
+        start.network_allow.extend(network_allow)
         return await self._execute(start, tools, on_output, on_event, on_approval)
 
     async def stream(

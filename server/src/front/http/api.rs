@@ -54,6 +54,8 @@ pub(crate) struct RunOptions {
     pub files: Option<Vec<FileSpec>>,
     /// `python` or `python-data`; absent: the server's default (`--http-runtime`).
     pub runtime: Option<String>,
+    /// Narrows the tenant's network policy to these hosts.
+    pub network_allow: Option<Vec<String>>,
 }
 
 /// `POST /exec/programmatic/cancel`.

@@ -291,6 +291,8 @@ async fn initial(
     let journal = (state.cluster.journaling() && runtime == Runtime::Python).then(Journal::new);
     let imaged = state.cluster.journaling() && runtime != Runtime::Python;
     let seed = journal.as_ref().map(|j| hex::encode(j.seed));
+    let network_allow = options.network_allow.unwrap_or_default();
+    let network = state.core.networks.for_run(Some(&tenant), &network_allow)?;
     let mut request = ExecutionRequest::new(code.clone())
         .with_tools(tools.clone())
         .with_limits(limits)
@@ -306,6 +308,7 @@ async fn initial(
     let on_disk = keeper.is_some() && !stored;
     request.keeper = keeper;
     request.journal = journal;
+    request.network = network;
     let dir = DataDir::Session { id: session_id.clone(), imports };
     let run = state.core.start(admitted, Launch { request, dir, thaw: None }).await?;
     let header = (stored || on_disk).then(|| {
@@ -318,6 +321,7 @@ async fn initial(
             seed: seed.clone().unwrap_or_default(),
             expires_at_ms,
             files: run.files_before(),
+            network_allow,
         };
         serde_json::to_vec(&header).expect("a header serialises")
     });

@@ -68,6 +68,7 @@ pub(super) async fn replay(
         .with_tenant(tenant.clone())
         .with_runtime(runtime)
         .with_journal(journal);
+    request.network = state.core.networks.for_run(Some(&tenant), &header.network_allow)?;
     request.keeper = super::keeper(state, &tenant, header.expires_at_ms, true, &Arc::default());
     let dir = DataDir::Rewound { id: header.session_id.clone(), before: header.files };
     let mut run = match state.core.start(admitted, Launch { request, dir, thaw: None }).await {
@@ -174,6 +175,7 @@ async fn thaw(
         .with_session_id(header.session_id.clone())
         .with_tenant(tenant.to_string())
         .with_runtime(runtime);
+    request.network = state.core.networks.for_run(Some(tenant), &header.network_allow)?;
     let disk_header = Arc::new(OnceLock::new());
     let _ = disk_header.set(serde_json::to_vec(header).expect("a header serialises"));
     request.keeper = super::keeper(state, tenant, header.expires_at_ms, true, &disk_header);

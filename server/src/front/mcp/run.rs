@@ -143,6 +143,7 @@ impl CodeMode {
         let mut request =
             ExecutionRequest::new(code).with_tools(catalog.defs).with_limits(limits).with_runtime(state.runtime);
         request.tenant = tenant.clone();
+        request.network = state.core.networks.for_run(tenant.as_deref(), &[]).map_err(|e| e.message().to_string())?;
         let admitted = state.core.admit(tenant.as_deref(), None).map_err(|e| e.message().to_string())?;
         let started = Instant::now();
         let mut notice = None;

@@ -88,7 +88,7 @@ class Limits(_message.Message):
     def __init__(self, timeout_ms: _Optional[int] = ..., max_round_trips: _Optional[int] = ..., max_tool_calls: _Optional[int] = ..., max_memory_bytes: _Optional[int] = ..., max_output_bytes: _Optional[int] = ..., fuel: _Optional[int] = ...) -> None: ...
 
 class Start(_message.Message):
-    __slots__ = ("code", "tools", "limits", "session_id", "request_id", "open_session", "runtime", "return_files", "files")
+    __slots__ = ("code", "tools", "limits", "session_id", "request_id", "open_session", "runtime", "return_files", "files", "network_allow")
     CODE_FIELD_NUMBER: _ClassVar[int]
     TOOLS_FIELD_NUMBER: _ClassVar[int]
     LIMITS_FIELD_NUMBER: _ClassVar[int]
@@ -98,6 +98,7 @@ class Start(_message.Message):
     RUNTIME_FIELD_NUMBER: _ClassVar[int]
     RETURN_FILES_FIELD_NUMBER: _ClassVar[int]
     FILES_FIELD_NUMBER: _ClassVar[int]
+    NETWORK_ALLOW_FIELD_NUMBER: _ClassVar[int]
     code: str
     tools: _containers.RepeatedCompositeFieldContainer[Tool]
     limits: Limits
@@ -107,7 +108,8 @@ class Start(_message.Message):
     runtime: str
     return_files: bool
     files: _containers.RepeatedCompositeFieldContainer[File]
-    def __init__(self, code: _Optional[str] = ..., tools: _Optional[_Iterable[_Union[Tool, _Mapping]]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., session_id: _Optional[str] = ..., request_id: _Optional[str] = ..., open_session: _Optional[bool] = ..., runtime: _Optional[str] = ..., return_files: _Optional[bool] = ..., files: _Optional[_Iterable[_Union[File, _Mapping]]] = ...) -> None: ...
+    network_allow: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, code: _Optional[str] = ..., tools: _Optional[_Iterable[_Union[Tool, _Mapping]]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., session_id: _Optional[str] = ..., request_id: _Optional[str] = ..., open_session: _Optional[bool] = ..., runtime: _Optional[str] = ..., return_files: _Optional[bool] = ..., files: _Optional[_Iterable[_Union[File, _Mapping]]] = ..., network_allow: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ToolResult(_message.Message):
     __slots__ = ("call_id", "result_json", "error")
