@@ -45,6 +45,10 @@ struct Args {
     /// `Execute` stream refused at its `Start`, and a unary call refused at once.
     #[arg(long)]
     grpc: Option<String>,
+    /// Let programs reach this URL's host over HTTP (a network policy allowing it, its port
+    /// and scheme, and loopback addresses), and make `--code` default to one request of it.
+    #[arg(long)]
+    network: Option<String>,
 }
 
 /// The tools of `--toolset` files, each file's in a namespace named after it.
@@ -79,9 +83,19 @@ async fn main() -> anyhow::Result<()> {
     let mut config = EngineConfig::default();
     config.cache_dir = Some(ptc_server::default_cache_dir());
     config.warm_instances = args.warm;
-    if let Some(path) = args.component {
+    if let Some(path) = args.component.clone() {
         config.component = ptc_engine::ComponentSource::File(path);
     }
+    let (code, network) = match &args.network {
+        Some(url) => {
+            let code = match args.code.as_str() {
+                "pass" => format!("import urllib.request\nurllib.request.urlopen({url:?}).read()"),
+                other => other.to_string(),
+            };
+            (code, Some(allowing(url)?))
+        }
+        None => (args.code.clone(), None),
+    };
     if runtime == Runtime::PythonData {
         config.python_data = Some(ptc_engine::python_data_artifacts());
     }
@@ -99,7 +113,8 @@ async fn main() -> anyhow::Result<()> {
             tokio::time::sleep(Duration::from_millis(args.gap_ms)).await;
         }
         let t0 = Instant::now();
-        let request = ExecutionRequest::new(args.code.clone()).with_tools(tools.clone()).with_runtime(runtime);
+        let mut request = ExecutionRequest::new(code.clone()).with_tools(tools.clone()).with_runtime(runtime);
+        request.network = network.clone();
         let mut exec = match &session {
             Some(session) => engine.execute_in(session, request.with_limits(ptc_benches::limits())).await?,
             None => engine.start(request).await?,
@@ -143,6 +158,22 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// A network policy that lets programs reach `url`'s host, scheme and port, loopback included.
+fn allowing(url: &str) -> anyhow::Result<std::sync::Arc<ptc_engine::Network>> {
+    let (scheme, rest) = url.split_once("://").ok_or_else(|| anyhow::anyhow!("{url} is not a URL"))?;
+    let authority = rest.split('/').next().unwrap_or_default();
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((h, p)) => (h.to_string(), p.parse::<u16>()?),
+        None => (authority.to_string(), if scheme == "https" { 443 } else { 80 }),
+    };
+    let mut policy = ptc_engine::NetworkPolicy::default();
+    policy.allow = vec![host];
+    policy.schemes = vec![scheme.to_string()];
+    policy.ports = vec![port];
+    policy.allow_addresses = vec!["127.0.0.0/8".into(), "::1/128".into()];
+    ptc_engine::Network::new(None, &policy).map_err(anyhow::Error::msg)
 }
 
 /// `phases --grpc URL`: the client's whole call and the server's engine time (`Stats`), and
