@@ -403,7 +403,7 @@ async fn a_session_that_declines_keeps_its_slot() {
 
 /// Keeps every sealed image it is given, or refuses them all.
 #[derive(Debug, Default)]
-struct Kept {
+pub(crate) struct Kept {
     images: std::sync::Mutex<Vec<ptc_engine::Hibernated>>,
     refuse: bool,
 }
@@ -424,11 +424,11 @@ impl ptc_engine::Keeper for Kept {
 }
 
 impl Kept {
-    fn count(&self) -> usize {
+    pub(crate) fn count(&self) -> usize {
         self.images.lock().unwrap().len()
     }
 
-    fn last(&self) -> ptc_engine::Hibernated {
+    pub(crate) fn last(&self) -> ptc_engine::Hibernated {
         self.images.lock().unwrap().last().cloned().expect("an image")
     }
 }

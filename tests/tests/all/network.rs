@@ -292,15 +292,39 @@ async fn the_data_runtime_reads_a_csv_over_https_into_pandas() {
     assert_eq!(done.stdout, "35 ['Oslo', 'Cairo']\n");
 }
 
-/// The server: tenant `a` has the test's policy, narrowed by requests at will; tenant `b`
-/// none, so its programs have no network; through gRPC, the HTTP API and MCP alike.
+/// Everything the engine and the server log, at every level, while the tests of this binary
+/// run (this test installs the subscriber; no other does).
+static LOG: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
+
+struct LogWriter;
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        LOG.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The server: tenant `a` has the test's policy (with a secret), narrowed by requests at
+/// will; tenant `b` none, so its programs have no network; through gRPC, the HTTP API and
+/// MCP alike. Nothing logged, at any level, holds the secret's value.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_same_policy_holds_over_grpc_http_and_mcp_and_is_counted_per_tenant() {
     use ptc_server::proto;
     use ptc_tests::grpc::{self, Stream};
+    let installed = tracing_subscriber::fmt()
+        .with_env_filter("ptc_engine=debug,ptc_server=debug")
+        .with_writer(|| LogWriter)
+        .try_init();
+    assert!(installed.is_ok(), "another subscriber was installed first");
     let web = Web::start().await;
     let mut config = grpc::config(&["a:key-a", "b:key-b"]);
-    config.network = ptc_server::core::network::NetworkPolicies([("a".to_string(), policy(&web))].into());
+    let mut a = policy(&web);
+    a.secrets = vec![SecretSpec::new("TOKEN", "s3cr3t-VALUE-44", &["localhost"])];
+    config.network = ptc_server::core::network::NetworkPolicies([("a".to_string(), a)].into());
     config.mcp = ptc_server::front::mcp::McpConfig::default();
     let server = grpc::serve(config).await;
     let code = format!(
@@ -344,6 +368,22 @@ async fn the_same_policy_holds_over_grpc_http_and_mcp_and_is_counted_per_tenant(
     assert_eq!(crate::mcp::stdout(&crate::mcp::execute(&client, &code).await), "hello\n");
     client.cancel().await.unwrap();
 
+    // The secret, sent where it may go and where it may not, then echoed back.
+    let code_with_secret = format!(
+        "import os, urllib.request\n\
+for url in [{:?}, {:?}]:\n    \
+try:\n        print(urllib.request.urlopen(urllib.request.Request(url, headers={{'A': os.environ['TOKEN']}})).read())\n    \
+except Exception as e:\n        print(e.reason)",
+        web.https_url("/echo"),
+        web.http_url("/echo")
+    );
+    let reply =
+        ptc_tests::http::post(server.http_addr, "/exec", Some("key-a"), &serde_json::json!({"code": code_with_secret}))
+            .await;
+    let stdout = reply.body["stdout"].as_str().unwrap();
+    assert!(stdout.contains("ptc-secret-TOKEN-") && stdout.contains("may be sent only to localhost"), "{}", reply.text);
+    assert!(!reply.text.contains("s3cr3t"), "{}", reply.text);
+
     let metrics = grpc::metrics_text(&server).await;
     let line = metrics
         .lines()
@@ -351,7 +391,52 @@ async fn the_same_policy_holds_over_grpc_http_and_mcp_and_is_counted_per_tenant(
             l.starts_with("ptc_network_requests_total") && l.contains("tenant=\"a\"") && l.contains("outcome=\"ok\"")
         })
         .unwrap_or_else(|| panic!("no count of tenant a's requests:\n{metrics}"));
-    assert!(line.ends_with(" 3"), "{line}");
+    assert!(line.ends_with(" 4"), "{line}");
     assert!(metrics.contains("ptc_network_requests_total{tenant=\"a\",outcome=\"refused\"}"), "{metrics}");
     server.shutdown();
+    let log = String::from_utf8_lossy(&LOG.lock().unwrap()).into_owned();
+    assert!(log.contains("http execution started"), "nothing was logged: {log}");
+    assert!(!log.contains("s3cr3t-VALUE"), "a secret's value was logged");
+}
+
+/// A program that used a secret, echoed back, then waits for a tool: its hibernated image
+/// (its memory's changes, its output and call log, sealed) and its journal hold the
+/// placeholder it printed, never the value.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_secret_is_in_no_journal_and_no_hibernated_image() {
+    let web = Web::start().await;
+    let mut p = policy(&web);
+    p.secrets = vec![SecretSpec::new("TOKEN", "s3cr3t-VALUE-43", &["localhost"])];
+    let engine = engine_with(|c| c.hibernate_after = Some(Duration::from_millis(50)));
+    let kept = Arc::new(crate::hibernation::Kept::default());
+    let code = format!(
+        r#"
+import os, urllib.request
+req = urllib.request.Request({echo:?}, headers={{"Authorization": os.environ["TOKEN"]}})
+echoed = urllib.request.urlopen(req).read().decode()
+print(echoed)
+await echo_tool(seen=echoed)
+"#,
+        echo = web.https_url("/echo")
+    );
+    let mut request = ExecutionRequest::new(code)
+        .with_tools(vec![ptc_engine::ToolDef::new("echo_tool")])
+        .with_keeper(kept.clone())
+        .with_journal(ptc_engine::Journal::new());
+    request.network = Some(network(&p));
+    let mut exec = engine.start(request).await.unwrap();
+    let calls = loop {
+        if let Some(ptc_engine::Event::ToolCalls { calls, .. }) = exec.next_event().await {
+            break calls;
+        }
+    };
+    assert!(calls[0].input.contains("ptc-secret-TOKEN-"), "{}", calls[0].input);
+    eventually("it hibernates", || kept.count() == 1).await;
+    assert!(!contains(&kept.last().bytes, b"s3cr3t-VALUE-43"), "the image holds the value");
+    let journal = serde_json::to_vec(&exec.control().take_journal().unwrap().entries).unwrap();
+    assert!(contains(&journal, b"ptc-secret-TOKEN-") && !contains(&journal, b"s3cr3t-VALUE-43"));
+    assert!(web.seen()[0].headers.iter().any(|(_, v)| v == "s3cr3t-VALUE-43"), "the server got the value");
+    exec.submit(vec![ptc_engine::ToolResult::ok(&calls[0].id, &serde_json::json!(1))]).unwrap();
+    let done = drive(exec, echo).await.completed();
+    assert!(!done.stdout.contains("s3cr3t") && done.stdout.contains("ptc-secret-TOKEN-"), "{}", done.stdout);
 }
