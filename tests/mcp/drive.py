@@ -146,6 +146,12 @@ return {{"ids": [n["id"] for n in found["result"]]}}
     assert result.is_error and "call it as `await notes.search_notes(...)`" in text, text
     log("not callable: ok")
 
+    # A misspelt tool is refused before the program runs, with what it likely meant.
+    result, text, sc = await run(client, "print('first')\nawait notes.serch_notes(query='rust')")
+    assert result.is_error and sc["stdout"] == "", sc
+    assert "did you mean notes.search_notes(query: str)?" in text and "the program was not run" in text, text
+    log("checked before running: ok")
+
     # A tool the operator marked for approval (web's "approve"), from a client that cannot ask
     # its user (no elicitation): callable, and each call refused in words the model can act on.
     assert "web.delete_note(id: int, _reason?: str)  # asks the user first" in desc, desc

@@ -13,6 +13,7 @@ import traceback
 import warnings
 from dataclasses import dataclass
 
+from .check import ToolCheckError, check_program, refusal
 from .errors import InvalidTools, ToolError
 from .loop import BatchingEventLoop, Broker, Hibernate
 from .session import Live
@@ -54,14 +55,36 @@ class _TopLevelReturns(ast.NodeTransformer):
         return ast.copy_location(ast.Raise(exc=call, cause=None), node)
 
 
-def compile_program(code, filename=FILENAME):
-    if "return" not in code:
+def compile_program(code, filename=FILENAME, tree=None):
+    """`code` compiled with top-level await and `return`; `tree`, its AST if it was parsed
+    already (for the check of its tool calls)."""
+    if tree is None and "return" not in code:
         # Nothing to rewrite: compiling the source directly skips building the AST as Python
         # objects, about a third of the cost.
         return compile(code, filename, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
-    tree = ast.parse(code, filename=filename, mode="exec")
-    tree = ast.fix_missing_locations(_TopLevelReturns().visit(tree))
+    if tree is None:
+        tree = ast.parse(code, filename=filename, mode="exec")
+    if "return" in code:
+        tree = ast.fix_missing_locations(_TopLevelReturns().visit(tree))
     return compile(tree, filename, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+
+
+def _checked(tree, specs, namespace):
+    """The check's problems; none if the check itself fails (a bug of the check's must never
+    keep a program from running)."""
+    try:
+        return check_program(tree, specs, namespace.keys())
+    except Exception:
+        return []
+
+
+def _mentions_tools(code, specs):
+    """Whether `code` names a tool or a namespace, or awaits anything (a misspelt tool's call):
+    a program that does neither (`pass`, `print(x)`) skips parsing for the check."""
+    if "await" in code:
+        return True
+    names = {s.python_namespace or s.python_name for s in specs}
+    return any(name in code for name in names)
 
 
 class _Policy(asyncio.DefaultEventLoopPolicy):
@@ -173,6 +196,8 @@ def _describe(exc):
     """The failure's headline: `Type: message`, the whole message (it may span lines) without
     the notes, which the traceback shows; for a SyntaxError, its last line (the lines before
     it quote the source)."""
+    if isinstance(exc, ToolCheckError):
+        return f"ToolCheckError: {exc.msg}"
     parts = traceback.format_exception_only(type(exc), exc)
     if isinstance(exc, SyntaxError):
         text = "".join(parts).strip()
@@ -376,7 +401,13 @@ def resume_program(wait_for_tools):
 
 def _evaluate(code, filename, namespace, loop, specs):
     try:
-        program = compile_program(code, filename)
+        tree = None
+        if specs and _mentions_tools(code, specs):
+            tree = ast.parse(code, filename=filename, mode="exec")
+            problems = _checked(tree, specs, namespace)
+            if problems:
+                return _failure("python-error", refusal(problems, filename, code))
+        program = compile_program(code, filename, tree)
     except (SyntaxError, ValueError) as e:
         return _failure("python-error", e)
     try:

@@ -204,10 +204,18 @@ class RunnerTest(unittest.TestCase):
 
     def test_unknown_and_misplaced_tools_say_what_exists(self):
         tools = [("read_file", "", "", "fs"), ("list_dir", "", "", "fs")]
-        o, _, err, _ = run("await fs.delete_file(path='x')", tools=tools)
+        # Read before it runs: refused, with what the namespace has.
+        o, _, err, host = run("await fs.delete_file(path='x')", tools=tools)
+        self.assertEqual(o.message, "ToolCheckError: the program was not run: its tool call cannot work as written "
+                                    "(nothing ran, so nothing needs undoing); fix and run it again:\n"
+                                    "  line 1: fs has no callable tool 'delete_file'; its callable tools are: list_dir, "
+                                    "read_file")
+        self.assertIn("line 1", err)
+        self.assertEqual(host.rounds, [])
+        # Reached some other way, at run time.
+        o, _, err, _ = run("await getattr(fs, 'delete_file')(path='x')", tools=tools)
         self.assertEqual(o.message, "UnknownToolError: fs has no callable tool 'delete_file'; "
                                     "its callable tools are: list_dir, read_file")
-        self.assertIn("line 1", err)
         o, _, _, _ = run("await read_file(path='x')", tools=tools)
         self.assertEqual(o.message, "NameError: name 'read_file' is not defined; it is a tool in a namespace: "
                                     "call it as `await fs.read_file(...)`")

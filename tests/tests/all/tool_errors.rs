@@ -55,8 +55,19 @@ print((await get_weather(city="SF"))["temp"])
 }
 
 #[tokio::test]
-async fn missing_required_argument_is_a_type_error_before_the_host() {
-    let f = drive(start("await add(a=1)", standard_tools()).await, standard_handler).await.failed();
+async fn missing_required_argument_is_refused_before_the_program_runs() {
+    let run = drive(start("print('first')\nawait add(a=1)", standard_tools()).await, standard_handler).await;
+    assert!(run.rounds.is_empty());
+    let f = run.failed();
+    assert!(f.message.starts_with("ToolCheckError: the program was not run"), "{}", f.message);
+    assert!(
+        f.message.contains("line 2: add() is missing the required argument 'b': add(a: float, b: float)"),
+        "{}",
+        f.message
+    );
+    assert_eq!(f.stdout, "", "nothing ran");
+    // Reached some other way, the stub refuses it at the call, before the host.
+    let f = drive(start("f = add\nawait f(a=1)", standard_tools()).await, standard_handler).await.failed();
     assert!(f.message.starts_with("TypeError: add(): missing a required argument: 'b'"), "{}", f.message);
 }
 
@@ -91,4 +102,45 @@ async fn invalid_schema_is_refused_at_start() {
     let err = engine().start(ptc_engine::ExecutionRequest::new("pass").with_tools(tools)).await.err().unwrap();
     assert_eq!(err.kind(), ptc_engine::ErrorKind::InvalidRequest);
     assert!(err.message().contains("invalid JSON Schema"), "{err}");
+}
+
+/// The check before a program runs, through the real server: over gRPC the failure's message
+/// names the call and the tool's signature; over the HTTP API (LibreChat's client shows a model
+/// `stderr`) the same words are in `stderr`; and a valid program with dynamic calls runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_program_is_checked_against_its_tools_through_the_grpc_and_http_front_ends() {
+    use ptc_tests::grpc::{self, Stream};
+    use serde_json::json;
+    let server = grpc::serve(grpc::config(&[])).await;
+    let mut client = grpc::client(&server).await;
+    let tools = vec![grpc::tool(
+        "get_weather",
+        Some(json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})),
+    )];
+    let code = "print('start')\nw = await get_weather(town='Oslo')";
+    let s = Stream::open(&mut client, grpc::start_message(code, tools.clone()), None).await.unwrap();
+    let (end, rounds) = s.drive(|_| Ok(json!({"temp": 3}))).await;
+    let failed = grpc::failed(end);
+    assert!(rounds.is_empty());
+    assert!(
+        failed
+            .message
+            .contains("line 2: get_weather() is missing the required argument 'city': get_weather(city: str)"),
+        "{}",
+        failed.message
+    );
+    assert_eq!(failed.stdout, "");
+
+    let http_tools = json!([{"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]);
+    let body = json!({"code": "print(await get_wether(city='Oslo'))", "tools": http_tools});
+    let reply = ptc_tests::http::post(server.http_addr, "/exec/programmatic", None, &body).await;
+    assert_eq!(reply.body["status"], "error", "{}", reply.text);
+    let stderr = reply.body["stderr"].as_str().unwrap();
+    assert!(stderr.contains("get_wether is not defined; did you mean the tool get_weather(city: str)?"), "{stderr}");
+
+    let fine = "f = get_weather\nrows = await asyncio.gather(*[f(city=c) for c in ['a', 'b']])\nprint(len(rows))";
+    let s = Stream::open(&mut client, grpc::start_message(fine, tools), None).await.unwrap();
+    let (end, _) = s.drive(|_| Ok(json!({"temp": 3}))).await;
+    assert_eq!(grpc::completed(end).stdout, "2\n");
+    server.shutdown();
 }

@@ -102,7 +102,8 @@ async def test_errors_come_back_as_retries_with_the_traceback(url, key):
     runtime, bad_input, syntax = seen["returns"]
     assert runtime.startswith("Runtime error:\n[stdout before error]\nbefore\n") and "ValueError: boom" in runtime
     assert 'line 2, in <module>' in runtime
-    assert "ToolError" in bad_input and "x" in bad_input, bad_input
+    # Refused before it ran, with the tool's signature: the model's next try can get it right.
+    assert "ToolCheckError" in bad_input and "double(x=...) takes" in bad_input, bad_input
     assert syntax.startswith("Syntax error in code:"), syntax
 
 
