@@ -52,6 +52,13 @@ signatures:
     target/bench-venvs/tokens/bin/pip install --quiet tokenizers anthropic==0.34.2
     target/bench-venvs/tokens/bin/python benches/signatures/tokens.py
 
+# What a model reads before its first tool call through `ptc-engine mcp`: every tool listed
+# against discovery mode (search_tools), for 102 real servers' tools and 510 (release binary).
+discovery:
+    python3 -m venv target/bench-venvs/discovery
+    target/bench-venvs/discovery/bin/pip install --quiet tokenizers anthropic==0.34.2 mcp==2.3.0
+    target/bench-venvs/discovery/bin/python benches/signatures/discovery.py
+
 # Python client and FastMCP code mode: the same 10-call program in Monty and in ptc-engine, and the
 # client's own cost per tool round against raw grpcio (release binary; medians of alternating runs).
 bench-python *ARGS:

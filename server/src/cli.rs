@@ -312,6 +312,10 @@ pub struct McpServeArgs {
     /// they save in /mnt/data come back as images).
     #[arg(long, env = "PTC_MCP_RUNTIME", default_value = "python")]
     pub mcp_runtime: ptc_engine::Runtime,
+    /// Above this many tools, `execute_code`'s description names the servers instead of
+    /// listing every tool, and programs find tools with `search_tools(...)`.
+    #[arg(long, env = "PTC_MCP_DISCOVERY_ABOVE", default_value_t = defaults().mcp_discovery_above)]
+    pub mcp_discovery_above: usize,
 }
 
 /// One node of several: its id, its peers and the shared store.
@@ -366,6 +370,14 @@ pub struct McpArgs {
     /// a machine prepares it, which takes minutes).
     #[arg(long, env = "PTC_MCP_RUNTIME", default_value = "python")]
     pub runtime: ptc_engine::Runtime,
+    /// Above this many tools, `execute_code`'s description names the servers instead of
+    /// listing every tool, and programs find tools with `search_tools(...)`.
+    #[arg(long, env = "PTC_MCP_DISCOVERY_ABOVE", default_value_t = defaults().mcp_discovery_above)]
+    pub discovery_above: usize,
+    /// Most tools a program may have: with more callable downstream tools than this, programs
+    /// do not start.
+    #[arg(long, env = "PTC_MAX_TOOLS", default_value_t = defaults().engine.ceilings.max_tools)]
+    pub max_tools: usize,
     /// What programs may reach over HTTP: a policy file as `serve`'s, whose `"*"` entry applies
     /// (docs/network.md). Without it, programs have no network.
     #[arg(long, env = "PTC_NETWORK_POLICY")]
@@ -388,6 +400,7 @@ impl McpArgs {
         engine.when_busy = ptc_engine::WhenBusy::Queue;
         engine.default_limits.timeout = Duration::from_millis(self.timeout_ms);
         engine.default_limits.max_memory_bytes = self.max_memory_mib * MIB;
+        engine.ceilings.max_tools = self.max_tools;
         if let Some(dir) = &self.cache_dir {
             engine.cache_dir = Some(dir.clone());
         }

@@ -71,6 +71,9 @@ pub struct ServerConfig {
     /// The runtime of every `/mcp` program. Default `python`; `python-data` needs
     /// [`EngineConfig::python_data`].
     pub mcp_runtime: ptc_engine::Runtime,
+    /// Above this many tools, `/mcp`'s `execute_code` names servers instead of listing every
+    /// tool, and programs find tools with `search_tools` (docs/mcp.md). Default 40.
+    pub mcp_discovery_above: usize,
     /// The runtime of an HTTP API run that names none (LibreChat's client never does).
     /// Default `python`; `python-data` needs [`EngineConfig::python_data`].
     pub http_runtime: ptc_engine::Runtime,
@@ -113,6 +116,7 @@ impl Default for ServerConfig {
             mcp_stateless: false,
             mcp_limits: mcp::McpLimits::default(),
             mcp_runtime: ptc_engine::Runtime::Python,
+            mcp_discovery_above: mcp::DISCOVERY_ABOVE,
             http_runtime: ptc_engine::Runtime::Python,
             node_id: cluster::default_node_id(),
             peers: cluster::Peers::None,
@@ -201,7 +205,13 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     let cluster = build_cluster(&config, &signer).await?;
     let core = build_core(&config, &signer, &cluster).await?;
     let downstream = mcp::Downstream::new(&config.mcp);
-    let mcp = mcp::McpState::new(core.clone(), downstream.clone(), config.mcp_runtime, !config.mcp_stateless);
+    let mcp = mcp::McpState::new(
+        core.clone(),
+        downstream.clone(),
+        config.mcp_runtime,
+        !config.mcp_stateless,
+        config.mcp_discovery_above,
+    );
     // A single server with a token secret keeps its hibernated executions on disk: its tokens
     // outlive a restart, and so do they (without a secret, neither does).
     let images = match cluster.is_single() && config.token_secret.as_deref().is_some_and(|s| !s.is_empty()) {

@@ -60,7 +60,8 @@ async fn mcp(args: ptc_server::cli::McpArgs) -> anyhow::Result<()> {
         networks: std::sync::Arc::new(ptc_server::core::network::Networks::new(args.network_policies()?)),
     };
     let downstream = ptc_server::front::mcp::Downstream::new(&mcp_config);
-    let state = ptc_server::front::mcp::McpState::new(core, downstream, args.runtime, !args.stateless);
+    let state =
+        ptc_server::front::mcp::McpState::new(core, downstream, args.runtime, !args.stateless, args.discovery_above);
     ptc_server::front::mcp::serve_stdio(state).await
 }
 

@@ -99,6 +99,8 @@ async fn main() -> anyhow::Result<()> {
     if runtime == Runtime::PythonData {
         config.python_data = Some(ptc_engine::python_data_artifacts());
     }
+    let tools = if args.toolset.is_empty() { ptc_benches::tools() } else { toolsets(&args.toolset)? };
+    config.ceilings.max_tools = config.ceilings.max_tools.max(tools.len());
     let engine = Engine::new(config)?;
     let session = if args.session {
         let limits = ptc_benches::limits();
@@ -106,7 +108,6 @@ async fn main() -> anyhow::Result<()> {
     } else {
         None
     };
-    let tools = if args.toolset.is_empty() { ptc_benches::tools() } else { toolsets(&args.toolset)? };
     let (mut total, mut wall, mut inst) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..args.n {
         if args.gap_ms > 0 {

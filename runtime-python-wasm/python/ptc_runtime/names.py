@@ -17,7 +17,7 @@ import re
 from .errors import InvalidTools
 
 # Names the runtime binds in every program's namespace (see runner.base_namespace).
-RUNTIME_NAMES = frozenset({"asyncio", "json", "ToolError", "tools"})
+RUNTIME_NAMES = frozenset({"asyncio", "json", "ToolError", "tools", "search_tools", "describe_tools"})
 
 _SEPARATORS = re.compile(r"[\s\-]")
 _INVALID = re.compile(r"[^A-Za-z0-9_]")

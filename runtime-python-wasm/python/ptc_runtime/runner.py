@@ -13,6 +13,7 @@ import traceback
 import warnings
 from dataclasses import dataclass
 
+from . import discovery
 from .check import ToolCheckError, check_program, refusal
 from .errors import InvalidTools, ToolError
 from .loop import BatchingEventLoop, Broker, Hibernate
@@ -67,6 +68,13 @@ def compile_program(code, filename=FILENAME, tree=None):
     if "return" in code:
         tree = ast.fix_missing_locations(_TopLevelReturns().visit(tree))
     return compile(tree, filename, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+
+
+def _bind(specs, call_tool):
+    """A program's tools, and `search_tools`/`describe_tools` to find them (discovery.py)."""
+    bound = bind_tools(specs, call_tool)
+    bound.update(discovery.bind(specs))
+    return bound
 
 
 def _checked(tree, specs, namespace):
@@ -306,7 +314,7 @@ def run_program(code, tool_defs, wait_for_tools, persist=False):
     session = _take_session(wait_for_tools)
     broker, loop = session.broker, session.loop
     namespace = {"__name__": "__main__", "__builtins__": builtins, "__ptc_return__": _Return, **INJECTED}
-    namespace.update(bind_tools(specs, broker.call_tool))
+    namespace.update(_bind(specs, broker.call_tool))
 
     linecache.cache[FILENAME] = (len(code), None, code.splitlines(True), FILENAME)
     _set_policy(session.policy)
@@ -327,7 +335,7 @@ def _run_in_session(code, tool_defs, wait_for_tools):
     no task outlives a program), so a trivial program costs little more than compiling it."""
     live = live_session()
     try:
-        specs, tools = live.tools_for(tool_defs, parse_tools, bind_tools)
+        specs, tools = live.tools_for(tool_defs, parse_tools, _bind)
     except InvalidTools as e:
         return Outcome(False, kind="invalid-tools", message=str(e))
     run = live.run

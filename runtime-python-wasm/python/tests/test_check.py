@@ -24,7 +24,9 @@ def mcp_tools():
     defs = []
     for path in sorted(glob.glob(os.path.join(TOOLSETS, "*.json"))):
         space = os.path.splitext(os.path.basename(path))[0]
-        for t in json.load(open(path)):
+        with open(path) as f:
+            tools = json.load(f)
+        for t in tools:
             defs.append((t["name"], t.get("description", ""), json.dumps(t["inputSchema"]), space))
     return defs
 

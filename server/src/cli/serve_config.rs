@@ -170,6 +170,7 @@ impl McpServeArgs {
         config.mcp_limits.max_per_tenant = self.mcp_max_sessions_per_tenant.max(1);
         config.mcp_limits.idle = Duration::from_secs(self.mcp_session_idle_secs.max(1));
         config.mcp_runtime = self.mcp_runtime;
+        config.mcp_discovery_above = self.mcp_discovery_above;
         Ok(())
     }
 }

@@ -344,3 +344,37 @@ async fn the_data_runtime_over_mcp_returns_figures_as_images() {
     server.shutdown();
     server.wait().await;
 }
+
+/// Past `mcp_discovery_above` tools, `execute_code`'s description names the servers and how to
+/// search instead of every signature, and a program finds, reads and calls a tool with
+/// `search_tools` and `describe_tools` (rmcp's client, the real server and downstream servers).
+#[tokio::test(flavor = "multi_thread")]
+async fn past_the_discovery_threshold_programs_find_their_tools_by_searching() {
+    let setup = tokio::task::spawn_blocking(|| downstream("discover")).await.unwrap();
+    let mut config = grpc::config(&["acme:acme-key"]);
+    config.mcp = McpConfig::load(&setup.config).unwrap();
+    config.mcp_discovery_above = 5;
+    let server = grpc::serve(config).await;
+    let client = older_client(server.http_addr, "acme-key").await;
+    let tools = client.list_all_tools().await.unwrap();
+    let description = tools.iter().find(|t| t.name == "execute_code").and_then(|t| t.description.clone()).unwrap();
+    assert!(description.contains("too many to list here"), "{description}");
+    assert!(description.contains("print(search_tools(\"create an issue\"))"), "{description}");
+    assert!(
+        description.contains("\nfs (") && description.contains("tools: read_file, read_text_file,"),
+        "{description}"
+    );
+    assert!(!description.contains("read_text_file(path: str"), "no signatures: {description}");
+
+    let r = execute(&client, "print(search_tools('read a text file', limit=1))").await;
+    assert!(stdout(&r).starts_with("fs.read_text_file(path: str"), "{r:?}");
+    let r = execute(&client, "print(describe_tools(['notes.get_body', 'notes.get_bdy']))").await;
+    let text = stdout(&r);
+    assert!(text.starts_with("# no tool 'notes.get_bdy'; did you mean 'notes.get_body'?"), "{text}");
+    assert!(text.contains("class notes:") && text.contains("async def get_body(id: int"), "{text}");
+    let r = execute(&client, "print(await notes.get_body(id=2))").await;
+    assert_eq!(stdout(&r), "gather independent awaits\n", "{r:?}");
+    client.cancel().await.unwrap();
+    server.shutdown();
+    server.wait().await;
+}

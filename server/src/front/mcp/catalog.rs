@@ -1,7 +1,7 @@
 //! The tool catalogue: the downstream tools a program may call (a tool whose schema cannot be
 //! checked is set aside, with the reason), and `execute_code`'s description of them.
 
-use ptc_engine::{Runtime, ToolDef};
+use ptc_engine::{DescribedTool, Runtime, ToolDef};
 use rmcp::model::Tool;
 use serde_json::Value;
 
@@ -57,6 +57,10 @@ impl CodeMode {
         let described = self.state.described(&defs, tenant).await?;
         let mut text = intro(self.state.runtime);
         text.push_str(&self.state_text(mode));
+        if defs.len() > self.state.discovery_above {
+            text.push_str(&discovery_text(&described.tools, not_callable.len(), &unavailable));
+            return Ok(Catalog { defs, description: text });
+        }
         text.push_str("\n\nTools (call as `await server.tool(...)`):\n");
         for (d, def) in described.tools.iter().zip(&defs) {
             text.push_str(&d.signature);
@@ -142,6 +146,57 @@ pub(super) fn tool_def(server: &str, tool: &Tool) -> ToolDef {
         .with_namespace(server)
         .with_description(description)
         .with_parameters(Value::Object((*tool.input_schema).clone()))
+}
+
+/// How many servers a discovery-mode description names, each on a line of its own.
+const LISTED_SERVERS: usize = 25;
+
+/// Tool names a discovery-mode description shows in all, at most [`NAMED_TOOLS`] per server:
+/// 25 servers of 510 tools (the 102-tool yardstick five times) took 1,066 tokens with four names
+/// each, 786 with two (`just discovery`).
+const SHOWN_NAMES: usize = 50;
+const NAMED_TOOLS: usize = 4;
+
+/// `execute_code`'s list of tools when they are too many to list (more than
+/// `McpState::discovery_above`): one line per server with its count and a few of its tools'
+/// names, and how a program finds the rest (`search_tools`, `describe_tools`, which every
+/// program has). Its size does not grow with the number of tools, only (up to
+/// [`LISTED_SERVERS`]) with servers.
+fn discovery_text(tools: &[DescribedTool], not_callable: usize, unavailable: &[String]) -> String {
+    let mut servers: Vec<(&str, Vec<&str>)> = Vec::new();
+    for tool in tools {
+        let (server, name) = tool.python_name.split_once('.').unwrap_or(("", &tool.python_name));
+        match servers.iter_mut().find(|(s, _)| *s == server) {
+            Some((_, names)) => names.push(name),
+            None => servers.push((server, vec![name])),
+        }
+    }
+    let mut text = format!(
+        "\n\nTools: {} of {} servers, too many to list here. Each server is an object in programs \
+         (`await server.tool(...)`); find what you need from inside a program, then call it there or in the next:\n\
+         print(search_tools(\"create an issue\"))  # the best-matching tools' signatures\n\
+         print(describe_tools([\"server.tool\"]))  # a tool's full documentation\n\
+         Servers:\n",
+        tools.len(),
+        servers.len()
+    );
+    let listed = servers.len().min(LISTED_SERVERS);
+    let per_server = (SHOWN_NAMES / listed.max(1)).clamp(1, NAMED_TOOLS);
+    for (server, names) in servers.iter().take(listed) {
+        let more = if names.len() > per_server { ", …" } else { "" };
+        let shown = names[..names.len().min(per_server)].join(", ");
+        text.push_str(&format!("{server} ({} tools: {shown}{more})\n", names.len()));
+    }
+    if servers.len() > listed {
+        text.push_str(&format!("… and {} more servers; search_tools finds their tools too\n", servers.len() - listed));
+    }
+    if not_callable > 0 {
+        text.push_str(&format!("{not_callable} more tools are not callable from code.\n"));
+    }
+    if !unavailable.is_empty() {
+        text.push_str(&format!("\nUnavailable now: {}\n", unavailable.join("; ")));
+    }
+    text
 }
 
 /// The first sentence of a description, at most 100 characters.

@@ -35,7 +35,7 @@ pub use config::McpConfig;
 pub use downstream::Downstream;
 pub use handler::CodeMode;
 pub use http_sessions::{McpLimits, McpSessions};
-pub use state::{McpState, McpTenant};
+pub use state::{DISCOVERY_ABOVE, McpState, McpTenant};
 
 /// Serves one MCP client on stdin/stdout until it disconnects; the downstream servers are
 /// stopped when it does.

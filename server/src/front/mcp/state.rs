@@ -48,12 +48,27 @@ pub struct McpState {
     /// their listeners for tool changes: what an ended session must not leave behind.
     pub(super) handlers: Arc<AtomicUsize>,
     pub(super) listeners: Arc<AtomicUsize>,
+    /// Above this many callable tools, `execute_code`'s description names servers instead of
+    /// listing every tool, and programs find tools with `search_tools` (`catalog.rs`).
+    pub discovery_above: usize,
 }
+
+/// [`McpState::discovery_above`]'s default. Listed, the 102 tools of five real MCP servers took
+/// 4,472 tokens of `execute_code`'s description, about 40 per tool; in discovery mode 474, and
+/// 786 for 510 tools (`just discovery`). Forty tools listed cost about as much as a search round.
+pub const DISCOVERY_ABOVE: usize = 40;
 
 impl McpState {
     /// The front end over `core`: programs call `downstream`'s tools and run in `runtime`,
-    /// in live sessions when `stateful`.
-    pub fn new(core: Core, downstream: Arc<Downstream>, runtime: Runtime, stateful: bool) -> Arc<Self> {
+    /// in live sessions when `stateful`; above `discovery_above` tools, programs find them with
+    /// `search_tools` instead of reading them all in the description.
+    pub fn new(
+        core: Core,
+        downstream: Arc<Downstream>,
+        runtime: Runtime,
+        stateful: bool,
+        discovery_above: usize,
+    ) -> Arc<Self> {
         Arc::new(McpState {
             limits: core.engine.config().default_limits.clone(),
             sessions: stateful.then(|| core.sessions.clone()),
@@ -65,6 +80,7 @@ impl McpState {
             runtime,
             handlers: Arc::default(),
             listeners: Arc::default(),
+            discovery_above,
         })
     }
 
