@@ -247,6 +247,10 @@ pub struct EngineConfig {
     /// wait. `None`: never. Default 1 s, as `ptc-engine serve`'s: a round resumed from
     /// hibernation costs about 2 ms more, against the 1.9 MiB a paused execution holds live.
     pub hibernate_after: Option<Duration>,
+    /// Shows the shape its results had (field names and types, never values) in the signature
+    /// of a tool that declares none ([`crate::ToolDef::returns`]), per tenant, once a call of
+    /// it returned (`observed.rs`). Default true.
+    pub observe_result_shapes: bool,
     /// Seals the images of hibernated executions handed to a [`crate::Keeper`], and checks
     /// those [`crate::Engine::thaw`] is given: engines that thaw each other's images must
     /// share it (the server derives it from its token secret). `None`: a random key of this
@@ -307,6 +311,7 @@ impl Default for EngineConfig {
             tenant_memory_budget: None,
             tenant_max_running: Some(default_tenant_max_running()),
             hibernate_after: Some(Duration::from_secs(1)),
+            observe_result_shapes: true,
             seal_key: None,
         }
     }

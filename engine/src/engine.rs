@@ -23,6 +23,7 @@ use crate::hibernation::{Hibernation, Keeper, Sealing};
 use crate::host::HostState;
 use crate::journal::Recorder;
 use crate::net::NetSide;
+use crate::observed::ObservedShapes;
 use crate::request::{ExecutionRequest, Runtime, ToolDef, check_tools_size};
 use crate::schema::SchemaCache;
 use crate::session::{self, Restored, Session, SessionCore, SessionRequest};
@@ -302,8 +303,8 @@ impl Engine {
         let cancel = CancellationToken::new();
         let job = Job {
             pre,
+            tools: wit_tools(&request.tools, self.inner.stores.observed.as_deref(), request.tenant.as_deref()),
             code: request.code,
-            tools: wit_tools(&request.tools),
             deadline,
             timeout: limits.timeout,
             fuel: host.fuel,
@@ -436,8 +437,8 @@ impl Engine {
         let output = session.output();
         let job = Job {
             pre: Pre::Component(inner.stores.pre.clone()),
+            tools: wit_tools(&request.tools, inner.stores.observed.as_deref(), session.tenant()),
             code: request.code,
-            tools: wit_tools(&request.tools),
             deadline: tokio::time::Instant::from_std(started + limits.timeout),
             timeout: limits.timeout,
             fuel,
@@ -502,7 +503,7 @@ impl Engine {
                 .await
                 .map_err(|e| Error::engine("instantiating", e))?;
             sandbox
-                .call_describe_tools(&mut store, &wit_tools(tools))
+                .call_describe_tools(&mut store, &wit_tools(tools, self.inner.stores.observed.as_deref(), tenant))
                 .await
                 .map_err(|e| Error::engine("describing tools", e))?
                 .map_err(Error::invalid)
@@ -525,6 +526,12 @@ impl Engine {
                 .collect(),
             stub: described.stub,
         })
+    }
+
+    /// Changes whenever the result shapes `tenant` has observed change: a rendering of its tools
+    /// ([`Engine::describe_tools`]) made before is stale.
+    pub fn result_shapes_version(&self, tenant: Option<&str>) -> u64 {
+        self.inner.stores.observed.as_ref().map_or(0, |o| o.version(tenant.unwrap_or_default()))
     }
 
     /// Whether [`Runtime::PythonData`] is available ([`EngineConfig::python_data`]).
@@ -653,14 +660,31 @@ fn session_spec<'a>(request: &'a SessionRequest, limits: &'a Limits) -> StoreSpe
     }
 }
 
-fn wit_tools(tools: &[ToolDef]) -> Vec<bindings::ToolDef> {
+/// `tools` as the guest takes them, each with what it returns: declared, or the shape its
+/// results had for `tenant` when `observed` keeps them.
+fn wit_tools(tools: &[ToolDef], observed: Option<&ObservedShapes>, tenant: Option<&str>) -> Vec<bindings::ToolDef> {
     tools
         .iter()
-        .map(|t| bindings::ToolDef {
-            name: t.name.clone(),
-            description: crate::approval::guest_description(t),
-            parameters: crate::approval::guest_parameters(t).map(|p| p.to_string()).unwrap_or_default(),
-            namespace: t.namespace.clone().unwrap_or_default(),
+        .map(|t| {
+            let namespace = t.namespace.clone().unwrap_or_default();
+            let (returns, observed) = match (&t.returns, observed) {
+                (Some(declared), _) => (declared.to_string(), false),
+                (None, Some(shapes)) => {
+                    let label = crate::request::label(&namespace, &t.name);
+                    shapes
+                        .shape(tenant.unwrap_or_default(), &label)
+                        .map_or((String::new(), false), |s| (s.to_string(), true))
+                }
+                (None, None) => (String::new(), false),
+            };
+            bindings::ToolDef {
+                name: t.name.clone(),
+                description: crate::approval::guest_description(t),
+                parameters: crate::approval::guest_parameters(t).map(|p| p.to_string()).unwrap_or_default(),
+                namespace,
+                returns,
+                observed,
+            }
         })
         .collect()
 }

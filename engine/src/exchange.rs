@@ -26,6 +26,7 @@ use tokio::sync::Notify;
 use crate::config::MIB;
 use crate::error::{Error, ErrorKind, Result};
 use crate::events::{ApprovalRequest, Decision, ToolCall, ToolResult, Verdict};
+use crate::observed::ObservedShapes;
 use crate::shares::MemoryClaim;
 
 /// The least time a hibernated program should sleep: `Exchange::wait` does not hibernate one
@@ -49,6 +50,8 @@ pub(crate) struct Exchange {
     max_result_bytes: usize,
     /// The most bytes of results that may wait for the program: a quarter of its memory limit.
     max_held_bytes: u64,
+    /// Where the shapes of its results are kept, and for which tenant ("" for none).
+    observer: Option<(Arc<ObservedShapes>, String)>,
 }
 
 struct State {
@@ -148,7 +151,14 @@ impl Exchange {
             tenant_paused,
             max_result_bytes,
             max_held_bytes,
+            observer: None,
         }
+    }
+
+    /// Records the shapes of the results that arrive in `shapes`, as seen by `tenant`.
+    pub(crate) fn observed_by(mut self, shapes: Arc<ObservedShapes>, tenant: Option<&str>) -> Self {
+        self.observer = Some((shapes, tenant.unwrap_or_default().to_string()));
+        self
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -375,10 +385,18 @@ impl Exchange {
                 "tool {name:?} returned {size} bytes; the limit is {}: ask the tool for less (a filter, a page, fewer fields)",
                 self.max_result_bytes
             ));
-        } else if let Ok(json) = &r.outcome
-            && let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(json)
-        {
-            r.outcome = Err(format!("tool {name:?} returned malformed JSON: {e}"));
+        } else if let Ok(json) = &r.outcome {
+            let problem = match &self.observer {
+                // Parsed once, for the check and the shape: at most MAX_OBSERVED_BYTES, and
+                // only until the tool's shape has its samples.
+                Some((shapes, tenant)) if shapes.wants(tenant, name, json.len()) => {
+                    serde_json::from_str::<serde_json::Value>(json).map(|v| shapes.record(tenant, name, &v)).err()
+                }
+                _ => serde_json::from_str::<serde::de::IgnoredAny>(json).err(),
+            };
+            if let Some(e) = problem {
+                r.outcome = Err(format!("tool {name:?} returned malformed JSON: {e}"));
+            }
         }
     }
 

@@ -39,6 +39,7 @@ mod host;
 mod journal;
 mod limiter;
 mod net;
+mod observed;
 mod output;
 mod request;
 mod schema;

@@ -33,6 +33,11 @@ pub struct ToolDef {
     /// take one more optional argument, `_reason`, shown to the person asked.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub requires_approval: bool,
+    /// JSON Schema of what the tool returns (MCP's `outputSchema`), shown after its signature
+    /// (`-> {id: int, title: str}`). Without one, the shape its results had is shown once a
+    /// call returned, marked observed ([`crate::EngineConfig::observe_result_shapes`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub returns: Option<serde_json::Value>,
 }
 
 impl ToolDef {
@@ -43,7 +48,14 @@ impl ToolDef {
             parameters: None,
             namespace: None,
             requires_approval: false,
+            returns: None,
         }
+    }
+
+    /// What the tool returns, as a JSON Schema ([`ToolDef::returns`]).
+    pub fn with_returns(mut self, schema: serde_json::Value) -> Self {
+        self.returns = Some(schema);
+        self
     }
 
     /// Each call waits for a person's approval ([`ToolDef::requires_approval`]).
@@ -237,7 +249,8 @@ pub(crate) fn check_tools_size(tools: &[ToolDef], ceilings: &Ceilings) -> Result
         let size = tool.name.len()
             + tool.description.len()
             + tool.namespace.as_ref().map_or(0, String::len)
-            + tool.parameters.as_ref().map_or(0, |p| p.to_string().len());
+            + tool.parameters.as_ref().map_or(0, |p| p.to_string().len())
+            + tool.returns.as_ref().map_or(0, |p| p.to_string().len());
         if size > ceilings.max_tool_def_bytes {
             return Err(Error::invalid(format!(
                 "tool {:?} is {size} bytes; the limit is {}",

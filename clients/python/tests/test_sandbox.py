@@ -145,6 +145,8 @@ async def test_schemas_come_from_type_hints_and_docstrings_and_values_convert(sb
     assert "title" not in props["order"]
     described = await sb.describe([place])
     assert described.tools[0].signature.startswith("place(order: {sku: str, quantity?: int}, ship_to: {street: str, zip: str}")
+    # The return annotation is what the model reads the result will be.
+    assert described.tools[0].signature.endswith(") -> {sku: str, total: float}"), described.tools[0].signature
     code = "r = await place(order={'sku': 'x1', 'quantity': 2}, ship_to={'street': 's', 'zip': '1'})\nprint(r)"
     result = await sb.run(code, tools=[place])
     assert result.stdout == "{'sku': 'x1', 'total': 19.0}\n"
@@ -280,7 +282,7 @@ def test_the_sync_twin_works_in_scripts_and_inside_a_running_loop(url, key):
             return sb.run_sync("print(await get_weather(city='Rome'))", tools=[get_weather]).stdout
 
         assert asyncio.run(notebook_cell()) == "{'city': 'Rome', 'temp': 21}\n"
-        assert sb.describe_sync([add]).tools[0].signature == "add(a: int, b: int)"
+        assert sb.describe_sync([add]).tools[0].signature == "add(a: int, b: int) -> int"
 
 
 async def test_bad_input_is_named(url, key, sb):

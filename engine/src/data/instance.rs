@@ -108,8 +108,19 @@ impl DataInstance {
         session: bool,
         env: &[(String, String)],
     ) -> wasmtime::Result<bindings::Outcome> {
-        let tools: Vec<[&str; 4]> =
-            tools.iter().map(|t| [t.name.as_str(), &t.description, &t.parameters, &t.namespace]).collect();
+        let tools: Vec<(&str, &str, &str, &str, &str, bool)> = tools
+            .iter()
+            .map(|t| {
+                (
+                    t.name.as_str(),
+                    t.description.as_str(),
+                    t.parameters.as_str(),
+                    t.namespace.as_str(),
+                    t.returns.as_str(),
+                    t.observed,
+                )
+            })
+            .collect();
         let job = serde_json::json!({"kind": "run", "code": code, "tools": tools, "session": session, "env": env});
         self.run(store, job).await
     }

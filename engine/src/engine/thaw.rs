@@ -93,7 +93,7 @@ impl Engine {
         let job = Job {
             pre,
             code: String::new(),
-            tools: wit_tools(&request.tools),
+            tools: wit_tools(&request.tools, self.inner.stores.observed.as_deref(), request.tenant.as_deref()),
             deadline,
             timeout: limits.timeout,
             fuel: h.fuel_initial,

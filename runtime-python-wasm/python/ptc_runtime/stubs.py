@@ -40,6 +40,10 @@ class ToolSpec:
     # The namespace's original name and its Python identifier ("" for a top-level tool).
     namespace: str = ""
     python_namespace: str = ""
+    # JSON Schema text of the result ("" for none): declared, or the shape earlier results had
+    # (`observed`, engine/src/observed.rs).
+    returns: str = ""
+    observed: bool = False
 
     @property
     def qualified(self):
@@ -79,10 +83,14 @@ class ToolSpec:
         return self._resolved()[1]
 
 
+_DEF_DEFAULTS = ("", "", "", "", "", False)
+
+
 def parse_tools(defs):
-    """`defs`: iterable of (name, description, parameters[, namespace]) with parameters as JSON
-    text or dict and namespace "" for a top-level tool."""
-    defs = [tuple(d) + ("",) * (4 - len(d)) for d in defs]
+    """`defs`: iterable of (name, description, parameters[, namespace[, returns, observed]])
+    with parameters as JSON text or dict, namespace "" for a top-level tool, and returns a
+    JSON Schema's text ("" for none), observed or declared."""
+    defs = [tuple(d) + _DEF_DEFAULTS[len(d):] for d in defs]
     top = [d[0] for d in defs if not d[3]]
     spaces = list(dict.fromkeys(d[3] for d in defs if d[3]))
     top_names = assign_python_names(top)
@@ -98,9 +106,10 @@ def parse_tools(defs):
         space: assign_python_names([d[0] for d in defs if d[3] == space], member=True) for space in spaces
     }
     specs = []
-    for name, description, parameters, space in defs:
+    for name, description, parameters, space, returns, observed in defs:
         python_name = members[space][name] if space else top_names[name]
-        spec = ToolSpec(name, python_name, description or "", parameters, space, space_names.get(space, ""))
+        spec = ToolSpec(name, python_name, description or "", parameters, space, space_names.get(space, ""),
+                        returns or "", bool(observed))
         if not space:
             # A top-level tool is bound (its stub made) at once: its schema is read now, and a
             # bad one refused before the program starts.
@@ -282,14 +291,64 @@ def make_stub(spec, call_tool):
 def signature_line(spec):
     """`get_weather(city: str, days?: int, units?: "c"|"f")`: one compact line per tool, with
     every parameter, its type, whether it is optional (`?`), enum values, and the properties
-    of object parameters (one level down)."""
+    of object parameters (one level down); then what it returns, if known
+    (`-> {temp: float, sky: str} (observed)`)."""
     shapes = Shapes(spec.parameters, depth=1)
     req = set(spec.required)
     parts = []
     for prop in _ordered_properties(spec):
         mark = "" if prop in req else "?"
         parts.append(f"{prop}{mark}: {shapes.render(spec.properties[prop])}")
-    return f"{spec.qualified}({', '.join(parts)})"
+    line = f"{spec.qualified}({', '.join(parts)})"
+    returns = returns_text(spec)
+    if returns:
+        line += f" -> {returns}" + (" (observed)" if spec.observed else "")
+    return line
+
+
+# A result's shape in the compact line: two levels of fields while that fits in this many
+# characters, else one, else only the names of its first RETURNS_FIELDS fields (the names are
+# what a program needs not to fail on a KeyError). A GitHub issue's 24 fields so cost 55 tokens
+# more on its line (16 names), against 51 for eight of them typed.
+RETURNS_WIDTH = 160
+RETURNS_FIELDS = 16
+
+
+def returns_text(spec, literal=False):
+    """What `spec` returns, rendered ("" when unknown or anything)."""
+    if not spec.returns:
+        return ""
+    try:
+        schema = json.loads(spec.returns) if isinstance(spec.returns, str) else spec.returns
+    except ValueError:
+        return ""
+    if literal:
+        text = Shapes(schema, STUB_DEPTH, literal=True).render(schema)
+    else:
+        text = Shapes(schema, depth=2).render(schema)
+        if len(text) > RETURNS_WIDTH:
+            text = Shapes(schema, depth=1).render(schema)
+        if len(text) > RETURNS_WIDTH:
+            text = _first_fields(schema) or text
+    return "" if text == "Any" else text
+
+
+def _first_fields(schema):
+    """`{a, b?, c, … 8 more}`: the names of an object's (or a list of objects') first
+    RETURNS_FIELDS fields, required ones first; "" for other shapes."""
+    if not isinstance(schema, dict):
+        return ""
+    if schema.get("type") == "array" and isinstance(schema.get("items"), dict):
+        inner = _first_fields(schema["items"])
+        return f"list[{inner}]" if inner else ""
+    props = schema.get("properties")
+    if not isinstance(props, dict) or not props:
+        return ""
+    req = [r for r in schema.get("required") or [] if r in props]
+    names = req + [p for p in props if p not in req]
+    shown = [n if n in req else f"{n}?" for n in names[:RETURNS_FIELDS]]
+    more = f", … {len(names) - RETURNS_FIELDS} more" if len(names) > RETURNS_FIELDS else ""
+    return "{" + ", ".join(shown) + more + "}"
 
 
 # How deep the stub spells out nested objects (the compact line stops after one level).
@@ -348,7 +407,11 @@ def _stub_def(spec, indent):
         params.append("**kwargs: Any")
     doc = _stub_doc(spec).replace('"""', '\\"\\"\\"')
     pad = indent + "    "
-    head = f"{indent}async def {spec.python_name}({', '.join(params)}):"
+    returns = returns_text(spec, literal=True)
+    arrow = f" -> {returns}" if returns else ""
+    head = f"{indent}async def {spec.python_name}({', '.join(params)}){arrow}:"
+    if returns and spec.observed:
+        head += "  # result shape observed in earlier calls"
     if not doc:
         return [head + " ..."]
     body = "\n".join(pad + line if line else "" for line in doc.splitlines())

@@ -1,10 +1,11 @@
 import asyncio
+import json
 import inspect
 import unittest
 
 from helpers import ScriptedHost  # noqa: F401
 from ptc_runtime import describe, make_stub
-from ptc_runtime.stubs import parse_tools
+from ptc_runtime.stubs import parse_tools, signature_line, stub_text
 
 WEATHER = {
     "type": "object",
@@ -111,3 +112,46 @@ class BoundedRenderingTest(unittest.TestCase):
     def test_a_short_chain_still_renders_whole(self):
         described, _ = describe([spec(_chain(3), name="chain")])
         self.assertEqual(described[0][2], "chain(x: str)")
+
+
+ISSUE = json.dumps({"type": "object", "properties": {
+    "id": {"type": "integer"}, "title": {"type": "string"},
+    "labels": {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}},
+    "body": {"anyOf": [{"type": "string"}, {"type": "null"}]}}, "required": ["id", "title", "labels"]})
+
+
+class ReturnsTest(unittest.TestCase):
+    def specs(self, returns, observed):
+        return parse_tools([("get_issue", "Gets an issue.", {"type": "object", "properties": {"n": {"type": "integer"}}},
+                             "gh", returns, observed)])
+
+    def test_an_observed_shape_follows_the_signature_marked_observed(self):
+        (s,) = self.specs(ISSUE, True)
+        self.assertEqual(signature_line(s), "gh.get_issue(n?: int) -> {id: int, title: str, labels: list[{name: str}], "
+                                            "body?: str | None} (observed)")
+        stub = stub_text([s])
+        self.assertIn('async def get_issue(n: int = ...) -> {"id": int, "title": str, "labels": list[{"name": str}], '
+                      '"body?": str | None}:  # result shape observed in earlier calls', stub)
+        compile(stub, "<stub>", "exec")
+
+    def test_a_declared_shape_is_not_marked_and_none_shows_nothing(self):
+        (s,) = self.specs(ISSUE, False)
+        self.assertTrue(signature_line(s).endswith("body?: str | None}"), signature_line(s))
+        (s,) = self.specs("", False)
+        self.assertEqual(signature_line(s), "gh.get_issue(n?: int)")
+        (s,) = self.specs("{}", True)
+        self.assertEqual(signature_line(s), "gh.get_issue(n?: int)", "a shape of anything says nothing")
+
+    def test_a_wide_shape_keeps_one_level(self):
+        wide = {"type": "object", "properties": {f"field_{i}": {"type": "object", "properties": {
+            "inner": {"type": "string"}}} for i in range(8)}}
+        (s,) = self.specs(json.dumps(wide), True)
+        self.assertIn("field_0?: dict", signature_line(s))
+
+    def test_a_very_wide_shape_shows_its_first_fields(self):
+        # A GitHub issue has some 30 fields: the line names 16, required ones first.
+        fields = {f"f{i}": {"type": "string"} for i in range(30)}
+        wide = {"type": "array", "items": {"type": "object", "properties": fields, "required": ["f29"]}}
+        (s,) = self.specs(json.dumps(wide), True)
+        self.assertTrue(signature_line(s).endswith(" -> list[{f29, f0?, f1?, f2?, f3?, f4?, f5?, f6?, f7?, f8?, f9?, "
+                                                   "f10?, f11?, f12?, f13?, f14?, … 14 more}] (observed)"), signature_line(s))

@@ -96,6 +96,7 @@ impl EngineArgs {
         engine.warm_instances = self.warm_instances;
         engine.memory_reservation = self.memory_reservation_mib.map(|m| m * MIB);
         engine.hibernate_after = (self.hibernate_after_ms > 0).then(|| Duration::from_millis(self.hibernate_after_ms));
+        engine.observe_result_shapes = !self.no_result_shapes;
     }
 }
 

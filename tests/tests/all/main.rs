@@ -32,6 +32,7 @@ mod network;
 mod python_client;
 mod python_data;
 mod reservation;
+mod result_shapes;
 mod session_edges;
 mod sessions;
 mod stdlib;

@@ -26,15 +26,15 @@ pub(crate) const MCP_SDK: &str = "mcp==2.3.0";
 
 /// Everything the scenarios need: the SDK, the npm servers, a files root, the notes server
 /// over HTTP, and the config naming all three downstream servers.
-struct Downstream {
+pub(crate) struct Downstream {
     venv: PathBuf,
     project: PathBuf,
     fs_root: PathBuf,
-    config: PathBuf,
+    pub(crate) config: PathBuf,
     _web: Process,
 }
 
-fn downstream(tag: &str) -> Downstream {
+pub(crate) fn downstream(tag: &str) -> Downstream {
     let venv = python::venv("mcp", &[MCP_SDK]);
     let project = node::project("mcp");
     let python = venv.join("bin").join("python");

@@ -605,6 +605,7 @@ def _wire(tool: Tool) -> pb.Tool:
         parameters_json=json.dumps(tool.parameters) if tool.parameters is not None else "",
         namespace=tool.namespace or "",
         requires_approval=tool.requires_approval,
+        returns_json=json.dumps(tool.returns) if tool.returns is not None else "",
     )
 
 

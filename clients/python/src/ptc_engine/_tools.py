@@ -43,7 +43,9 @@ class Tool:
     `handler` is called with the input's fields as keyword arguments; it may be sync (run in a
     thread) or async. With `parameters` given, the input is passed as is; otherwise the schema
     and the conversion come from the handler's signature. With `requires_approval`, each call
-    waits for the run's `on_approval` to approve it.
+    waits for the run's `on_approval` to approve it. `returns` (a JSON Schema; from a function,
+    its return annotation's) is shown to the model after the tool's signature; without it, the
+    shape its results had is shown once a call returned.
     """
 
     name: str
@@ -52,6 +54,7 @@ class Tool:
     parameters: dict[str, Any] | None = None
     namespace: str | None = None
     requires_approval: bool = False
+    returns: dict[str, Any] | None = None
     _model: type[pydantic.BaseModel] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
@@ -76,12 +79,12 @@ class Tool:
             doc = docstring_parser.parse(inspect.getdoc(fn) or "")
             summary = "\n\n".join(p for p in (doc.short_description, doc.long_description) if p)
             model = _input_model(fn, tool_name, {p.arg_name: p.description or "" for p in doc.params})
-            made = (model, _schema(model), summary)
+            made = (model, _schema(model), summary, _returns(fn))
             if key is not None:
                 if len(_MADE) >= _MADE_MAX:
                     _MADE.clear()
                 _MADE[key] = made
-        model, schema, summary = made
+        model, schema, summary, returns = made
         return cls(
             name=tool_name,
             handler=fn,
@@ -89,6 +92,7 @@ class Tool:
             parameters=copy.deepcopy(schema),
             namespace=namespace,
             requires_approval=requires_approval,
+            returns=copy.deepcopy(returns),
             _model=model,
         )
 
@@ -114,7 +118,7 @@ class Tool:
 # A function's input model, schema and summary, by what they are made from: making them costs
 # 0.5-0.7 ms a function (pydantic), every run for tools given as functions, and every run for
 # the frameworks' closures (new function objects of the same code). 512 entries at most.
-_MADE: dict[Hashable, tuple[type[pydantic.BaseModel], dict[str, Any], str]] = {}
+_MADE: dict[Hashable, tuple[type[pydantic.BaseModel], dict[str, Any], str, dict[str, Any] | None]] = {}
 _MADE_MAX = 512
 
 
@@ -186,6 +190,23 @@ def _input_model(fn: Handler, name: str, docs: dict[str, str]) -> type[pydantic.
         return pydantic.create_model(f"{name}_input", __config__=pydantic.ConfigDict(arbitrary_types_allowed=False), **fields)
     except Exception as e:
         raise InvalidToolError(f"tool {name!r}: its parameters have no JSON Schema ({e})") from None
+
+
+def _returns(fn: Handler) -> dict[str, Any] | None:
+    """The JSON Schema of `fn`'s return annotation; None without one, or for one that says
+    nothing (`Any`, `None`) or has no JSON Schema."""
+    try:
+        hint = get_type_hints(fn, include_extras=True).get("return", Any)
+    except Exception:
+        return None
+    if hint in (Any, None, type(None), object):
+        return None
+    try:
+        schema = pydantic.TypeAdapter(hint).json_schema()
+    except Exception:
+        return None
+    _drop_titles(schema)
+    return schema or None
 
 
 def _schema(model: type[pydantic.BaseModel]) -> dict[str, Any]:

@@ -75,12 +75,17 @@ pub(crate) struct ToolSpec {
     /// continuation answers it in `decisions` before it is run.
     #[serde(default)]
     pub requires_approval: bool,
+    /// JSON Schema of what the tool returns, shown after its signature; without it, the shape
+    /// earlier results had is shown once seen.
+    #[serde(default)]
+    pub returns: Option<Value>,
 }
 
 impl From<ToolSpec> for ToolDef {
     fn from(t: ToolSpec) -> Self {
         let mut def = ToolDef::new(t.name).with_description(t.description.unwrap_or_default());
         def.parameters = t.parameters;
+        def.returns = t.returns;
         if t.requires_approval {
             def = def.with_approval();
         }

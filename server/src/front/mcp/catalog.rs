@@ -142,10 +142,14 @@ _reason=\"...\" to tell them why; a denied call raises ToolError.";
 
 pub(super) fn tool_def(server: &str, tool: &Tool) -> ToolDef {
     let description = tool.description.as_deref().or(tool.title.as_deref()).unwrap_or_default();
-    ToolDef::new(tool.name.to_string())
+    let def = ToolDef::new(tool.name.to_string())
         .with_namespace(server)
         .with_description(description)
-        .with_parameters(Value::Object((*tool.input_schema).clone()))
+        .with_parameters(Value::Object((*tool.input_schema).clone()));
+    match &tool.output_schema {
+        Some(schema) => def.with_returns(Value::Object((**schema).clone())),
+        None => def,
+    }
 }
 
 /// How many servers a discovery-mode description names, each on a line of its own.

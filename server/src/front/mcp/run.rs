@@ -94,12 +94,19 @@ impl CodeMode {
             Mode::Persistent => Some(self.live.clone().lock_owned().await),
             _ => None,
         };
-        let program = match self.start(&args, mode, held.as_deref_mut(), tenant, elicits(&ctx)).await {
+        let shapes = self.state.core.engine.result_shapes_version(tenant.as_deref());
+        let program = match self.start(&args, mode, held.as_deref_mut(), tenant.clone(), elicits(&ctx)).await {
             Ok(program) => program,
             Err(message) => return Ok(failed_before_start(message).into()),
         };
         let response = self.proceed(program, &ctx).await;
         drop(held);
+        // Its tool calls showed results of a shape not seen before: execute_code's description
+        // now says what they return, so the client is told to list it again (sessions before
+        // protocol 2026-07-28; later ones list again on their own subscription's terms).
+        if mode != Mode::Handles && self.state.core.engine.result_shapes_version(tenant.as_deref()) != shapes {
+            let _ = ctx.peer.notify_tool_list_changed().await;
+        }
         Ok(response)
     }
 

@@ -36,7 +36,7 @@ pub struct McpState {
     schema_checks: Mutex<HashMap<(String, String), SchemaCheck>>,
     /// The last rendering of the callable tools' signatures, for `execute_code`'s description:
     /// every client lists the tools, and rendering them takes an instance.
-    described: Mutex<Option<(Vec<ToolDef>, Arc<ToolDescription>)>>,
+    described: Mutex<Described>,
     /// `Some`: programs keep their globals (variables, imports, functions) and `/mnt/data`
     /// (if the core keeps files) in live sessions of the core's registry: one per MCP session,
     /// or (protocol 2026-07-28 over HTTP, which has no MCP sessions) those a program names
@@ -114,14 +114,29 @@ impl McpState {
         defs: &[ToolDef],
         tenant: Option<&str>,
     ) -> Result<Arc<ToolDescription>, String> {
-        if let Some((last, described)) = self.described.lock().unwrap().as_ref()
-            && last.as_slice() == defs
+        // What it depends on beside the tools: the result shapes the tenant has seen.
+        let shapes = self.core.engine.result_shapes_version(tenant);
+        let key = tenant.map(String::from);
         {
-            return Ok(described.clone());
+            let mut cache = self.described.lock().unwrap();
+            if cache.defs.as_slice() != defs {
+                cache.defs = defs.to_vec();
+                cache.by_tenant.clear();
+            }
+            if let Some((version, described)) = cache.by_tenant.get(&key)
+                && *version == shapes
+            {
+                return Ok(described.clone());
+            }
         }
-        let described = self.describe_admitted(defs, tenant).await?;
-        let described = Arc::new(described);
-        *self.described.lock().unwrap() = Some((defs.to_vec(), described.clone()));
+        let described = Arc::new(self.describe_admitted(defs, tenant).await?);
+        let mut cache = self.described.lock().unwrap();
+        if cache.defs.as_slice() == defs {
+            if cache.by_tenant.len() >= DESCRIBED_TENANTS {
+                cache.by_tenant.clear();
+            }
+            cache.by_tenant.insert(key, (shapes, described.clone()));
+        }
         Ok(described)
     }
 
@@ -146,6 +161,18 @@ impl McpState {
             .await
             .map_err(|e| format!("the downstream tools cannot be offered to programs: {}", e.message()))
     }
+}
+
+/// Renderings of the current tools kept at once (one per tenant: each sees the result shapes
+/// it observed); past it they are all dropped and rendered again as needed.
+const DESCRIBED_TENANTS: usize = 256;
+
+/// The signatures of the downstream tools as last rendered, per tenant, with the version of
+/// the tenant's result shapes each was rendered with.
+#[derive(Default)]
+pub(super) struct Described {
+    defs: Vec<ToolDef>,
+    by_tenant: HashMap<Option<String>, (u64, Arc<ToolDescription>)>,
 }
 
 /// The tenant an MCP request runs for (HTTP; `None` on stdio).

@@ -58,18 +58,20 @@ class ClientMessage(_message.Message):
     def __init__(self, start: _Optional[_Union[Start, _Mapping]] = ..., tool_results: _Optional[_Union[ToolResults, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., decisions: _Optional[_Union[Decisions, _Mapping]] = ...) -> None: ...
 
 class Tool(_message.Message):
-    __slots__ = ("name", "description", "parameters_json", "namespace", "requires_approval")
+    __slots__ = ("name", "description", "parameters_json", "namespace", "requires_approval", "returns_json")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     PARAMETERS_JSON_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     REQUIRES_APPROVAL_FIELD_NUMBER: _ClassVar[int]
+    RETURNS_JSON_FIELD_NUMBER: _ClassVar[int]
     name: str
     description: str
     parameters_json: str
     namespace: str
     requires_approval: bool
-    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., parameters_json: _Optional[str] = ..., namespace: _Optional[str] = ..., requires_approval: _Optional[bool] = ...) -> None: ...
+    returns_json: str
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., parameters_json: _Optional[str] = ..., namespace: _Optional[str] = ..., requires_approval: _Optional[bool] = ..., returns_json: _Optional[str] = ...) -> None: ...
 
 class Limits(_message.Message):
     __slots__ = ("timeout_ms", "max_round_trips", "max_tool_calls", "max_memory_bytes", "max_output_bytes", "fuel")
