@@ -155,11 +155,17 @@ fn serve_runs_as_an_unprivileged_user_that_owns_only_its_files_dir() {
     std::fs::create_dir_all(&cache).unwrap();
     let bin = home.join("ptc-engine");
     std::fs::copy(BIN, &bin).unwrap();
-    // The compiled component from this user's cache, so the other user need not compile it.
+    // The compiled Python component from this user's cache, so the other user need not compile
+    // it: only that one (48 MB), since a cache that also holds the data runtime's (630 MB per
+    // build) would take time and disk on a small CI machine for nothing.
     let own_cache = std::env::var_os("PTC_CACHE_DIR").map(std::path::PathBuf::from).unwrap_or_else(|| {
         std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache").join("ptc-engine")
     });
     for entry in std::fs::read_dir(&own_cache).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !(name.starts_with("sandbox-") && name.ends_with(".cwasm")) {
+            continue;
+        }
         let _ = std::fs::copy(entry.path(), cache.join(entry.file_name()));
     }
     let chown = Command::new("chown").args(["-R", "65534:65534"]).arg(&home).status();

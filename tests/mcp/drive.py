@@ -149,7 +149,7 @@ return {{"ids": [n["id"] for n in found["result"]]}}
     # A misspelt tool is refused before the program runs, with what it likely meant.
     result, text, sc = await run(client, "print('first')\nawait notes.serch_notes(query='rust')")
     assert result.is_error and sc["stdout"] == "", sc
-    assert "did you mean notes.search_notes(query: str)?" in text and "the program was not run" in text, text
+    assert "did you mean notes.search_notes(query: str)" in text and "the program was not run" in text, text
     log("checked before running: ok")
 
     # A tool the operator marked for approval (web's "approve"), from a client that cannot ask
