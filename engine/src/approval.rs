@@ -80,12 +80,12 @@ pub(crate) fn guest_description(tool: &ToolDef) -> String {
 
 /// The input schema the program sees: the tool's, with [`REASON`] among its properties when
 /// the tool needs approval (so that the stub takes it, and a model reading it sees it).
-pub(crate) fn guest_parameters(tool: &ToolDef) -> Option<Value> {
+pub(crate) fn guest_parameters(tool: &ToolDef) -> Option<std::sync::Arc<Value>> {
     let schema = tool.parameters.as_ref()?;
     if !tool.requires_approval {
         return Some(schema.clone());
     }
-    let Value::Object(object) = schema else { return Some(schema.clone()) };
+    let Value::Object(object) = &**schema else { return Some(schema.clone()) };
     let mut object = object.clone();
     let properties = object.entry("properties").or_insert_with(|| Value::Object(Map::new()));
     if let Value::Object(properties) = properties
@@ -96,7 +96,7 @@ pub(crate) fn guest_parameters(tool: &ToolDef) -> Option<Value> {
             serde_json::json!({"type": "string", "description": "Why you make this call, for the user who approves it."}),
         );
     }
-    Some(Value::Object(object))
+    Some(std::sync::Arc::new(Value::Object(object)))
 }
 
 /// Takes [`REASON`] out of a held call's input (JSON text of an object): the input the tool

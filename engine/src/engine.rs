@@ -17,7 +17,7 @@ use crate::broker::Next;
 use crate::config::{ComponentSource, EngineConfig, Limits, MIB, WhenBusy};
 use crate::data::DataRuntime;
 use crate::error::{Error, ErrorKind, Result};
-use crate::execution::{Control, Execution, Job, Start, drive};
+use crate::execution::{Control, Execution, GuestTools, Job, Start, drive};
 use crate::guest::Pre;
 use crate::hibernation::{Hibernation, Keeper, Sealing};
 use crate::host::HostState;
@@ -303,7 +303,11 @@ impl Engine {
         let cancel = CancellationToken::new();
         let job = Job {
             pre,
-            tools: wit_tools(&request.tools, self.inner.stores.observed.as_deref(), request.tenant.as_deref()),
+            tools: GuestTools::Sent(wit_tools(
+                &request.tools,
+                self.inner.stores.observed.as_deref(),
+                request.tenant.as_deref(),
+            )),
             code: request.code,
             deadline,
             timeout: limits.timeout,
@@ -421,13 +425,24 @@ impl Engine {
         let mut limits = request.limits.clone().unwrap_or_else(|| session.limits().clone());
         limits.max_memory_bytes = session.limits().max_memory_bytes;
         inner.config.ceilings.check(&limits, inner.config.fuel)?;
-        request.check_size(&inner.config.ceilings)?;
+        request.check_program_size(&inner.config.ceilings)?;
         if request.journal.is_some() {
             return Err(Error::invalid(
                 "an execution in a live session cannot be journaled: it depends on what the session's earlier programs left",
             ));
         }
-        let schemas = inner.schemas.compiled(session.tenant(), &request.tools).await?;
+        // The same tools as the session's last program: checked then, and held by its instance.
+        let fingerprint = session::tools_fingerprint(&request.tools, self.result_shapes_version(session.tenant()));
+        let core = session.core();
+        let (schemas, list) = match core.same_tools(fingerprint) {
+            Some(same) => same,
+            None => {
+                check_tools_size(&request.tools, &inner.config.ceilings)?;
+                let schemas = inner.schemas.compiled(session.tenant(), &request.tools).await?;
+                let list = core.keep_tools(fingerprint, &schemas);
+                (schemas, list)
+            }
+        };
         session.claim()?;
         let started = Instant::now();
         let (events_tx, events_rx) = mpsc::unbounded_channel();
@@ -435,9 +450,13 @@ impl Engine {
         let cancel = session.cancel_token();
         let fuel = inner.stores.fuel(&limits);
         let output = session.output();
+        let need_approval = NeedApproval::of(&request.tools);
+        let (given, observed, tenant) =
+            (request.tools, inner.stores.observed.clone(), session.tenant().map(str::to_string));
+        let make = move || wit_tools(&given, observed.as_deref(), tenant.as_deref());
         let job = Job {
             pre: Pre::Component(inner.stores.pre.clone()),
-            tools: wit_tools(&request.tools, inner.stores.observed.as_deref(), session.tenant()),
+            tools: GuestTools::Numbered { list, make: Box::new(make) },
             code: request.code,
             deadline: tokio::time::Instant::from_std(started + limits.timeout),
             timeout: limits.timeout,
@@ -455,7 +474,6 @@ impl Engine {
         let ceilings = inner.config.ceilings.clone();
         let install_exchange = exchange.clone();
         let id: Arc<str> = request.id.clone().unwrap_or_else(new_id).into();
-        let need_approval = NeedApproval::of(&request.tools);
         let (install_id, control_schemas) = (id.clone(), schemas.clone());
         let net = NetSide::new(request.network.clone(), Some(tokio::time::Instant::from_std(started + limits.timeout)));
         let install = move |store: &mut Store<HostState>| {

@@ -49,6 +49,7 @@ impl Guest {
     }
 
     /// Runs one program; `session` keeps its globals for the next program in this instance.
+    /// `tools` is `None` only in a live session, for its previous program's tools.
     /// `Outcome::Hibernated`: the program got off the native stack at a wait for tools, and
     /// [`Guest::resume`] carries it on (in this instance, or in another its memory was
     /// thawed into).
@@ -56,7 +57,7 @@ impl Guest {
         &self,
         store: &mut Store<HostState>,
         code: &str,
-        tools: &[ToolDef],
+        tools: Option<&[ToolDef]>,
         session: bool,
     ) -> wasmtime::Result<Outcome> {
         let env = store.data().net.environment();

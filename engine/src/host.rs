@@ -35,6 +35,9 @@ pub(crate) struct HostState {
     pub(crate) monotonic: Option<Monotonic>,
     /// The execution's network policy and the requests it made (`net/`).
     pub(crate) net: NetSide,
+    /// Which tool list ([`crate::execution::GuestTools::list`]) this instance's live session
+    /// holds, once a program given it got to run (0: none).
+    pub(crate) tools_held: u64,
 }
 
 /// One turn of the data runtime, as its door sees it: the job the guest asks for, and what
@@ -102,6 +105,7 @@ impl HostState {
             primed_handles,
             monotonic: None,
             net: NetSide::new(None, None),
+            tools_held: 0,
         }
     }
 

@@ -85,7 +85,7 @@ def turn():
             o = resume_program(_wait_for_tools)
         elif job["kind"] == "run":
             net.environment([tuple(e) for e in job.get("env", [])])
-            tools = [tuple(t) for t in job["tools"]]
+            tools = None if job["tools"] is None else [tuple(t) for t in job["tools"]]
             o = run_program(job["code"], tools, _wait_for_tools, job["session"])
         else:
             _answer(job)

@@ -105,7 +105,7 @@ class WitWorld(wit_world.WitWorld):
                 # continue one sequence, as one process's would.
                 random.seed()
                 WitWorld._seeded = True
-            outcome = run_program(code, _defs(tools), _wait_for_tools, session)
+            outcome = run_program(code, None if tools is None else _defs(tools), _wait_for_tools, session)
             return _outcome(outcome)
         except BaseException as e:
             return _internal(e)

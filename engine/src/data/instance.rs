@@ -12,6 +12,10 @@ use crate::host::{HostState, TurnState};
 /// What a turn runs: everything else crosses the door.
 const TURN_SOURCE: &str = "__import__('ptc_data').turn()\n";
 
+/// One tool as the door's job carries it: name, description, parameters, namespace, returns,
+/// observed.
+type ToolRow<'a> = (&'a str, &'a str, &'a str, &'a str, &'a str, bool);
+
 /// One instance: the exports a turn uses (in an execution's store, or pre-initialisation's).
 pub(crate) struct DataInstance {
     memory: Memory,
@@ -104,23 +108,19 @@ impl DataInstance {
         &self,
         store: &mut Store<HostState>,
         code: &str,
-        tools: &[bindings::ToolDef],
+        tools: Option<&[bindings::ToolDef]>,
         session: bool,
         env: &[(String, String)],
     ) -> wasmtime::Result<bindings::Outcome> {
-        let tools: Vec<(&str, &str, &str, &str, &str, bool)> = tools
-            .iter()
-            .map(|t| {
-                (
-                    t.name.as_str(),
-                    t.description.as_str(),
-                    t.parameters.as_str(),
-                    t.namespace.as_str(),
-                    t.returns.as_str(),
-                    t.observed,
-                )
-            })
-            .collect();
+        // `null`: the live session's previous tools.
+        let tools = tools.map(|tools| {
+            tools
+                .iter()
+                .map(|t| -> ToolRow<'_> {
+                    (&t.name, &t.description, &t.parameters, &t.namespace, &t.returns, t.observed)
+                })
+                .collect::<Vec<_>>()
+        });
         let job = serde_json::json!({"kind": "run", "code": code, "tools": tools, "session": session, "env": env});
         self.run(store, job).await
     }

@@ -12,7 +12,7 @@ use wasmtime::Store;
 use super::{Engine, session_spec, wit_tools};
 use crate::broker::Progress;
 use crate::error::{Error, ErrorKind, Result};
-use crate::execution::{Control, Execution, Job, Start, drive};
+use crate::execution::{Control, Execution, GuestTools, Job, Start, drive};
 use crate::hibernation::{Asleep, Binding, Image, sealed};
 use crate::host::HostState;
 use crate::request::{ExecutionRequest, Runtime};
@@ -93,7 +93,11 @@ impl Engine {
         let job = Job {
             pre,
             code: String::new(),
-            tools: wit_tools(&request.tools, self.inner.stores.observed.as_deref(), request.tenant.as_deref()),
+            tools: GuestTools::Sent(wit_tools(
+                &request.tools,
+                self.inner.stores.observed.as_deref(),
+                request.tenant.as_deref(),
+            )),
             deadline,
             timeout: limits.timeout,
             fuel: h.fuel_initial,

@@ -30,7 +30,7 @@ pub(crate) struct SchemaCache {
 struct Entry {
     tenant: Option<String>,
     /// What the validators depend on, tool by tool: namespace, name, parameters.
-    tools: Vec<(Option<String>, String, Option<serde_json::Value>)>,
+    tools: Vec<(Option<String>, String, Option<std::sync::Arc<serde_json::Value>>)>,
     values: usize,
     schemas: Arc<Schemas>,
 }
@@ -67,7 +67,7 @@ impl SchemaCache {
     }
 
     fn keep(&self, tenant: Option<&str>, tools: &[ToolDef], schemas: &Arc<Schemas>) {
-        let values = tools.len() + tools.iter().filter_map(|t| t.parameters.as_ref()).map(count).sum::<usize>();
+        let values = tools.len() + tools.iter().filter_map(|t| t.parameters.as_deref()).map(count).sum::<usize>();
         if values > VALUES {
             return;
         }

@@ -307,6 +307,8 @@ def run_program(code, tool_defs, wait_for_tools, persist=False):
     if persist:
         return _run_in_session(code, tool_defs, wait_for_tools)
     try:
+        if tool_defs is None:
+            raise InvalidTools("no tools were given (only a live session's program may reuse the last ones)")
         specs = parse_tools(tool_defs)
     except InvalidTools as e:
         return Outcome(False, kind="invalid-tools", message=str(e))

@@ -22,6 +22,8 @@ import textwrap
 import types
 import weakref
 
+from .errors import InvalidTools
+
 FORMAT = 1
 
 
@@ -47,15 +49,25 @@ class Live:
         self.filename = None
         # The runner's broker and event loop, kept between programs while no task outlives one.
         self.run = None
-        self._tools = (None, None, None)
+        # (definitions, specs, stubs, or the InvalidTools they raised): the last tools given.
+        self._tools = None
 
     def tools_for(self, defs, parse, bind):
         """(specs, stubs) for `defs`: the previous program's when the definitions are the same
-        (the stubs call through the session, so they serve any program)."""
-        if defs != self._tools[0]:
-            specs = parse(defs)
-            self._tools = (defs, specs, bind(specs, self.call_tool))
-        return self._tools[1], self._tools[2]
+        (the stubs call through the session, so they serve any program). `defs` is None when
+        the host did not send them again: the previous program's, error included."""
+        if defs is not None and (self._tools is None or defs != self._tools[0]):
+            try:
+                specs = parse(defs)
+                self._tools = (defs, specs, bind(specs, self.call_tool), None)
+            except InvalidTools as e:
+                self._tools = (defs, None, None, e)
+        if self._tools is None:
+            raise InvalidTools("no tools were given, and this session has none from an earlier program")
+        _, specs, stubs, error = self._tools
+        if error is not None:
+            raise error
+        return specs, stubs
 
     def call_tool(self, name, args, namespace=""):
         return self.broker.call_tool(name, args, namespace)

@@ -50,6 +50,31 @@ class SessionTest(unittest.TestCase):
         self.assertTrue(o.ok, o)
         self.assertEqual(out, "3\n")
 
+    def test_tools_not_sent_again_are_the_previous_programs(self):
+        # The host sends None while a session's tools stay the same.
+        o, _, _ = self.run_in("return await add(a=1, b=2)")
+        self.assertTrue(o.ok, o)
+        o, _, _ = self.run_in("return await add(a=2, b=2)", tools=None)
+        self.assertTrue(o.ok and json.loads(o.value_json) == 4, o)
+        o, _, _ = self.run_in("return await mul(a=2, b=3)", tools=OTHER)
+        self.assertTrue(o.ok and json.loads(o.value_json) == 6, o)
+        o, _, _ = self.run_in("return await mul(a=3, b=3)", tools=None)
+        self.assertTrue(o.ok and json.loads(o.value_json) == 9, o)
+
+    def test_invalid_tools_not_sent_again_fail_again(self):
+        bad = [("add", "", {}), ("add", "", {})]
+        o, _, _ = self.run_in("pass", tools=bad)
+        self.assertEqual(o.kind, "invalid-tools", o)
+        again, _, _ = self.run_in("pass", tools=None)
+        self.assertEqual((again.kind, again.message), (o.kind, o.message))
+
+    def test_no_tools_ever_sent_is_refused_in_words(self):
+        o, _, _ = self.run_in("pass", tools=None)
+        self.assertEqual(o.kind, "invalid-tools", o)
+        self.assertIn("no tools were given", o.message)
+        fresh = run_program("pass", None, ScriptedHost(arith))
+        self.assertEqual(fresh.kind, "invalid-tools", fresh)
+
     def test_a_failed_run_keeps_what_it_defined_before_the_error(self):
         o, _, err = self.run_in("a = 1\nraise ValueError('boom')")
         self.assertFalse(o.ok)

@@ -95,6 +95,12 @@ async fn a_data_session_keeps_its_dataframe_between_programs_and_in_a_snapshot()
     drive(exec, standard_handler).await.completed();
     let exec = engine.execute_in(&session, ExecutionRequest::new("print(df['v'].sum())")).await.unwrap();
     assert_eq!(drive(exec, echo).await.completed().stdout, "7.0\n");
+    // The same tools again: the second time they are not sent (the instance holds them).
+    for _ in 0..2 {
+        let code = "print(await add(a=float(df['v'].sum()), b=1))";
+        let exec = engine.execute_in(&session, ExecutionRequest::new(code).with_tools(standard_tools())).await.unwrap();
+        assert_eq!(drive(exec, standard_handler).await.completed().stdout, "8.0\n");
+    }
 
     // Its snapshot keeps the DataFrame and the import, drops a generator with the reason, and
     // refuses a bound smaller than the state in words; a restore rebuilds it in a new session.

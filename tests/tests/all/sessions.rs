@@ -61,6 +61,45 @@ async fn tools_may_change_between_executions() {
     }
 }
 
+/// A session's instance is not sent again the tools it holds (`GuestTools`): what each
+/// program sees must still be exactly the tools it was given, with the shapes seen so far.
+#[tokio::test]
+async fn tools_sent_once_per_session_are_still_the_ones_each_program_is_given() {
+    let engine = engine();
+    let request = SessionRequest::new().with_tenant("tools-sent-once");
+    let session = engine.open_session(request).await.expect("open session").0;
+    let tools = standard_tools();
+    let (add, weather) = (vec![tools[0].clone()], vec![tools[1].clone()]);
+    let seen = "print(sorted(n for n in ('add', 'get_weather') if n in globals()))";
+    for (given, expected) in [(&add, "['add']"), (&add, "['add']"), (&weather, "['get_weather']"), (&add, "['add']")] {
+        let done = exec(engine, &session, seen, given.clone()).await.completed();
+        assert_eq!(done.stdout.trim(), expected);
+    }
+    // Only the description differs (and no call has shown a result shape yet): the program
+    // reads the new one.
+    let described = vec![tools[0].clone().with_description("Sums two numbers, newly described.")];
+    let doc = exec(engine, &session, "print(add.__doc__)", described).await.completed();
+    assert!(doc.stdout.contains("newly described"), "{}", doc.stdout);
+    let sum = exec(engine, &session, "print(int(await add(a=2, b=3)))", add.clone()).await.completed();
+    assert_eq!(sum.stdout, "5\n");
+    // A result shape seen by a call shows in the next program's signatures, same tools or not.
+    let lookup = ToolDef::new("lookup").with_parameters(serde_json::json!({"type": "object"}));
+    let code = "r = await lookup()\nprint(describe_tools(['lookup']))";
+    let first =
+        engine.execute_in(&session, ExecutionRequest::new(code).with_tools(vec![lookup.clone()])).await.unwrap();
+    let first = drive(first, |_| Ok(serde_json::json!({"id": 1, "name": "x"}))).await.completed();
+    assert!(!first.stdout.contains("observed"), "{}", first.stdout);
+    let again = exec(engine, &session, "print(describe_tools(['lookup']))", vec![lookup]).await.completed();
+    assert!(again.stdout.contains(r#"-> {"id": int, "name": str}:  # result shape observed"#), "{}", again.stdout);
+    // Tools refused once are refused again when given again, then others are taken.
+    let twice = vec![tools[0].clone(), tools[0].clone()];
+    for _ in 0..2 {
+        let f = exec(engine, &session, "pass", twice.clone()).await.failed();
+        assert_eq!(f.kind, FailureKind::InvalidTools, "{}", f.message);
+    }
+    exec(engine, &session, "print(int(await add(a=1, b=1)))", add).await.completed();
+}
+
 #[tokio::test]
 async fn an_exception_keeps_the_session_and_what_ran_before_it() {
     let engine = engine();

@@ -84,8 +84,8 @@ pub(crate) struct ToolSpec {
 impl From<ToolSpec> for ToolDef {
     fn from(t: ToolSpec) -> Self {
         let mut def = ToolDef::new(t.name).with_description(t.description.unwrap_or_default());
-        def.parameters = t.parameters;
-        def.returns = t.returns;
+        def.parameters = t.parameters.map(Arc::new);
+        def.returns = t.returns.map(Arc::new);
         if t.requires_approval {
             def = def.with_approval();
         }
