@@ -188,13 +188,27 @@ async fn over_grpc(args: &Args, url: &str) -> anyhow::Result<()> {
         true => client.open_session(OpenSessionRequest::default()).await?.into_inner().session_id,
         false => String::new(),
     };
+    // `--toolset`'s tools as a client sends them, or the one `add`.
+    let tools: Vec<ptc_server::proto::Tool> = toolsets(&args.toolset)?
+        .into_iter()
+        .map(|t| ptc_server::proto::Tool {
+            parameters_json: t.parameters.map(|p| p.to_string()).unwrap_or_default(),
+            namespace: t.namespace.unwrap_or_default(),
+            name: t.name,
+            description: t.description,
+            ..Default::default()
+        })
+        .collect();
     let (mut total, mut wall, mut inst, mut refused, mut unary) = (vec![], vec![], vec![], vec![], vec![]);
     for _ in 0..args.n {
         if args.gap_ms > 0 {
             tokio::time::sleep(Duration::from_millis(args.gap_ms)).await;
         }
         let t0 = Instant::now();
-        let request = ptc_server::proto::Start { session_id: session_id.clone(), ..start(&args.code, &["add"]) };
+        let mut request = ptc_server::proto::Start { session_id: session_id.clone(), ..start(&args.code, &["add"]) };
+        if !tools.is_empty() {
+            request.tools = tools.clone();
+        }
         let mut exec = Exec::open(&mut client, request, None).await.map_err(anyhow::Error::msg)?;
         while let Some(calls) = exec.next_batch().await.map_err(anyhow::Error::msg)? {
             let results = calls.iter().map(|c| ok(&c.id, &serde_json::json!(3))).collect();
