@@ -230,7 +230,8 @@ impl Exchange {
         ids.into_iter().map(|(_, id)| id.clone()).collect()
     }
 
-    /// The calls held for a decision now: (tool label, reason), for the words of a deadline.
+    /// The tools (labels, sorted) of the calls held for a decision now, for the words of a
+    /// deadline.
     pub(crate) fn held_tools(&self) -> Vec<String> {
         let state = self.state();
         let mut names: Vec<String> =

@@ -312,11 +312,12 @@ impl Session {
         self.runtime
     }
 
-    /// A token for the next execution: cancelled with it, or when the session ends.
+    /// What its handles and its task share (its last tools among them).
     pub(crate) fn core(&self) -> &SessionCore {
         &self.shared
     }
 
+    /// A token for the next execution: cancelled with it, or when the session ends.
     pub(crate) fn cancel_token(&self) -> CancellationToken {
         self.shared.ended.child_token()
     }

@@ -24,7 +24,7 @@ import ast
 import builtins
 import difflib
 
-from .stubs import _ordered_properties, _takes_extra, _usable, signature_line
+from .stubs import _listing, _ordered_properties, _takes_extra, _usable, signature_line
 
 
 class ToolCheckError(SyntaxError):
@@ -153,8 +153,7 @@ class _Checker:
                 return members[func.attr], None
             close = difflib.get_close_matches(func.attr, list(members), n=1, cutoff=0.75)
             hint = f"; did you mean {signature_line(members[close[0]])}?" if close else ""
-            listing = ", ".join(sorted(members)[:30]) + (", …" if len(members) > 30 else "")
-            return None, f"{space} has no callable tool {func.attr!r}{hint}; its callable tools are: {listing}"
+            return None, f"{space} has no callable tool {func.attr!r}{hint}; its callable tools are: {_listing(members, 30)}"
         return None, None
 
     def check_call(self, call):
