@@ -48,6 +48,10 @@ pub(crate) struct ObservedShapes {
 struct State {
     tenants: HashMap<String, Tenant>,
     total: usize,
+    /// Changes so far, of all tenants: a tenant's version is the number of its last change,
+    /// so that a tenant dropped when it had no shapes left and seen again never repeats a
+    /// version a rendering was made with.
+    changes: u64,
 }
 
 #[derive(Default)]
@@ -55,7 +59,8 @@ struct Tenant {
     shapes: HashMap<String, Observed>,
     /// Labels, oldest first, for eviction.
     order: VecDeque<String>,
-    /// Bumped whenever a shape changes: what a rendering of the tenant's tools depends on.
+    /// Changes whenever a shape changes, never back: what a rendering of the tenant's tools
+    /// depends on.
     version: u64,
 }
 
@@ -93,7 +98,8 @@ impl ObservedShapes {
             }
             entry.order.push_back(label.to_string());
             entry.shapes.insert(label.to_string(), Observed { shape, samples: 1 });
-            entry.version += 1;
+            state.changes += 1;
+            entry.version = state.changes;
             state.total += 1;
             return;
         }
@@ -106,7 +112,8 @@ impl ObservedShapes {
         let merged = merge(&observed.shape, &shape);
         if merged != observed.shape {
             observed.shape = merged;
-            entry.version += 1;
+            state.changes += 1;
+            entry.version = state.changes;
         }
     }
 
@@ -129,7 +136,8 @@ impl State {
         let entry = self.tenants.get_mut(&tenant).expect("just found");
         if let Some(old) = entry.order.pop_front() {
             entry.shapes.remove(&old);
-            entry.version += 1;
+            self.changes += 1;
+            entry.version = self.changes;
             self.total -= 1;
         }
         if entry.shapes.is_empty() {
@@ -369,5 +377,21 @@ mod tests {
         assert!(store.shape("acme", "t0").is_none() && store.shape("acme", "t2").is_none());
         assert!(store.shape("acme", "t3").is_some());
         assert_eq!(store.state().total, MAX_PER_TENANT);
+    }
+
+    #[test]
+    fn a_tenant_dropped_and_seen_again_never_repeats_a_version() {
+        let store = ObservedShapes::default();
+        let tenants: Vec<String> = (0..MAX_TOTAL).map(|i| format!("t{i}")).collect();
+        for t in &tenants {
+            store.record(t, "x.y", &json!(1));
+        }
+        let before: Vec<u64> = tenants.iter().map(|t| store.version(t)).collect();
+        // One more shape evicts one from the largest tenant, here one of one shape: it goes.
+        store.record("newcomer", "x.y", &json!(1));
+        let gone = tenants.iter().position(|t| store.shape(t, "x.y").is_none()).expect("one was evicted");
+        assert_eq!(store.version(&tenants[gone]), 0);
+        store.record(&tenants[gone], "x.y", &json!(1));
+        assert!(store.version(&tenants[gone]) > before[gone], "a rendering made before is stale");
     }
 }
