@@ -17,7 +17,7 @@ use crate::broker::Next;
 use crate::config::{ComponentSource, EngineConfig, Limits, MIB, WhenBusy};
 use crate::data::DataRuntime;
 use crate::error::{Error, ErrorKind, Result};
-use crate::execution::{Control, Execution, GuestTools, Job, Start, drive};
+use crate::execution::{Control, Execution, Job, Start, drive};
 use crate::guest::Pre;
 use crate::hibernation::{Hibernation, Keeper, Sealing};
 use crate::host::HostState;
@@ -29,6 +29,7 @@ use crate::schema::SchemaCache;
 use crate::session::{self, Restored, Session, SessionCore, SessionRequest};
 use crate::shares::Shares;
 use crate::stores::{StoreSpec, Stores};
+use crate::tool_lists::{self, GuestTools};
 use crate::warm::Refill;
 use crate::wasm::{EpochTicker, build_engine};
 
@@ -432,15 +433,14 @@ impl Engine {
             ));
         }
         // The same tools as the session's last program: checked then, and held by its instance.
-        let fingerprint = session::tools_fingerprint(&request.tools, self.result_shapes_version(session.tenant()));
-        let core = session.core();
-        let (schemas, list) = match core.same_tools(fingerprint) {
+        let fingerprint = tool_lists::fingerprint(&request.tools, self.result_shapes_version(session.tenant()));
+        let last = &session.core().last_tools;
+        let (schemas, list) = match last.same(fingerprint) {
             Some(same) => same,
             None => {
                 check_tools_size(&request.tools, &inner.config.ceilings)?;
                 let schemas = inner.schemas.compiled(session.tenant(), &request.tools).await?;
-                let list = core.keep_tools(fingerprint, &schemas);
-                (schemas, list)
+                (schemas.clone(), last.keep(fingerprint, &schemas))
             }
         };
         session.claim()?;

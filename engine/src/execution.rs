@@ -1,7 +1,7 @@
 //! A running (or paused) execution: its handle, and the task that drives the instance.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::OwnedSemaphorePermit;
@@ -19,6 +19,7 @@ use crate::host::HostState;
 use crate::journal::{Journal, JournalTake, Recorder};
 use crate::output::Output;
 use crate::schema::Schemas;
+use crate::tool_lists::GuestTools;
 use crate::warm::Refill;
 
 /// The client's side of one execution. Dropping it cancels the execution and frees the instance.
@@ -238,34 +239,6 @@ pub(crate) struct Job {
     pub(crate) refill: Option<Refill>,
     /// The engine's count of executions under way (see `Engine::fill_warm`).
     pub(crate) running: Arc<AtomicUsize>,
-}
-
-/// A program's tools as the guest takes them. A live session's instance is not sent again the
-/// list it holds: with 102 MCP tools, making, sending and comparing them was 1.8 of a session
-/// `pass`'s 1.9 ms (`phases --session` with the five toolsets).
-pub(crate) enum GuestTools {
-    /// Sent to the instance (a fresh one holds none).
-    Sent(Vec<bindings::ToolDef>),
-    /// List number `list` of a live session, made only if its instance does not hold it.
-    Numbered { list: u64, make: Box<dyn Fn() -> Vec<bindings::ToolDef> + Send + Sync> },
-}
-
-impl GuestTools {
-    /// A number for a tool list, never 0 (what an instance that holds none has).
-    pub(crate) fn new_list() -> u64 {
-        static LISTS: AtomicU64 = AtomicU64::new(1);
-        LISTS.fetch_add(1, Ordering::Relaxed)
-    }
-
-    /// What to send an instance that holds list `held` (none when it is this one), and the
-    /// list it holds once it took them.
-    fn for_instance(&self, held: u64) -> (Option<std::borrow::Cow<'_, [bindings::ToolDef]>>, u64) {
-        match self {
-            GuestTools::Sent(defs) => (Some(defs.into()), 0),
-            GuestTools::Numbered { list, .. } if *list == held => (None, held),
-            GuestTools::Numbered { list, make } => (Some(make().into()), *list),
-        }
-    }
 }
 
 /// Counts one execution as under way while it lives.

@@ -35,8 +35,8 @@ pub(crate) struct HostState {
     pub(crate) monotonic: Option<Monotonic>,
     /// The execution's network policy and the requests it made (`net/`).
     pub(crate) net: NetSide,
-    /// Which tool list ([`crate::execution::GuestTools::list`]) this instance's live session
-    /// holds, once a program given it got to run (0: none).
+    /// Which tool list (`GuestTools::Numbered`'s number, `tool_lists.rs`) this instance's live
+    /// session holds, once a program given it got to run (0: none).
     pub(crate) tools_held: u64,
 }
 

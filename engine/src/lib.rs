@@ -46,6 +46,7 @@ mod schema;
 mod session;
 mod shares;
 mod stores;
+mod tool_lists;
 mod warm;
 mod wasm;
 

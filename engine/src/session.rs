@@ -32,8 +32,8 @@ use crate::guest::Guest;
 use crate::hibernation::{Hibernation, Sleeper};
 use crate::host::HostState;
 use crate::output::Output;
-use crate::request::{Runtime, ToolDef};
-use crate::schema::Schemas;
+use crate::request::Runtime;
+use crate::tool_lists::LastTools;
 
 /// How to open a live session: `SessionRequest::new()` and the `with_*` methods.
 #[derive(Debug, Clone)]
@@ -171,58 +171,7 @@ pub(crate) struct SessionCore {
     pub(crate) output: Output,
     /// The tools of its last program as checked and numbered: a next program given the same
     /// ones skips the checks, and its instance is not sent them again.
-    last_tools: Mutex<Option<LastTools>>,
-}
-
-/// A live session's last tools, by fingerprint (a hash of the definitions and of the result
-/// shapes shown for them, with a key of this process's): nothing of the definitions is kept.
-struct LastTools {
-    fingerprint: u64,
-    /// Their validators while anything still holds them (the engine's cache, mostly).
-    schemas: std::sync::Weak<Schemas>,
-    list: u64,
-}
-
-/// The fingerprint of a tool list shown with result shapes of version `shapes`. Objects are
-/// hashed in their keys' order (serde_json's own `Hash` sorts them, 5× the time here): the
-/// same definitions come in the same order, and others only miss, which costs a resend.
-pub(crate) fn tools_fingerprint(tools: &[ToolDef], shapes: u64) -> u64 {
-    use std::hash::{BuildHasher, Hash, Hasher};
-    fn value(v: &serde_json::Value, h: &mut impl Hasher) {
-        use serde_json::Value;
-        match v {
-            Value::Null => h.write_u8(0),
-            Value::Bool(b) => (1u8, b).hash(h),
-            Value::Number(n) => (2u8, n).hash(h),
-            Value::String(s) => (3u8, s).hash(h),
-            Value::Array(items) => {
-                (4u8, items.len()).hash(h);
-                items.iter().for_each(|item| value(item, h));
-            }
-            Value::Object(map) => {
-                (5u8, map.len()).hash(h);
-                for (k, v) in map {
-                    k.hash(h);
-                    value(v, h);
-                }
-            }
-        }
-    }
-    fn schema(v: &Option<Arc<serde_json::Value>>, h: &mut impl Hasher) {
-        match v {
-            None => h.write_u8(0),
-            Some(v) => value(v, h),
-        }
-    }
-    static KEY: std::sync::OnceLock<foldhash::quality::RandomState> = std::sync::OnceLock::new();
-    let mut h = KEY.get_or_init(Default::default).build_hasher();
-    (shapes, tools.len()).hash(&mut h);
-    for t in tools {
-        (&t.name, &t.description, &t.namespace, t.requires_approval).hash(&mut h);
-        schema(&t.parameters, &mut h);
-        schema(&t.returns, &mut h);
-    }
-    h.finish()
+    pub(crate) last_tools: LastTools,
 }
 
 /// Prepares the store for the next execution (its exchange, events, tools and limits).
@@ -392,22 +341,8 @@ impl SessionCore {
             reason: Mutex::new(None),
             kept: AtomicBool::new(false),
             tenant,
-            last_tools: Mutex::new(None),
+            last_tools: LastTools::default(),
         })
-    }
-
-    /// The validators and list number of the last program's tools, if `fingerprint` is theirs.
-    pub(crate) fn same_tools(&self, fingerprint: u64) -> Option<(Arc<Schemas>, u64)> {
-        let last = self.last_tools.lock().unwrap();
-        let last = last.as_ref().filter(|last| last.fingerprint == fingerprint)?;
-        Some((last.schemas.upgrade()?, last.list))
-    }
-
-    /// Keeps the tools of the program about to run as the last; their list number.
-    pub(crate) fn keep_tools(&self, fingerprint: u64, schemas: &Arc<Schemas>) -> u64 {
-        let list = crate::execution::GuestTools::new_list();
-        *self.last_tools.lock().unwrap() = Some(LastTools { fingerprint, schemas: Arc::downgrade(schemas), list });
-        list
     }
 
     fn end(&self, reason: String) {

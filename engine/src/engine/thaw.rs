@@ -12,12 +12,13 @@ use wasmtime::Store;
 use super::{Engine, session_spec, wit_tools};
 use crate::broker::Progress;
 use crate::error::{Error, ErrorKind, Result};
-use crate::execution::{Control, Execution, GuestTools, Job, Start, drive};
+use crate::execution::{Control, Execution, Job, Start, drive};
 use crate::hibernation::{Asleep, Binding, Image, sealed};
 use crate::host::HostState;
 use crate::request::{ExecutionRequest, Runtime};
 use crate::session::{self, Session, SessionCore, SessionRequest};
 use crate::stores::{HostSide, StoreSpec};
+use crate::tool_lists::GuestTools;
 
 /// What a sealed image is of, as a refusal names it.
 #[derive(Clone, Copy)]
