@@ -114,7 +114,9 @@ fn rustls_config(cert: Vec<u8>, key: Vec<u8>) -> tokio_rustls::rustls::ServerCon
 /// - `/redirect?to=URL`: 302 to `URL`;
 /// - `/slow`: an answer after 10 s; `/sleep?ms=N`: after `N` ms;
 /// - `/big?n=N`: `N` bytes;
-/// - `/data.csv`: a small CSV.
+/// - `/data.csv`: a small CSV;
+/// - `/reflect?as=FORM`: the request's `Authorization` header given back in a transform a
+///   reflector might use ([`reflect`]).
 async fn route(seen: Arc<Mutex<Vec<Seen>>>, method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
     let header_list: Vec<(String, String)> = headers
         .iter()
@@ -156,6 +158,102 @@ async fn route(seen: Arc<Mutex<Vec<Seen>>>, method: Method, uri: Uri, headers: H
             vec![b'x'; n].into_response()
         }
         "/data.csv" => ([("content-type", "text/csv")], "city,temp\nOslo,4\nCairo,31\n").into_response(),
+        "/reflect" => {
+            let token = headers.get("authorization").map(|v| v.as_bytes().to_vec()).unwrap_or_default();
+            reflect(&query("as").unwrap_or_default(), &token)
+        }
         _ => (StatusCode::NOT_FOUND, "no such page").into_response(),
+    }
+}
+
+/// The forms [`reflect`] knows: each gives the request's `Authorization` header back the way
+/// some host that reflects requests might.
+pub const REFLECTIONS: &[&str] = &[
+    "plain",
+    "upper",
+    "reversed",
+    "hex",
+    "HEX",
+    "base64",
+    "base64url",
+    "percent",
+    "json",
+    "html",
+    "mixed",
+    "gzip",
+    "deflate",
+    "zstd",
+    "gzip-base64",
+    "header-name",
+    "header-value-base64",
+    "hex-escaped",
+];
+
+/// `token` given back as `form` (one of [`REFLECTIONS`], or `br`: bytes claimed to be brotli).
+pub fn reflect(form: &str, token: &[u8]) -> Response {
+    use std::io::Write;
+
+    use base64::Engine as _;
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    let gzip = |b: &[u8]| {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(b).unwrap();
+        e.finish().unwrap()
+    };
+    let text = String::from_utf8_lossy(token).into_owned();
+    let body = |b: Vec<u8>| b.into_response();
+    let encoded = |encoding: &str, b: Vec<u8>| ([("content-encoding", encoding.to_string())], b).into_response();
+    match form {
+        "plain" => body(token.to_vec()),
+        "upper" => body(text.to_uppercase().into_bytes()),
+        "reversed" => body(token.iter().rev().copied().collect()),
+        "hex" => body(token.iter().map(|b| format!("{b:02x}")).collect::<String>().into_bytes()),
+        "HEX" => body(token.iter().map(|b| format!("{b:02X}")).collect::<String>().into_bytes()),
+        "base64" => body(b64(token).into_bytes()),
+        "base64url" => body(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(token).into_bytes()),
+        "percent" => body(token.iter().map(|b| format!("%{b:02X}")).collect::<String>().into_bytes()),
+        "json" => {
+            let escaped: String = text.chars().map(|c| format!("\\u{:04x}", c as u32)).collect();
+            body(format!("{{\"you_sent\": \"{escaped}\"}}").into_bytes())
+        }
+        "html" => body(text.chars().map(|c| format!("&#{};", c as u32)).collect::<String>().into_bytes()),
+        "mixed" => body(
+            text.chars()
+                .enumerate()
+                .map(|(i, c)| match i % 3 {
+                    0 => format!("%{:02x}", c as u32),
+                    1 => format!("\\u{:04X}", c as u32),
+                    _ => c.to_string(),
+                })
+                .collect::<String>()
+                .into_bytes(),
+        ),
+        "hex-escaped" => body(
+            token
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+                .chars()
+                .map(|c| format!("%{:02X}", c as u32))
+                .collect::<String>()
+                .into_bytes(),
+        ),
+        "gzip" => encoded("gzip", gzip(token)),
+        "deflate" => {
+            let mut e = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+            e.write_all(token).unwrap();
+            encoded("deflate", e.finish().unwrap())
+        }
+        "zstd" => encoded("zstd", zstd::encode_all(token, 3).unwrap()),
+        "br" => encoded("br", token.to_vec()),
+        "gzip-base64" => encoded("gzip", gzip(b64(token).as_bytes())),
+        "header-name" => {
+            let name = format!("x-leak-{}", text.trim_start_matches("Bearer ").to_ascii_lowercase());
+            Response::builder().header(name.as_str(), "1").body(Body::from("see the headers")).unwrap()
+        }
+        "header-value-base64" => {
+            Response::builder().header("x-echo", b64(token)).body(Body::from("see the headers")).unwrap()
+        }
+        other => (StatusCode::BAD_REQUEST, format!("no form {other:?}")).into_response(),
     }
 }

@@ -7,10 +7,12 @@
 //! (`secrets.rs`), resolves the name itself and connects only to addresses the policy allows
 //! (so a name cannot be rebound to another between the check and the connection), makes the
 //! request with TLS verified against the platform's roots and the operator's, and returns the
-//! whole response, bounded, with echoed secrets scrubbed. Redirects come back to the program,
-//! whose `urllib` follows them as new requests, each checked again.
+//! whole response, bounded, decoded (the host asks for and decodes gzip, deflate and zstd
+//! itself), with echoed secrets scrubbed in every form `scrub.rs` lists. Redirects come back
+//! to the program, whose `urllib` follows them as new requests, each checked again.
 
 mod policy;
+mod scrub;
 mod secrets;
 
 use std::net::SocketAddr;
@@ -19,14 +21,18 @@ use std::time::Duration;
 
 use policy::{Host, Rules};
 pub use policy::{NetworkPolicy, SecretSpec};
+use scrub::Scrubber;
 use secrets::Secret;
 
 /// How long resolving a name may take.
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Headers the host sets itself (from the URL and the body), or that belong to one hop.
+/// Headers the host sets itself (from the URL and the body, and the encodings it decodes), or
+/// that belong to one hop. A program's own `Accept-Encoding` would let a host answer in an
+/// encoding the host cannot decode, and so cannot look into for an echoed secret.
 const HOP_HEADERS: &[&str] = &[
     "host",
+    "accept-encoding",
     "content-length",
     "transfer-encoding",
     "connection",
@@ -50,6 +56,8 @@ pub struct Network {
     rules: Rules,
     policy: NetworkPolicy,
     secrets: Vec<Secret>,
+    /// Every form of every secret's value, to scrub from responses.
+    scrubber: Arc<Scrubber>,
     shared: Arc<Shared>,
 }
 
@@ -72,6 +80,7 @@ impl Network {
     pub fn new(tenant: Option<&str>, policy: &NetworkPolicy) -> Result<Arc<Network>, String> {
         let rules = Rules::compile(policy)?;
         let secrets = policy.secrets.iter().map(|s| Secret::compile(tenant, s)).collect::<Result<Vec<_>, _>>()?;
+        let scrubber = Arc::new(Scrubber::new(secrets.iter().map(Secret::form)));
         let mut builder = reqwest::Client::builder()
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
@@ -93,7 +102,14 @@ impl Network {
         let client = builder.build().map_err(|e| format!("making the HTTP client: {e}"))?;
         let shared =
             Arc::new(Shared { client, in_flight: tokio::sync::Semaphore::new(policy.max_concurrent.max(1) as usize) });
-        Ok(Arc::new(Network { tenant: tenant.map(str::to_string), rules, policy: policy.clone(), secrets, shared }))
+        Ok(Arc::new(Network {
+            tenant: tenant.map(str::to_string),
+            rules,
+            policy: policy.clone(),
+            secrets,
+            scrubber,
+            shared,
+        }))
     }
 
     /// This policy for a request that asks for less: only `hosts`, each of which this policy
@@ -115,6 +131,7 @@ impl Network {
             rules,
             policy,
             secrets: self.secrets.clone(),
+            scrubber: self.scrubber.clone(),
             shared: self.shared.clone(),
         }))
     }
@@ -220,6 +237,17 @@ impl NetSide {
         NetSide { network, made: 0, deadline }
     }
 
+    /// Requests it made so far (a sealed image keeps the count).
+    pub(crate) fn made(&self) -> u32 {
+        self.made
+    }
+
+    /// It goes on from an image whose execution had made `made` requests.
+    pub(crate) fn made_before(mut self, made: u32) -> Self {
+        self.made = made;
+        self
+    }
+
     /// What remains of the execution's deadline.
     pub(crate) fn left(&self) -> Duration {
         self.deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(tokio::time::Instant::now()))
@@ -297,7 +325,7 @@ impl NetSide {
         let work = async {
             let _permit =
                 net.shared.in_flight.acquire().await.map_err(|_| Failure::Failed("the network is closed".into()))?;
-            self.send(net, &method, &url_text, request, &shown).await
+            self.send(net, (&method, &host), &url_text, request, &shown).await
         };
         match tokio::time::timeout(timeout, work).await {
             Ok(outcome) => outcome,
@@ -313,7 +341,7 @@ impl NetSide {
     async fn send(
         &self,
         net: &Network,
-        method: &str,
+        (method, host): (&str, &str),
         url: &str,
         request: &mut Request,
         shown: &str,
@@ -327,18 +355,32 @@ impl NetSide {
         if !request.body.is_empty() {
             builder = builder.body(std::mem::take(&mut request.body));
         }
-        let mut response = builder.send().await.map_err(|e| failure(&net.secrets, shown, &e))?;
+        let mut response = builder.send().await.map_err(|e| failure(&net.scrubber, shown, &e))?;
+        // The client decoded what it asked for (and took the header away): an encoding left is
+        // one it did not ask for, whose bytes no scrubbing can look into.
+        if let Some(encoding) = response.headers().get(reqwest::header::CONTENT_ENCODING)
+            && !encoding.as_bytes().eq_ignore_ascii_case(b"identity")
+            && net.secrets.iter().any(|s| s.may_go_to(host))
+        {
+            return Err(Failure::Failed(format!(
+                "{shown} answered in an encoding the host did not ask for ({}), which it cannot check for echoed \
+                 secrets: the response was withheld. Ask without Accept-Encoding (the host asks for gzip, deflate \
+                 and zstd itself and decodes them)",
+                net.scrubber.scrub_text(&String::from_utf8_lossy(encoding.as_bytes()))
+            )));
+        }
         let max = net.policy.max_response_bytes;
         let mut size: u64 = 0;
         let mut headers = Vec::with_capacity(response.headers().len());
         for (k, v) in response.headers() {
             let v = String::from_utf8_lossy(v.as_bytes()).into_owned();
             size += (k.as_str().len() + v.len() + 4) as u64;
-            headers.push((k.as_str().to_string(), secrets::scrub_text(&net.secrets, &v)));
+            // A name can carry the value too (`x-leak-bearer<value>`).
+            headers.push((net.scrubber.scrub_text(k.as_str()), net.scrubber.scrub_text(&v)));
         }
         let status = response.status();
         let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|e| failure(&net.secrets, shown, &e))? {
+        while let Some(chunk) = response.chunk().await.map_err(|e| failure(&net.scrubber, shown, &e))? {
             size += chunk.len() as u64;
             if size > max {
                 return Err(Failure::Failed(format!(
@@ -348,7 +390,7 @@ impl NetSide {
             }
             body.extend_from_slice(&chunk);
         }
-        secrets::scrub(&net.secrets, &mut body);
+        net.scrubber.scrub(&mut body);
         let reason = status.canonical_reason().unwrap_or("").to_string();
         Ok(Response { status: status.as_u16(), reason, headers, body })
     }
@@ -356,7 +398,7 @@ impl NetSide {
 
 /// A failed request in words: the policy's refusal of what a name resolved to, or what went
 /// wrong (never a secret's value: it is scrubbed from the message).
-fn failure(secrets: &[Secret], shown: &str, e: &reqwest::Error) -> Failure {
+fn failure(scrubber: &Scrubber, shown: &str, e: &reqwest::Error) -> Failure {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
     let mut chain = Vec::new();
     while let Some(err) = source {
@@ -367,7 +409,13 @@ fn failure(secrets: &[Secret], shown: &str, e: &reqwest::Error) -> Failure {
         source = err.source();
     }
     chain.dedup();
-    let text = secrets::scrub_text(secrets, &chain.join(": "));
+    let mut text = scrubber.scrub_text(&chain.join(": "));
+    if text.contains("certificate") {
+        text.push_str(
+            " (if this host's certificate is signed by a private certificate authority, the operator adds that \
+             authority's PEM file to the tenant's network policy, under \"ca_files\")",
+        );
+    }
     if e.is_timeout() {
         Failure::TimedOut(format!("{shown} timed out: {text}"))
     } else {

@@ -440,3 +440,138 @@ await echo_tool(seen=echoed)
     let done = drive(exec, echo).await.completed();
     assert!(!done.stdout.contains("s3cr3t") && done.stdout.contains("ptc-secret-TOKEN-"), "{}", done.stdout);
 }
+
+/// A host a secret may go to reflects it back in every transform `web::reflect` knows (each a
+/// form `net/scrub.rs` lists), through the real server's HTTP API: the program undoes each
+/// transform it can think of, and no undoing shows the value. An encoding the host did not ask
+/// for (`br` here) is withheld in words rather than handed over unchecked.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reflected_secret_is_unreadable_in_every_listed_transform() {
+    use ptc_tests::grpc;
+    let web = Web::start().await;
+    // A tenant of its own: the network metrics are the process's, and another test counts "a"'s.
+    let mut config = grpc::config(&["reflected:key-r"]);
+    let mut a = policy(&web);
+    a.secrets = vec![SecretSpec::new("TOKEN", "s3cr3t-VALUE-45xyz", &["localhost"])];
+    config.network = ptc_server::core::network::NetworkPolicies([("reflected".to_string(), a)].into());
+    let server = grpc::serve(config).await;
+    let forms: Vec<&str> = ptc_tests::web::REFLECTIONS.iter().copied().chain(["br"]).collect();
+    let code = format!(
+        r#"
+import os, urllib.request, base64, binascii, json, gzip, zlib, html, urllib.parse
+tok = os.environ["TOKEN"]
+def undo(b):
+    out = [b]
+    for f in (base64.b64decode, base64.urlsafe_b64decode, binascii.unhexlify, gzip.decompress, zlib.decompress,
+              lambda b: b[::-1], lambda b: json.dumps(json.loads(b), ensure_ascii=False).encode(),
+              urllib.parse.unquote_to_bytes, lambda b: html.unescape(b.decode()).encode()):
+        for x in list(out):
+            try:
+                out.append(f(x + b"=" * (-len(x) % 4)) if f in (base64.b64decode, base64.urlsafe_b64decode) else f(x))
+            except Exception:
+                pass
+    return out
+for form in {forms:?}:
+    req = urllib.request.Request({url:?} + "?as=" + form, headers={{"Authorization": "Bearer " + tok, "Accept-Encoding": "gzip, deflate, br"}})
+    try:
+        r = urllib.request.urlopen(req)
+    except Exception as e:
+        print(form, "refused:", e.reason)
+        continue
+    body = r.read()
+    heads = [k.encode() + b": " + v.encode() for k, v in r.getheaders()]
+    seen = [x for b in [body] + heads for x in undo(b)] + [x for h in heads for x in undo(h.split(b": ", 1)[1])]
+    print(form, "ok", repr(b" | ".join(seen)))
+"#,
+        url = web.https_url("/reflect"),
+    );
+    let reply =
+        ptc_tests::http::post(server.http_addr, "/exec", Some("key-r"), &serde_json::json!({"code": code})).await;
+    let stdout = reply.body["stdout"].as_str().unwrap_or_else(|| panic!("{}", reply.text)).to_string();
+    // The host got the value each time: what came back had it to give.
+    let seen = web.seen();
+    let sent = seen
+        .iter()
+        .filter(|s| s.headers.contains(&("authorization".into(), "Bearer s3cr3t-VALUE-45xyz".into())))
+        .count();
+    assert_eq!(sent, forms.len(), "{:?}", seen.iter().map(|s| &s.path).collect::<Vec<_>>());
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), forms.len(), "{}", reply.text);
+    for (form, line) in forms.iter().zip(&lines) {
+        if *form == "br" {
+            assert!(
+                line.contains("br refused: ") && line.contains("an encoding the host did not ask for (br)"),
+                "{line}"
+            );
+        } else {
+            assert!(line.starts_with(&format!("{form} ok ")), "{line}");
+        }
+        assert!(!line.to_lowercase().contains("s3cr3t-value-45xyz"), "the value shows through {form}: {line}");
+        assert!(!line.to_lowercase().contains("zyx54-eulav-t3rc3s"), "the value shows through {form}: {line}");
+    }
+    // What scrubbing leaves is the placeholder, where the program can see it was a secret.
+    assert!(lines[0].contains("ptc-secret-TOKEN-"), "{}", lines[0]);
+    assert!(!reply.text.to_lowercase().contains("s3cr3t-value"), "{}", reply.text);
+    server.shutdown();
+}
+
+/// A host whose certificate the platform's roots do not sign: the failure names the policy's
+/// `ca_files`, where the operator would trust its authority.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_untrusted_certificate_names_the_policys_ca_files() {
+    let web = Web::start().await;
+    let mut p = policy(&web);
+    p.ca_files = vec![];
+    let out = run(&fetch_each(&[web.https_url("/hello")]), Some(network(&p))).await.completed().stdout;
+    assert!(out.contains("certificate") && out.contains("under \"ca_files\""), "{out}");
+    assert!(web.seen().is_empty(), "{:?}", web.seen());
+}
+
+/// The requests an execution made are in its sealed image: thawed on another engine (its
+/// server restarted), it goes on counting them against `max_requests` from where it was, not
+/// from 0 (a held-out run made 40 of 20 that way).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_thawed_execution_goes_on_counting_its_requests() {
+    let web = Web::start().await;
+    let mut p = policy(&web);
+    p.max_requests = 2;
+    let net = network(&p);
+    let code = format!(
+        "import urllib.request\nfor _ in range(2):\n    urllib.request.urlopen({url:?}).read()\n\
+r = await add(a=1, b=2)\n\
+try:\n    urllib.request.urlopen({url:?}).read()\n    print('a third request was made')\n\
+except Exception as e:\n    print(e.reason)",
+        url = web.http_url("/hello")
+    );
+    let sealing = |after: Option<Duration>| {
+        engine_with(move |c| {
+            c.hibernate_after = after;
+            c.seal_key = Some(b"cluster key".to_vec());
+        })
+    };
+    let kept = Arc::new(crate::hibernation::Kept::default());
+    let request = || {
+        let mut r = ExecutionRequest::new(&code).with_tools(standard_tools()).with_keeper(kept.clone());
+        r.network = Some(net.clone());
+        r
+    };
+    let first = sealing(Some(Duration::from_millis(30)));
+    let mut exec = first.start(request()).await.unwrap();
+    let call = loop {
+        match exec.next_event().await.expect("an event") {
+            ptc_engine::Event::ToolCalls { calls, .. } => break calls[0].clone(),
+            ptc_engine::Event::Output { .. } => {}
+            other => panic!("expected tool calls, got {other:?}"),
+        }
+    };
+    eventually("its image is kept", || kept.count() >= 1).await;
+    let (id, image) = (exec.id().to_string(), kept.last());
+    drop(exec);
+    drop(first);
+    let second = sealing(None);
+    let thawed = second.thaw(&id, &image.bytes, request()).await.unwrap();
+    thawed.submit(vec![ptc_engine::ToolResult::ok(&call.id, &serde_json::json!(3))]).unwrap();
+    let done = drive(thawed, standard_handler).await.completed();
+    assert!(done.stdout.contains("this execution made its 2 requests"), "{}", done.stdout);
+    assert_eq!(web.seen().len(), 2, "no third request reached the host");
+}
