@@ -247,6 +247,24 @@ pub struct EngineConfig {
     /// wait. `None`: never. Default 1 s, as `ptc-engine serve`'s: a round resumed from
     /// hibernation costs about 2 ms more, against the 1.9 MiB a paused execution holds live.
     pub hibernate_after: Option<Duration>,
+    /// Bytes the images of all hibernated executions and sessions may take in memory
+    /// together (they are charged to `memory_budget` too while there); past it they go to
+    /// `hibernated_dir`. Default: an eighth of `memory_budget` (2.25 GiB on a 24 GiB machine,
+    /// about 50,000 images of a paused program with some state).
+    pub hibernated_memory: u64,
+    /// Where images past `hibernated_memory` go: a directory this engine makes beneath it,
+    /// of its own, removed when the engine is dropped. `None`: nowhere; an execution whose
+    /// image fits nowhere stays live. Default `None`; `ptc-engine serve` sets
+    /// `<files dir>/.hibernated-images`.
+    pub hibernated_dir: Option<PathBuf>,
+    /// Bytes the images in `hibernated_dir` may take together. Default 16 GiB.
+    pub hibernated_disk: u64,
+    /// Bytes the images of one tenant's executions may take, in memory and on disk
+    /// together; a tenant past it starts nothing new ([`crate::ErrorKind::Busy`]) until some
+    /// of its paused executions end, and its executions that pause meanwhile stay live.
+    /// Default `None`; `ptc-engine serve` sets a quarter of the two bounds above when it has
+    /// API keys (tenants).
+    pub tenant_hibernated: Option<u64>,
     /// Shows the shape its results had (field names and types, never values) in the signature
     /// of a tool that declares none ([`crate::ToolDef::returns`]), per tenant, once a call of
     /// it returned (`observed.rs`). Default true.
@@ -311,6 +329,10 @@ impl Default for EngineConfig {
             tenant_memory_budget: None,
             tenant_max_running: Some(default_tenant_max_running()),
             hibernate_after: Some(Duration::from_secs(1)),
+            hibernated_memory: memory_budget / 8,
+            hibernated_dir: None,
+            hibernated_disk: 16 * 1024 * MIB,
+            tenant_hibernated: None,
             observe_result_shapes: true,
             seal_key: None,
         }

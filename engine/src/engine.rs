@@ -226,6 +226,26 @@ impl Engine {
         self.inner.stores.hibernated.load(Ordering::Relaxed)
     }
 
+    /// Bytes the images of hibernated executions and sessions take now: in memory, and on
+    /// disk ([`EngineConfig::hibernated_memory`], [`EngineConfig::hibernated_dir`]).
+    pub fn hibernated_bytes(&self) -> (u64, u64) {
+        self.inner.stores.images.totals()
+    }
+
+    /// Bytes the images of `tenant`'s hibernated executions and sessions take now, in memory
+    /// and on disk together ([`EngineConfig::tenant_hibernated`] bounds it).
+    pub fn hibernated_bytes_of(&self, tenant: &str) -> u64 {
+        self.inner.stores.images.of_tenant(tenant)
+    }
+
+    /// Refused (`Busy`, in words) while `tenant`'s hibernated images are past its bound.
+    fn check_images(&self, tenant: Option<&str>) -> Result<()> {
+        match tenant.and_then(|t| self.inner.stores.images.refusal(t)) {
+            Some(why) => Err(Error::new(ErrorKind::Busy, why)),
+            None => Ok(()),
+        }
+    }
+
     /// Refuses new executions (kind `Unavailable`) and lets running ones finish.
     pub fn stop_accepting(&self) {
         self.inner.accepting.store(false, Ordering::SeqCst);
@@ -259,6 +279,10 @@ impl Engine {
     pub async fn start(&self, request: ExecutionRequest) -> Result<Execution> {
         let inner = &self.inner;
         self.check_accepting()?;
+        // A replay carries on a run that was admitted already.
+        if request.journal.as_ref().is_none_or(|j| j.entries.is_empty()) {
+            self.check_images(request.tenant.as_deref())?;
+        }
         let limits = request.limits.clone().unwrap_or_else(|| inner.config.default_limits.clone());
         inner.config.ceilings.check(&limits, inner.config.fuel)?;
         request.check_size(&inner.config.ceilings)?;
@@ -335,6 +359,7 @@ impl Engine {
     pub async fn open_session(&self, request: SessionRequest) -> Result<(Session, Restored)> {
         let inner = &self.inner;
         let limits = self.session_limits(&request)?;
+        self.check_images(request.tenant.as_deref())?;
         let pre = inner.stores.pre(request.runtime)?;
         let permit = self.acquire().await?;
         let (mut store, warm, host) = inner.stores.new_instance(&session_spec(&request, &limits))?;

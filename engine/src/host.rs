@@ -14,6 +14,7 @@ use crate::clock::Monotonic;
 use crate::limiter::Limiter;
 use crate::net::{self, NetSide};
 use crate::output::Output;
+use crate::wiring::Wiring;
 
 pub(crate) struct HostState {
     pub(crate) wasi: Wasi,
@@ -38,6 +39,12 @@ pub(crate) struct HostState {
     /// Which tool list (`GuestTools::Numbered`'s number, `tool_lists.rs`) this instance's live
     /// session holds, once a program given it got to run (0: none).
     pub(crate) tools_held: u64,
+    /// What `wasi` was made from, to make it again after a hibernation let it go (`None`: a
+    /// warm instance's placeholder, which never hibernates).
+    pub(crate) wiring: Option<Wiring>,
+    /// `wasi` was let go while hibernated (it holds no descriptor): [`HostState::rewire`]
+    /// makes it again before the instance runs.
+    unwired: bool,
 }
 
 /// One turn of the data runtime, as its door sees it: the job the guest asks for, and what
@@ -106,6 +113,8 @@ impl HostState {
             monotonic: None,
             net: NetSide::new(None, None),
             tools_held: 0,
+            wiring: None,
+            unwired: false,
         }
     }
 
@@ -152,10 +161,18 @@ impl HostState {
     }
 
     /// The instance is gone (hibernated, in `bytes`): it no longer counts as live, but as
-    /// hibernated in `count`; the handles it held go with it (a thaw takes them again).
+    /// hibernated in `count`; the handles it held go with it (a thaw takes them again), and so
+    /// does its WASI context, with the descriptors it holds, unless the data runtime's guest
+    /// holds more than it was primed with (an open file, whose descriptor must stay).
     pub(crate) fn asleep(&mut self, count: &Arc<AtomicUsize>, bytes: u64) {
+        let handles = self.wasi_handles();
         if let Wasi::P2 { table, .. } = &mut self.wasi {
             *table = ResourceTable::new();
+        }
+        let only_primed = matches!(self.wasi, Wasi::P2 { .. }) || handles == self.primed_handles || handles == 0;
+        if let Some(wiring) = self.wiring.as_ref().filter(|_| only_primed) {
+            self.wasi = wiring.unwired();
+            self.unwired = true;
         }
         if let Some(live) = &self.live {
             live.fetch_sub(1, Ordering::Relaxed);
@@ -165,6 +182,16 @@ impl HostState {
         metrics::gauge!("ptc_hibernated").increment(1.0);
         metrics::gauge!("ptc_hibernated_bytes").increment(bytes as f64);
         self.hibernated = Some((count.clone(), bytes));
+    }
+
+    /// Makes the WASI context again if a hibernation let it go (before the thawed instance
+    /// is primed); refused, in words, when `/mnt/data` is no longer the directory it was.
+    pub(crate) fn rewire(&mut self) -> Result<(), String> {
+        if let (true, Some(wiring)) = (self.unwired, &self.wiring) {
+            self.wasi = wiring.rewire()?;
+            self.unwired = false;
+        }
+        Ok(())
     }
 
     /// Thawed into an instance again.

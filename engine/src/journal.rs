@@ -241,6 +241,31 @@ pub(crate) enum Replayed {
 pub(crate) struct Recorder {
     state: Mutex<State>,
     seed: [u8; 32],
+    /// The secure and insecure random sources, shared by every WASI context made for the
+    /// execution: a hibernated one's context is dropped and made again at its thaw
+    /// (`wiring.rs`), and its sources must go on where they were, not start over.
+    random: [SharedRng; 2],
+}
+
+/// A seeded random source that several WASI contexts can hold in turn.
+#[derive(Clone)]
+struct SharedRng(Arc<Mutex<StdRng>>);
+
+impl rand::TryRng for SharedRng {
+    type Error = std::convert::Infallible;
+
+    fn try_next_u32(&mut self) -> Result<u32, Self::Error> {
+        Ok(rand::Rng::next_u32(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner())))
+    }
+
+    fn try_next_u64(&mut self) -> Result<u64, Self::Error> {
+        Ok(rand::Rng::next_u64(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner())))
+    }
+
+    fn try_fill_bytes(&mut self, dst: &mut [u8]) -> Result<(), Self::Error> {
+        rand::Rng::fill_bytes(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()), dst);
+        Ok(())
+    }
 }
 
 struct State {
@@ -276,8 +301,15 @@ impl Recorder {
                 _ => None,
             })
             .collect();
+        // Each source gets its own stream, derived from the one seed.
+        let derive = |label: u8| {
+            let mut seed = journal.seed;
+            seed[0] ^= label;
+            SharedRng(Arc::new(Mutex::new(StdRng::from_seed(seed))))
+        };
         Arc::new(Recorder {
             seed: journal.seed,
+            random: [derive(1), derive(2)],
             state: Mutex::new(State {
                 replay: entries.into(),
                 decided,
@@ -299,16 +331,10 @@ impl Recorder {
 
     /// Seeded random sources and recording clocks for the sandbox.
     pub(crate) fn apply(self: &Arc<Self>, wasi: &mut WasiCtxBuilder) {
-        // Each source gets its own stream, derived from the one seed.
-        let derive = |label: u8| {
-            let mut seed = self.seed;
-            seed[0] ^= label;
-            StdRng::from_seed(seed)
-        };
         let mut insecure_seed = [0u8; 16];
         insecure_seed.copy_from_slice(&self.seed[16..]);
-        wasi.secure_random(derive(1))
-            .insecure_random(derive(2))
+        wasi.secure_random(self.random[0].clone())
+            .insecure_random(self.random[1].clone())
             .insecure_random_seed(u128::from_le_bytes(insecure_seed) ^ 3)
             .wall_clock(Clock(self.clone()))
             .monotonic_clock(Clock(self.clone()));

@@ -49,6 +49,7 @@ mod stores;
 mod tool_lists;
 mod warm;
 mod wasm;
+mod wiring;
 
 pub use config::{
     Ceilings, ComponentSource, EngineConfig, Limits, MIB, WhenBusy, cores, default_max_concurrent,

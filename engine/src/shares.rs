@@ -126,6 +126,11 @@ fn try_add(counter: &AtomicU64, delta: u64, limit: u64) -> bool {
 }
 
 impl MemoryClaim {
+    /// The tenant it is charged to, if any.
+    pub(crate) fn tenant(&self) -> Option<&str> {
+        self.share.as_ref().map(|s| s.name.as_str())
+    }
+
     /// The count of its tenant's parked executions, for its exchange to keep.
     pub(crate) fn tenant_paused(&self) -> Option<Arc<AtomicUsize>> {
         self.share.as_ref().map(|s| s.paused.clone())

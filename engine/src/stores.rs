@@ -9,27 +9,26 @@ use std::sync::atomic::AtomicUsize;
 
 use tokio::sync::mpsc;
 use wasmtime::Store;
-use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
 use crate::bindings::SandboxPre;
 use crate::broker::Broker;
-use crate::clock::Monotonic;
 use crate::config::{Ceilings, EngineConfig, Limits};
 use crate::data::DataRuntime;
 use crate::error::{Error, Result};
-use crate::events::{Event, OutputStream};
+use crate::events::Event;
 use crate::exchange::Exchange;
 use crate::guest::{Guest, Pre};
-use crate::hibernation::{Image, Parked};
-use crate::host::{HostState, Wasi};
+use crate::hibernation::{Image, Images, Parked};
+use crate::host::HostState;
 use crate::journal::Recorder;
 use crate::limiter::Limiter;
 use crate::observed::ObservedShapes;
 use crate::output::Output;
-use crate::request::{DATA_DIR, Runtime};
+use crate::request::Runtime;
 use crate::schema::Schemas;
 use crate::shares::Shares;
 use crate::warm::{Hot, Warm, WarmPool};
+use crate::wiring::Wiring;
 
 /// What instances are made from (each runtime's engine and pre-linked code), and what their
 /// stores draw on and count in.
@@ -54,6 +53,8 @@ pub(crate) struct Stores {
     pub(crate) hot: Arc<Hot>,
     /// Executions hibernated (`hibernation/`).
     pub(crate) hibernated: Arc<AtomicUsize>,
+    /// Where their images are kept, within the bounds on them (`hibernation/kept.rs`).
+    pub(crate) images: Arc<Images>,
     /// Executions and sessions that may be hibernated now, for a start that finds no slot.
     pub(crate) parked: Arc<Parked>,
     /// The component's own bytes, as SHA-256: its sealed images are bound to them, since a
@@ -114,6 +115,11 @@ impl Stores {
             warm: WarmPool::new(config.warm_instances),
             hot: Arc::default(),
             hibernated: Arc::new(AtomicUsize::new(0)),
+            images: Images::new(
+                config.hibernated_memory,
+                config.hibernated_dir.as_deref().map(|dir| (dir, config.hibernated_disk)),
+                config.tenant_hibernated,
+            ),
             parked: Arc::default(),
             build,
             image: tokio::sync::OnceCell::new(),
@@ -312,31 +318,13 @@ impl Stores {
         let exchange = self.exchange(limits, tenant);
         let output = Output::new(limits.max_output_bytes, events_tx.clone());
 
-        let mut monotonic = None;
-        let wasi = match self.data_runtime(runtime) {
+        let (wiring, wasi, monotonic) = match self.data.clone().filter(|_| runtime == Runtime::PythonData) {
+            // Never journaled (python-data's snapshots differ from server to server).
             Some(data) => {
-                // Never journaled (python-data's snapshots differ from server to server).
-                let clock = Monotonic::continuing(monotonic_from);
-                monotonic = Some(clock);
-                Wasi::P1(data.wasi(&output, data_dir, clock)?)
+                let (wiring, wasi, clock) = Wiring::data(data, &output, data_dir, monotonic_from)?;
+                (wiring, wasi, Some(clock))
             }
-            None => {
-                let mut wasi = WasiCtxBuilder::new();
-                wasi.stdout(output.sink(OutputStream::Stdout)).stderr(output.sink(OutputStream::Stderr));
-                if let Some(dir) = data_dir {
-                    wasi.preopened_dir(dir, DATA_DIR, FsPerms::ReadWrite)
-                        .map_err(|e| Error::engine(&format!("opening {}", dir.display()), e))?;
-                }
-                match journal {
-                    Some(journal) => journal.apply(&mut wasi),
-                    None => {
-                        let clock = Monotonic::continuing(monotonic_from);
-                        wasi.monotonic_clock(clock);
-                        monotonic = Some(clock);
-                    }
-                }
-                Wasi::p2(wasi.build())
-            }
+            None => Wiring::component(&output, data_dir, journal, monotonic_from)?,
         };
         let (claim, run_slot) = self.shares.claim(tenant);
         let limiter = Limiter::new(limits.max_memory_bytes, claim);
@@ -345,6 +333,7 @@ impl Stores {
         broker.journal = journal.cloned();
         let mut state = HostState::new(wasi, limiter, broker, live.then(|| self.live.clone()), data_dir.is_some());
         state.monotonic = monotonic;
+        state.wiring = Some(wiring);
         let fuel = self.fuel(limits);
         Ok((state, HostSide { events: events_tx, events_rx, exchange, output, fuel, ahead: false }))
     }

@@ -103,8 +103,14 @@ pub struct TenantArgs {
     /// Paused executions per tenant before new ones are refused (default: no per-tenant cap).
     #[arg(long, env = "PTC_TENANT_MAX_PAUSED")]
     pub tenant_max_paused: Option<usize>,
-    /// HTTP requests in progress per tenant, each holding a connection (runs, MCP streams);
-    /// more get 429 (default: a quarter of --http-max-connections when API keys are set; none
+    /// MiB the hibernated images of one tenant's paused executions and idle sessions may take
+    /// (memory and disk together); past it the tenant's new executions are refused (default:
+    /// a quarter of --hibernated-memory-mib and --hibernated-disk-mib together when API keys
+    /// are set; none in local mode; 0 = none).
+    #[arg(long, env = "PTC_TENANT_HIBERNATED_MIB")]
+    pub tenant_hibernated_mib: Option<u64>,
+    /// HTTP connections per tenant: its requests in progress (runs, MCP streams) and its
+    /// connections kept open between requests; more get 429 (default: a quarter of --http-max-connections when API keys are set; none
     /// in local mode; 0 = none).
     #[arg(long, env = "PTC_TENANT_MAX_REQUESTS")]
     pub tenant_max_requests: Option<usize>,
@@ -146,6 +152,15 @@ pub struct EngineArgs {
     #[arg(long, env = "PTC_HIBERNATE_AFTER_MS",
           default_value_t = defaults().engine.hibernate_after.map_or(0, |d| d.as_millis() as u64))]
     pub hibernate_after_ms: u64,
+    /// MiB the images of all hibernated executions and sessions may take in memory; past it
+    /// they go to disk (default: an eighth of the memory budget).
+    #[arg(long, env = "PTC_HIBERNATED_MEMORY_MIB")]
+    pub hibernated_memory_mib: Option<u64>,
+    /// MiB the images past --hibernated-memory-mib may take on disk, in `.hibernated-images`
+    /// under --files-dir (default: 16384, at most half of the disk's free space at start; 0 =
+    /// none: an execution whose image fits nowhere stays live).
+    #[arg(long, env = "PTC_HIBERNATED_DISK_MIB")]
+    pub hibernated_disk_mib: Option<u64>,
     /// Address space reserved per linear memory, MiB (default: wasmtime's 4 GiB). Smaller
     /// values fit more live executions in the address space, add bounds checks, and cap each
     /// execution's memory at this size.

@@ -87,7 +87,8 @@ impl Engine {
         let now = Instant::now();
         let started = now.checked_sub(Duration::from_millis(h.elapsed_ms)).unwrap_or(now);
         let deadline = tokio::time::Instant::from_std(now + limits.timeout);
-        store.data_mut().net = crate::net::NetSide::new(request.network.clone(), Some(deadline));
+        store.data_mut().net =
+            crate::net::NetSide::new(request.network.clone(), Some(deadline)).made_before(h.requests);
         let id: Arc<str> = id.into();
         let sealing = self.sealing(request.keeper.as_ref(), request.tenant.as_ref(), &id, started, h.fuel_initial);
         let cancel = CancellationToken::new();
@@ -165,10 +166,12 @@ impl Engine {
         if let Some(left) = left.filter(|_| inner.config.fuel) {
             store.set_fuel(left).map_err(|e| Error::engine("setting fuel", e))?;
         }
-        let asleep = Asleep::new(body.frozen, memory, left);
         let data = store.data_mut();
         data.limiter.peak = body.host.peak_memory;
-        data.limiter.claim.grow(asleep.grown() + asleep.size()).map_err(|why| Error::new(ErrorKind::Busy, why))?;
+        let asleep = Asleep::opened(&inner.stores, body.frozen, memory, left, &mut data.limiter.claim)
+            .await
+            .map_err(|why| Error::new(ErrorKind::Busy, why))?;
+        data.limiter.claim.grow(asleep.grown()).map_err(|why| Error::new(ErrorKind::Busy, why))?;
         data.asleep(&inner.stores.hibernated, asleep.size());
         Ok(Opened { host: body.host, round: body.round, store, side, asleep })
     }

@@ -34,11 +34,13 @@ use crate::request::Runtime;
 use crate::stores::Stores;
 
 mod delta;
+mod kept;
 pub(crate) mod pagemap;
 mod parked;
 pub(crate) mod sealed;
 
 use delta::{Delta, Unpacked};
+pub(crate) use kept::{Images, Kept};
 pub(crate) use parked::{Parked, Sleeper};
 pub(crate) use sealed::{Binding, Body};
 pub use sealed::{Hibernated, Keeper};
@@ -255,6 +257,8 @@ async fn freeze(store: &mut Store<HostState>, guest: &Guest, image: &Image, port
         first = end;
         tokio::task::yield_now().await;
     }
+    // Kept while it sleeps: no room past its length.
+    pages.shrink_to_fit();
     let diffed = t0.elapsed();
     let packed = tokio::task::spawn_blocking(move || delta.pack())
         .await
@@ -407,6 +411,7 @@ impl Sealing {
                 stderr,
                 truncated,
                 peak_memory: data.limiter.peak,
+                requests: data.net.made(),
             },
         }
     }
@@ -425,25 +430,37 @@ impl Sealing {
 
 /// A hibernated instance, and what its store had besides.
 pub(crate) struct Asleep {
-    frozen: Frozen,
+    kept: Kept,
+    /// Bytes of its linear memory.
+    len: usize,
     image: Arc<Image>,
     fuel: Option<u64>,
 }
 
 impl Asleep {
-    /// A sealed image's instance, to thaw on this engine.
-    pub(crate) fn new(frozen: Frozen, image: Arc<Image>, fuel: Option<u64>) -> Self {
-        Asleep { frozen, image, fuel }
+    /// A sealed image's instance, to thaw on this engine: kept in memory (and charged to
+    /// `claim`), since its thaw follows.
+    pub(crate) async fn opened(
+        stores: &Stores,
+        frozen: Frozen,
+        image: Arc<Image>,
+        fuel: Option<u64>,
+        claim: &mut crate::shares::MemoryClaim,
+    ) -> Result<Self, String> {
+        let len = frozen.len;
+        let tenant = claim.tenant().map(str::to_string);
+        let kept = stores.images.keep(tenant.as_deref(), frozen, claim, true).await?;
+        Ok(Asleep { kept, len, image, fuel })
     }
 
     /// What it takes at rest, about.
     pub(crate) fn size(&self) -> u64 {
-        self.frozen.size()
+        self.kept.size()
     }
 
     /// The memory its thaw grows past the image's.
     pub(crate) fn grown(&self) -> u64 {
-        self.frozen.len.saturating_sub(self.image.len) as u64
+        self.len.saturating_sub(self.image.len) as u64
     }
 }
 
@@ -491,8 +508,6 @@ impl Hibernation {
             (Err(e), _) => Err(e.to_string()),
             (_, Err(why)) => Err(why),
         };
-        // Its pages count against its memory claim while it sleeps.
-        let frozen = frozen.and_then(|f| store.data_mut().limiter.claim.grow(f.0.size()).map(|()| f));
         let (frozen, image, placeholder) = match frozen {
             Ok(frozen) => frozen,
             Err(why) => {
@@ -501,6 +516,7 @@ impl Hibernation {
             }
         };
         let fuel = store.get_fuel().ok();
+        let len = frozen.len;
         // Kept elsewhere first: if that fails (a store that is down), it stays live here.
         if let Some(sealing) = &self.sealing {
             let body = sealing.body(store, &image, &frozen, fuel);
@@ -511,10 +527,21 @@ impl Hibernation {
             if let Err(why) = kept {
                 tracing::warn!(%why, "not hibernating: its image could not be kept; the instance stays live");
                 metrics::counter!("ptc_hibernate_keep_failures_total").increment(1);
-                store.data_mut().limiter.claim.shrink(frozen.size());
                 return Err(guest);
             }
         }
+        // Here, within the bounds on images (`kept.rs`); in memory, its pages count against its
+        // memory claim while it sleeps.
+        let data = store.data_mut();
+        let tenant = data.limiter.claim.tenant().map(str::to_string);
+        let frozen = match self.stores.images.keep(tenant.as_deref(), frozen, &mut data.limiter.claim, false).await {
+            Ok(kept) => kept,
+            Err(why) => {
+                tracing::debug!(%why, "not hibernating; the instance stays live");
+                metrics::counter!("ptc_hibernate_refused_total").increment(1);
+                return Err(guest);
+            }
+        };
         let host = std::mem::replace(store.data_mut(), placeholder);
         drop(guest);
         // The old store goes, and the instance with it. Arming the new one only sets the fuel
@@ -523,9 +550,9 @@ impl Hibernation {
         let size = frozen.size();
         store.data_mut().asleep(&self.stores.hibernated, size);
         drop(self.permit.lock().unwrap_or_else(|e| e.into_inner()).take());
-        tracing::debug!(pages = frozen.pages.len(), bytes = size, elapsed = ?started.elapsed(), "hibernated");
+        tracing::debug!(bytes = size, on_disk = !frozen.in_memory(), elapsed = ?started.elapsed(), "hibernated");
         metrics::histogram!("ptc_hibernate_seconds").record(started.elapsed().as_secs_f64());
-        Ok(Asleep { frozen, image, fuel })
+        Ok(Asleep { kept: frozen, len, image, fuel })
     }
 
     /// Takes an execution slot again, and thaws the instance into a warm (or new) one.
@@ -538,6 +565,7 @@ impl Hibernation {
             .ok_or_else(|| wasmtime::Error::msg("the engine's execution slots were closed"))?;
         *self.permit.lock().unwrap_or_else(|e| e.into_inner()) = Some(permit);
         let started = Instant::now();
+        store.data_mut().rewire().map_err(wasmtime::Error::msg)?;
         let warm = match asleep.image.runtime {
             Runtime::Python => self.stores.move_to_warm(store, asleep.fuel).map_err(wasmtime::Error::msg)?,
             Runtime::PythonData => None,
@@ -549,11 +577,13 @@ impl Hibernation {
             }
         };
         let instantiated = started.elapsed();
-        let size = asleep.frozen.size();
-        thaw(store, &guest, &asleep.image, asleep.frozen).await?;
-        let data = store.data_mut();
-        data.limiter.claim.shrink(size);
-        data.awake();
+        let (size, in_memory) = (asleep.kept.size(), asleep.kept.in_memory());
+        let frozen = asleep.kept.take().await.map_err(wasmtime::Error::msg)?;
+        if in_memory {
+            store.data_mut().limiter.claim.shrink(size);
+        }
+        thaw(store, &guest, &asleep.image, frozen).await?;
+        store.data_mut().awake();
         tracing::debug!(?instantiated, elapsed = ?started.elapsed(), "thawed");
         metrics::histogram!("ptc_thaw_seconds").record(started.elapsed().as_secs_f64());
         Ok(guest)

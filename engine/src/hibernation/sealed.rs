@@ -22,8 +22,9 @@ use super::Frozen;
 use crate::events::ToolCallRecord;
 
 const MAGIC: &[u8; 4] = b"PTCH";
-/// 2: the pages are compressed with zstd (1: zlib). 3: calls held for approval are kept.
-const VERSION: u8 = 3;
+/// 2: the pages are compressed with zstd (1: zlib). 3: calls held for approval are kept. 4:
+/// the outbound requests it made are kept (a thaw elsewhere went on counting from 0).
+const VERSION: u8 = 4;
 const MAC_LEN: usize = 32;
 
 /// A hibernated execution, sealed, as its request's [`Keeper`] receives it.
@@ -89,6 +90,8 @@ pub(crate) struct Host {
     pub(crate) stderr: Vec<u8>,
     pub(crate) truncated: bool,
     pub(crate) peak_memory: u64,
+    /// Outbound HTTP requests it made, counted against its policy's `max_requests`.
+    pub(crate) requests: u32,
 }
 
 fn mac(key: &[u8]) -> Hmac<Sha256> {
@@ -173,6 +176,7 @@ mod tests {
                 stderr: Vec::new(),
                 truncated: false,
                 peak_memory: 1 << 20,
+                requests: 7,
             },
         }
     }

@@ -33,8 +33,42 @@ impl ServeArgs {
         self.mcp.apply(&mut config)?;
         // After the tenants' flags (a cluster needs --token-secret).
         self.cluster.apply(&mut config)?;
+        // After the files' and the tenants' (where images go, and whether there are tenants).
+        self.hibernated_images(&mut config);
         Ok(config)
     }
+
+    /// Where hibernated images go and what they may take: in memory, then on disk under the
+    /// files directory, and per tenant when there are tenants.
+    fn hibernated_images(&self, config: &mut ServerConfig) {
+        let engine = &mut config.engine;
+        if let Some(mib) = self.engine.hibernated_memory_mib {
+            engine.hibernated_memory = mib * MIB;
+        } else {
+            engine.hibernated_memory = engine.memory_budget / 8;
+        }
+        let dir = config.files.dir.join(".hibernated-images");
+        let disk = match self.engine.hibernated_disk_mib {
+            Some(mib) => mib * MIB,
+            // At most half of what the disk has free now.
+            None => engine.hibernated_disk.min(free_bytes(&config.files.dir).map_or(u64::MAX, |free| free / 2)),
+        };
+        engine.hibernated_dir = (disk > 0).then_some(dir);
+        engine.hibernated_disk = disk;
+        engine.tenant_hibernated = match self.tenants.tenant_hibernated_mib {
+            Some(0) => None,
+            Some(mib) => Some(mib * MIB),
+            None if self.tenants.api_keys.is_empty() => None,
+            None => Some((engine.hibernated_memory + disk) / 4),
+        };
+    }
+}
+
+/// Bytes free on the file system of `dir` (or of its nearest existing ancestor).
+fn free_bytes(dir: &std::path::Path) -> Option<u64> {
+    let existing = dir.ancestors().find(|d| d.exists())?;
+    let stat = rustix::fs::statvfs(existing).ok()?;
+    Some(stat.f_bavail.saturating_mul(stat.f_frsize))
 }
 
 impl ListenArgs {

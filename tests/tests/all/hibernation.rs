@@ -867,3 +867,73 @@ async fn a_sealed_idle_session_thaws_on_another_engine_with_its_globals() {
         thawed.close();
     }
 }
+
+/// The bounds on hibernated images (`hibernation/kept.rs`): past the engine's memory bound for
+/// them they go to disk, one file each, and come back at the thaw; a tenant's execution whose
+/// image would pass the tenant's bound stays live, and the tenant starts nothing new (in
+/// words) until one of its paused executions ends, while another tenant goes on.
+#[tokio::test]
+async fn hibernated_images_go_to_disk_past_their_memory_bound_and_a_tenant_past_its_own_starts_nothing() {
+    let dir = std::env::temp_dir().join(format!("ptc-images-{}", std::process::id()));
+    let engine = {
+        let dir = dir.clone();
+        engine_with(move |c| {
+            c.hibernate_after = Some(Duration::from_millis(30));
+            c.hibernated_memory = 800 << 10;
+            c.hibernated_dir = Some(dir);
+            c.hibernated_disk = 4 << 20;
+            c.tenant_hibernated = Some(1_500 << 10);
+        })
+    };
+    // 300 KB of incompressible bytes: an image of about 350 KB.
+    let code =
+        "import os\nblob = os.urandom(300_000)\nr = await add(a=1, b=2)\nprint(r, len(blob), blob == bytes(blob))";
+    let start = |tenant: &str| {
+        engine.start(ExecutionRequest::new(code).with_tools(standard_tools()).with_tenant(tenant.to_string()))
+    };
+    let mut paused = Vec::new();
+    for i in 0..4 {
+        let mut exec = start("a").await.unwrap();
+        let calls = first_calls(&mut exec).await;
+        until_hibernated(&engine, i + 1).await;
+        paused.push((exec, calls));
+    }
+    let (in_memory, on_disk) = engine.hibernated_bytes();
+    assert!(in_memory <= 800 << 10 && in_memory > 0, "{in_memory}");
+    assert!(on_disk > 0 && in_memory + on_disk == engine.hibernated_bytes_of("a"), "{on_disk}");
+    let files = || -> usize {
+        std::fs::read_dir(&dir).unwrap().flatten().map(|d| std::fs::read_dir(d.path()).unwrap().count()).sum()
+    };
+    assert_eq!(files(), 2, "two images past the memory bound, on disk");
+    // The fifth would pass the tenant's bound: it stays live.
+    let mut fifth = start("a").await.unwrap();
+    let fifth_calls = first_calls(&mut fifth).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!((engine.hibernated(), engine.live_instances()), (4, 1));
+    // The tenant starts nothing more, in words; another tenant does.
+    let refused = start("a").await.err().expect("refused");
+    assert_eq!(refused.kind(), ptc_engine::ErrorKind::Busy);
+    assert!(refused.message().contains("this tenant's paused executions hold "), "{refused}");
+    assert!(refused.message().contains("of hibernated state, its limit on this server (1.5 MiB)"), "{refused}");
+    assert!(refused.message().contains("answer or cancel some of them"), "{refused}");
+    let other = drive(
+        engine.start(ExecutionRequest::new("print(1)").with_tenant("b".to_string())).await.unwrap(),
+        standard_handler,
+    )
+    .await;
+    assert_eq!(other.completed().stdout, "1\n");
+    // Each comes back, from memory or from disk, where it stopped.
+    paused.push((fifth, fifth_calls));
+    for (i, (exec, calls)) in paused.into_iter().enumerate() {
+        exec.submit(vec![ToolResult::ok(&calls[0].id, &json!(3))]).unwrap();
+        let done = drive(exec, standard_handler).await.completed();
+        assert_eq!(done.stdout, "3 300000 True\n", "{i}: {}", done.stderr);
+        if i == 0 {
+            // One image gone: the tenant may start again.
+            drive(start("a").await.unwrap(), standard_handler).await;
+        }
+    }
+    assert_eq!(files(), 0, "read back and removed");
+    assert_eq!(engine.hibernated_bytes(), (0, 0));
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -19,10 +19,11 @@ impl FileStore {
         };
         let mut out = Vec::with_capacity(names.len());
         let mut total = 0u64;
+        let session_dir = session.dir().map_err(io_error("cannot open the session directory"))?;
         for rel in names {
             let Some(name) = rel.to_str() else { continue };
             // Swapped for a link or removed since the walk: skipped, never followed.
-            let Some((file, _)) = open_regular(&session.dir, rel) else { continue };
+            let Some((file, _)) = open_regular(&session_dir, rel) else { continue };
             let left = max_bytes.saturating_sub(total);
             let mut bytes = Vec::new();
             // One byte past what is left tells a file that grew past it.
@@ -44,9 +45,11 @@ impl FileStore {
     pub fn read(&self, session: &SessionDir, wanted: &[FileRef], max_bytes: u64) -> Vec<(FileRef, Option<Vec<u8>>)> {
         let mut left = max_bytes;
         let mut out = Vec::with_capacity(wanted.len());
+        let session_dir = session.dir().ok();
         for file_ref in wanted {
             let content = safe_relative(&file_ref.name)
-                .and_then(|rel| open_regular(&session.dir, &rel))
+                .zip(session_dir.as_ref())
+                .and_then(|(rel, dir)| open_regular(dir, &rel))
                 .filter(|(_, len)| *len <= left)
                 .and_then(|(file, len)| {
                     let mut bytes = Vec::new();
@@ -78,10 +81,11 @@ impl FileStore {
         }
         needed.files += dirs.len() as u64;
         self.check_room(session, needed, "these files")?;
+        let session_dir = session.dir().map_err(io_error("cannot open the session directory"))?;
         for (rel, bytes) in targets {
             let (parent, file_name) = split(&rel);
             let invalid = |e: io::Error| FilesError::Invalid(format!("cannot write {}: {e}", rel.display()));
-            let dir = create_dir_beneath(&session.dir, parent).map_err(invalid)?;
+            let dir = create_dir_beneath(&session_dir, parent).map_err(invalid)?;
             let mut options = OpenOptions::new();
             options.write(true).create_new(true).follow(FollowSymlinks::No);
             let mut file = dir.open_with(file_name, &options).map_err(invalid)?;
@@ -98,6 +102,7 @@ impl FileStore {
     pub fn import(&self, session: &SessionDir, files: &[Import]) -> Result<(), FilesError> {
         let mut sources = Vec::with_capacity(files.len());
         let mut needed = Usage::default();
+        let tenant_dir = session.tenant_dir().map_err(io_error("cannot open the tenant directory"))?;
         for Import { name, session_id, id } in files {
             let rel = safe_relative(name).ok_or_else(|| FilesError::Invalid(format!("invalid file name {name:?}")))?;
             if !valid_session_id(session_id) {
@@ -107,7 +112,7 @@ impl FileStore {
             // By id when it names a file of that session (the upload's name may differ from the
             // one the model is shown), else by name.
             let source = match id.as_deref().filter(|id| !id.is_empty()) {
-                Some(id) => self.find_in(&session.tenant_dir, session_id, id).unwrap_or_else(|| rel.clone()),
+                Some(id) => self.find_in(&tenant_dir, session_id, id).unwrap_or_else(|| rel.clone()),
                 None => rel.clone(),
             };
             if *session_id == session.id && source == rel {
@@ -115,7 +120,7 @@ impl FileStore {
             }
             let (parent, file_name) = split(&source);
             let src_dir =
-                open_dir_beneath(&session.tenant_dir, &Path::new(session_id).join(parent)).map_err(|_| not_found())?;
+                open_dir_beneath(&tenant_dir, &Path::new(session_id).join(parent)).map_err(|_| not_found())?;
             let file = src_dir.open_with(file_name, &read_nofollow()).map_err(|_| not_found())?;
             // The metadata of the opened file, not of the name: nothing can be swapped in between.
             let meta = file.metadata().map_err(io_error("cannot read file metadata"))?;
@@ -131,9 +136,10 @@ impl FileStore {
             return Ok(());
         }
         self.check_room(session, needed, "importing these files")?;
+        let session_dir = session.dir().map_err(io_error("cannot open the session directory"))?;
         for (rel, src, len) in sources {
             let (parent, file_name) = split(&rel);
-            let dst_dir = create_dir_beneath(&session.dir, parent).map_err(|e| {
+            let dst_dir = create_dir_beneath(&session_dir, parent).map_err(|e| {
                 // Something the program made stands in the way (a file, or a link, which is
                 // never followed): the request's to change. Anything else is the host's failure.
                 let message = format!("cannot import {}: {e}", rel.display());
@@ -199,8 +205,8 @@ impl FileStore {
     /// The regular file of `session` whose id is `id`, opened for reading (without following a
     /// link anywhere on its path), with its listing.
     pub fn open_by_id(&self, session: &SessionDir, id: &str) -> Option<(std::fs::File, Listed)> {
-        let rel = self.find_in(&session.tenant_dir, &session.id, id)?;
-        let (file, size) = open_regular(&session.dir, &rel)?;
+        let rel = self.find_in(&session.tenant_dir().ok()?, &session.id, id)?;
+        let (file, size) = open_regular(&session.dir().ok()?, &rel)?;
         let modified = file.metadata().ok().and_then(|m| m.modified().ok()).map(|t| t.into_std());
         let name = rel.to_str()?.to_string();
         Some((file.into_std(), Listed { id: id.to_string(), name, size, modified }))
@@ -221,7 +227,8 @@ impl FileStore {
         let rel = safe_relative(name).ok_or_else(|| FilesError::Invalid(format!("invalid file name {name:?}")))?;
         let (parent, file_name) = split(&rel);
         let invalid = |e: io::Error| FilesError::Invalid(format!("cannot write {}: {e}", rel.display()));
-        let dir = create_dir_beneath(&session.dir, parent).map_err(invalid)?;
+        let session_dir = session.dir().map_err(io_error("cannot open the session directory"))?;
+        let dir = create_dir_beneath(&session_dir, parent).map_err(invalid)?;
         match dir.symlink_metadata(file_name) {
             Ok(meta) if meta.is_dir() => {
                 return Err(FilesError::Invalid(format!("cannot write {}: a directory has that name", rel.display())));
@@ -255,7 +262,7 @@ impl FileStore {
     pub fn remove(&self, session: &SessionDir, name: &str) {
         let Some(rel) = safe_relative(name) else { return };
         let (parent, file_name) = split(&rel);
-        if let Ok(dir) = open_dir_beneath(&session.dir, parent) {
+        if let Ok(dir) = session.dir().and_then(|d| open_dir_beneath(&d, parent)) {
             let _ = dir.remove_file_or_symlink(file_name);
         }
     }
