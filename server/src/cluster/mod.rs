@@ -139,9 +139,10 @@ impl Cluster {
     }
 
     /// Whether a new execution is journaled now: the store outlives this node and answers
-    /// (while it does not, executions run unjournaled rather than wait for it).
-    pub fn journaling(&self) -> bool {
-        self.store.durable() && self.store.available()
+    /// (while it does not, executions run unjournaled rather than wait for it; a store marked
+    /// unreachable is asked again here when it was last tried over 100 ms ago).
+    pub async fn journaling(&self) -> bool {
+        self.store.durable() && self.store.answers().await
     }
 
     /// Whether `node` takes a connection now: one that is gone refuses it, or does not answer

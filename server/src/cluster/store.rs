@@ -114,6 +114,12 @@ pub trait Store: Send + Sync {
         true
     }
 
+    /// Whether it can be reached now, checked on the caller's path if it has not been lately
+    /// (bounded by [`COMMAND_TIMEOUT`]): what a request deciding whether to journal asks.
+    async fn answers(&self) -> bool {
+        self.available()
+    }
+
     /// Appends `segment` to its execution's journal, names `owner` and the segment's round,
     /// and keeps it all for `ttl` (the execution's deadline). Saving a round again replaces its
     /// segment.

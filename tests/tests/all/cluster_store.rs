@@ -124,6 +124,39 @@ async fn with_redis_down_executions_answer_at_once_and_run_unjournaled_until_it_
     let _ = std::fs::remove_dir_all(files);
 }
 
+/// The node found Redis gone (its circuit is open); Redis comes back; the very next execution
+/// is journaled, though the background check (every second) has not come round: the request
+/// checked the store itself. Before, executions in that second ran unjournaled, and their
+/// continuations after their node died found nothing ("Execution expired").
+#[tokio::test(flavor = "multi_thread")]
+async fn the_first_execution_after_redis_is_back_is_journaled_without_waiting_for_the_background_check() {
+    let (redis_process, port) = tokio::task::spawn_blocking(|| redis::start(None)).await.unwrap();
+    let files = std::env::temp_dir().join(format!("ptc-redis-back-{}", std::process::id()));
+    let server = serve(node("n1", port, Peers::None, &files)).await;
+    let addr = server.http_addr;
+    let store = server.http.cluster.store.clone();
+    drop(redis_process);
+    let paused = begin(addr, "key-a", "print(await t())").await;
+    answer(addr, "key-a", &paused).await;
+    assert!(!store.available(), "the circuit is open");
+    for round in 0..3 {
+        // Each time just after the background check ran (or not at all yet): the next one is
+        // most of a second away.
+        let (_redis, _) = tokio::task::spawn_blocking(move || redis::start(Some(port))).await.unwrap();
+        let paused = begin(addr, "key-a", "print(await t())").await;
+        assert_eq!(journal_headers(port), 1, "round {round}: journaled at once");
+        answer(addr, "key-a", &paused).await;
+        drop(_redis);
+        // Down again, and found down by the next execution, which runs unjournaled.
+        let paused = begin(addr, "key-a", "print(await t())").await;
+        answer(addr, "key-a", &paused).await;
+        assert!(!store.available(), "round {round}: the circuit is open again");
+    }
+    server.shutdown();
+    server.wait().await;
+    let _ = std::fs::remove_dir_all(files);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_first_continuation_after_redis_restarted_is_replayed_on_another_node() {
     let (redis_process, port) = tokio::task::spawn_blocking(|| redis::start(None)).await.unwrap();
@@ -256,17 +289,79 @@ async fn two_hibernating_nodes(port: u16, files: &std::path::Path) -> (RunningSe
 
 /// The configurations of [`two_hibernating_nodes`].
 fn hibernating_configs(port: u16, files: &std::path::Path) -> [ServerConfig; 2] {
-    let (p1, p2) = (ptc_tests::binary::free_port(), ptc_tests::binary::free_port());
-    let peers = Peers::List(vec![
-        ("n1".into(), format!("http://127.0.0.1:{p1}")),
-        ("n2".into(), format!("http://127.0.0.1:{p2}")),
-    ]);
-    let mut configs = [node("n1", port, peers.clone(), files), node("n2", port, peers, files)];
-    for (config, p) in configs.iter_mut().zip([p1, p2]) {
-        config.http_addr = ([127, 0, 0, 1], p).into();
-        config.engine.hibernate_after = Some(Duration::from_millis(50));
+    let [c1, c2, ..] = &hibernating_nodes(port, files, 2)[..] else { unreachable!() };
+    [c1.clone(), c2.clone()]
+}
+
+/// `n` nodes (`n1`, `n2`, ...) over the Redis at `port`, each naming the others, that
+/// hibernate what waits 50 ms; files in `files`.
+fn hibernating_nodes(port: u16, files: &std::path::Path, n: usize) -> Vec<ServerConfig> {
+    let ports: Vec<u16> = (0..n).map(|_| ptc_tests::binary::free_port()).collect();
+    let peers = Peers::List(
+        ports.iter().enumerate().map(|(i, p)| (format!("n{}", i + 1), format!("http://127.0.0.1:{p}"))).collect(),
+    );
+    ports
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let mut config = node(&format!("n{}", i + 1), port, peers.clone(), files);
+            config.http_addr = ([127, 0, 0, 1], *p).into();
+            config.engine.hibernate_after = Some(Duration::from_millis(50));
+            config
+        })
+        .collect()
+}
+
+/// The owner is gone, and the same continuation reaches two other nodes: at once (two
+/// balancers, or a client's retry racing its first try) and one after the other (a balancer
+/// retrying). One answers, the other refuses the token; and the one that refused holds no copy,
+/// names itself owner of nothing, and forwards the next round's token to the one that answered.
+/// Before, both thawed it: the loser kept a copy and answered every later token of the execution
+/// "Invalid continuation token", and thaws were counted twice.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_continuation_sent_to_two_survivors_is_taken_over_by_one_and_the_other_keeps_nothing() {
+    let (_redis, port) = tokio::task::spawn_blocking(|| redis::start(None)).await.unwrap();
+    let files = std::env::temp_dir().join(format!("ptc-retried-{}", std::process::id()));
+    let configs = hibernating_nodes(port, &files, 3);
+    let mut nodes = Vec::new();
+    for config in configs {
+        nodes.push(serve(config).await);
     }
-    configs
+    let n1 = nodes.remove(0);
+    let (n2, n3) = (nodes.remove(0), nodes.remove(0));
+    let code = "a = await t()\nb = await t()\nc = await t()\nprint(a + b + c)";
+    let (at_once, one_then_other) =
+        (begin(n1.http_addr, "key-a", code).await, begin(n1.http_addr, "key-a", code).await);
+    eventually("both images are in the store", || images(port) == 2).await;
+    stop(n1).await;
+    let is_invalid = |r: &Reply| r.status == 400 && r.text.contains("Invalid continuation token");
+    let (x, y) = tokio::join!(answer(n2.http_addr, "key-a", &at_once), answer(n3.http_addr, "key-a", &at_once));
+    let (won, lost) = match (x.body["status"] == "tool_call_required", y.body["status"] == "tool_call_required") {
+        (true, false) => ((&n2, x), (&n3, y)),
+        (false, true) => ((&n3, y), (&n2, x)),
+        _ => panic!("exactly one node takes it over:\n{}\n{}", x.text, y.text),
+    };
+    assert!(is_invalid(&lost.1), "{}", lost.1.text);
+    let second = answer(n2.http_addr, "key-a", &one_then_other).await;
+    assert_eq!(second.body["status"], "tool_call_required", "{}", second.text);
+    let again = answer(n3.http_addr, "key-a", &one_then_other).await;
+    assert!(is_invalid(&again), "{}", again.text);
+    // The losers keep no copy: each execution is paused on its winner alone.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let held = (n2.http.paused_count(), n3.http.paused_count());
+    assert_eq!(held.0 + held.1, 2, "each execution is held by its winner alone (n2, n3): {held:?}");
+    // The next round's tokens, sent to the node that lost each, reach the winners.
+    let next = answer(lost.0.http_addr, "key-a", &won.1).await;
+    assert_eq!(next.body["status"], "tool_call_required", "{}", next.text);
+    let end = answer(n3.http_addr, "key-a", &answer(n3.http_addr, "key-a", &second).await).await;
+    assert_eq!(end.body["stdout"], "3\n", "{}", end.text);
+    let end = answer(lost.0.http_addr, "key-a", &next).await;
+    assert_eq!(end.body["stdout"], "3\n", "{}", end.text);
+    let usage = n2.http.cluster.store.usage("a").await.unwrap();
+    assert_eq!(usage.get("thaws"), Some(&2), "one thaw per execution: {usage:?}");
+    stop(n2).await;
+    stop(n3).await;
+    let _ = std::fs::remove_dir_all(files);
 }
 
 #[tokio::test(flavor = "multi_thread")]

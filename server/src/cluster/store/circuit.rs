@@ -1,17 +1,52 @@
 //! How [`RedisStore`] meets a Redis that does not answer: each command has
 //! [`COMMAND_TIMEOUT`], a failed connection opens the circuit (later calls fail at once), and a
-//! background task closes it again once Redis answers a ping.
+//! background task closes it again once Redis answers a ping. A request that must decide
+//! whether to journal ([`RedisStore::check_now`]) pings it itself when the last check is older
+//! than [`RECHECK_INLINE_AFTER`]: a held-out run started an execution 1 s after Redis came back
+//! and it ran unjournaled (the background ping had not come round yet), so its continuation
+//! after its node died found nothing to replay.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use super::redis_store::RedisStore;
 use super::{COMMAND_TIMEOUT, RECHECK_EVERY, StoreError, StoreResult};
 
-/// The circuit: whether the store answers, and whether a check is under way.
+/// How old the last check of an unreachable store must be before a request checks it again
+/// on its own path (one at a time; the rest fail at once as before).
+const RECHECK_INLINE_AFTER: Duration = Duration::from_millis(100);
+
+/// The circuit: whether the store answers, whether a check is under way (in the background,
+/// on a request's path), and when it was last checked.
 #[derive(Default)]
 pub(super) struct Health {
     pub(super) down: AtomicBool,
     pub(super) checking: AtomicBool,
+    inline: AtomicBool,
+    checked: Mutex<Option<Instant>>,
+}
+
+impl Health {
+    /// Marks a check made now; `true` if the last one is older than `age`.
+    fn checked_before(&self, age: Duration) -> bool {
+        let mut checked = self.checked.lock().unwrap_or_else(|e| e.into_inner());
+        let due = checked.is_none_or(|at| at.elapsed() >= age);
+        if due {
+            *checked = Some(Instant::now());
+        }
+        due
+    }
+
+    /// The store answered a ping: the circuit closes.
+    fn up(&self) {
+        if self.down.swap(false, Ordering::AcqRel) {
+            tracing::info!("the cluster store answers again: executions are journaled again");
+            metrics::gauge!("ptc_cluster_store_up").set(1.0);
+        }
+    }
 }
 
 pub(super) fn redis_error(e: redis::RedisError) -> StoreError {
@@ -74,6 +109,26 @@ impl RedisStore {
         }
     }
 
+    /// Whether the store answers now: at once while the circuit is closed; with it open, by a
+    /// ping within [`COMMAND_TIMEOUT`] on this request's path when the last check is older
+    /// than [`RECHECK_INLINE_AFTER`] and no other request is checking (closing the circuit if
+    /// it answers), else `false` at once.
+    pub(super) async fn check_now(&self) -> bool {
+        let health = &self.health;
+        if !health.down.load(Ordering::Acquire) {
+            return true;
+        }
+        if health.inline.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        let answered = health.checked_before(RECHECK_INLINE_AFTER) && ping(&self.conn).await;
+        health.inline.store(false, Ordering::Release);
+        if answered {
+            health.up();
+        }
+        answered
+    }
+
     /// Opens the circuit and checks the store again in the background until it answers.
     pub(super) fn trip(&self, why: &str) {
         if !self.health.down.swap(true, Ordering::AcqRel) {
@@ -85,17 +140,20 @@ impl RedisStore {
         }
         let (health, conn) = (self.health.clone(), self.conn.clone());
         tokio::spawn(async move {
-            loop {
+            // Until it answers here, or a request's own check found it back.
+            while health.down.load(Ordering::Acquire) {
                 tokio::time::sleep(RECHECK_EVERY).await;
-                let (mut conn, ping) = (conn.clone(), redis::cmd("PING"));
-                if let Ok(Ok(_)) = tokio::time::timeout(COMMAND_TIMEOUT, ping.query_async::<String>(&mut conn)).await {
-                    break;
+                if health.checked_before(Duration::ZERO) && ping(&conn).await {
+                    health.up();
                 }
             }
-            health.down.store(false, Ordering::Release);
             health.checking.store(false, Ordering::Release);
-            tracing::info!("the cluster store answers again: executions are journaled again");
-            metrics::gauge!("ptc_cluster_store_up").set(1.0);
         });
     }
+}
+
+/// Whether Redis answers a ping within [`COMMAND_TIMEOUT`].
+async fn ping(conn: &redis::aio::ConnectionManager) -> bool {
+    let (mut conn, ping) = (conn.clone(), redis::cmd("PING"));
+    matches!(tokio::time::timeout(COMMAND_TIMEOUT, ping.query_async::<String>(&mut conn)).await, Ok(Ok(_)))
 }

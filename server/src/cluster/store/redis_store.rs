@@ -89,6 +89,10 @@ impl Store for RedisStore {
         !self.health.down.load(Ordering::Acquire)
     }
 
+    async fn answers(&self) -> bool {
+        self.check_now().await
+    }
+
     async fn save(&self, segment: Segment<'_>, owner: &str, ttl: Duration) -> StoreResult<Saving> {
         let Segment { id, tenant, header, entries, round } = segment;
         let mut cmd = journal_script(SAVE, id);

@@ -288,8 +288,9 @@ async fn initial(
     // With a shared store, the run is journaled so that another node can finish it. A
     // python-data run cannot be run again (each server pre-initialises its own runtime): its
     // image, kept in the store at each pause, is what another node carries it on from.
-    let journal = (state.cluster.journaling() && runtime == Runtime::Python).then(Journal::new);
-    let imaged = state.cluster.journaling() && runtime != Runtime::Python;
+    let journaling = state.cluster.journaling().await;
+    let journal = (journaling && runtime == Runtime::Python).then(Journal::new);
+    let imaged = journaling && runtime != Runtime::Python;
     let seed = journal.as_ref().map(|j| hex::encode(j.seed));
     let network_allow = options.network_allow.unwrap_or_default();
     let network = state.core.networks.for_run(Some(&tenant), &network_allow)?;
@@ -338,11 +339,11 @@ async fn initial(
     {
         tracing::warn!("recording request id {request_id:?}: {e}");
     }
-    if cluster.journaling() {
+    if journaling {
         let _ = cluster.store.add_usage(&tenant, "executions", 1).await;
     }
     let journaled = header.is_some();
-    let mut paused = Paused { id, journaled, header, run, tenant, session_id, round: 0, expires_at_ms };
+    let mut paused = Paused { id, journaled, header, run, tenant, session_id, round: 0, expires_at_ms, adopted: None };
     let stop = advance(&mut paused.run.execution).await;
     Ok(answer(state, paused, stop).await)
 }
@@ -378,10 +379,17 @@ async fn continuation(
         Ok(_) | Err(TokenError::Invalid) => return Err(ApiError::bad_request("Invalid continuation token")),
         Err(TokenError::Expired) => return Err(ApiError::bad_request("Execution expired")),
     };
-    if let Some(slot) = state.paused.get(&claims.execution_id) {
-        return resume(state, &tenant, &claims, slot, answers).await;
-    }
     let cluster = &state.cluster;
+    if let Some(slot) = state.paused.get(&claims.execution_id) {
+        // A copy of an earlier round than the token's, which another node's token names: the
+        // execution went on there. This copy is stale, and the token goes to its owner.
+        let stale = slot.try_lock().is_ok_and(|p| p.as_ref().is_some_and(|p| p.round < claims.round));
+        if !(stale && !claims.node.is_empty() && claims.node != cluster.node) {
+            return resume(state, &tenant, &claims, slot, answers).await;
+        }
+        tracing::info!(execution = %claims.execution_id, node = %claims.node, "a stale copy: forwarding to the owner");
+        state.paused.forget(&claims.execution_id);
+    }
     // Another node's: forwarded once, with the client's credentials; its answer is ours.
     if !claims.node.is_empty() && claims.node != cluster.node && !cluster.forwarded(headers) {
         let body =
@@ -486,6 +494,9 @@ async fn resume(
             Err(e) => tracing::warn!("claiming a round: {e}; resuming it under this node's lock alone"),
         }
     }
+    if let Some(counter) = paused.adopted.take() {
+        adopt(state, paused, counter).await;
+    }
     let ordered: Vec<ToolResult> = pending.iter().filter_map(|p| answers.remove(p)).collect();
     // Results first, then decisions: the program takes what arrived before it is told about
     // approved calls, so that the next pause finds it blocked again.
@@ -506,6 +517,17 @@ async fn resume(
     state.paused.remove(&claims.execution_id);
     drop(guard);
     Ok(answer(state, paused, stop).await)
+}
+
+/// A continuation's round of an execution taken over here is claimed: it is this node's now
+/// (its owner in the store, and counted as a thaw or a replay of its tenant).
+async fn adopt(state: &HttpState, paused: &Paused, counter: &'static str) {
+    let cluster = &state.cluster;
+    let ttl = Duration::from_millis(paused.expires_at_ms.saturating_sub(now_ms()).max(1));
+    if let Err(e) = cluster.store.set_owner(&paused.id, &cluster.node, paused.round, ttl).await {
+        tracing::warn!("naming the new owner: {e}");
+    }
+    let _ = cluster.store.add_usage(&paused.tenant, counter, 1).await;
 }
 
 /// Keeps the paused execution and answers `tool_call_required` with a token for its round.

@@ -28,6 +28,12 @@ pub(crate) struct Paused {
     pub header: Option<Vec<u8>>,
     /// Whether its journal is kept in the shared store.
     pub journaled: bool,
+    /// Taken over here from another node's journal or image (the usage counter it adds:
+    /// `thaws` or `replays`), and not yet known to others: it becomes this node's (its owner
+    /// in the store, its place in [`Registry`]) only once the continuation's round is claimed.
+    /// A retried continuation that loses the claim drops its copy; a held-out run saw the
+    /// loser keep one and name itself owner, then refuse every later token of it.
+    pub adopted: Option<&'static str>,
 }
 
 impl Paused {
@@ -51,6 +57,11 @@ impl Paused {
 /// (a second request on the same token finds it locked: a replay) and empties it when done.
 pub(crate) type Slot = Arc<tokio::sync::Mutex<Option<Paused>>>;
 
+/// A place for `paused` (in the registry, or of a continuation's own while it adopts it).
+pub(crate) fn slot(paused: Paused) -> Slot {
+    Arc::new(tokio::sync::Mutex::new(Some(paused)))
+}
+
 /// The paused executions, by execution id.
 #[derive(Default)]
 pub(crate) struct Registry {
@@ -68,7 +79,7 @@ impl Registry {
 
     pub(crate) fn insert(&self, paused: Paused) {
         let id = paused.id.clone();
-        self.slots().insert(id, Arc::new(tokio::sync::Mutex::new(Some(paused))));
+        self.slots().insert(id, slot(paused));
     }
 
     pub(crate) fn get(&self, id: &str) -> Option<Slot> {

@@ -2,8 +2,10 @@
 //! execution had hibernated at the round the token resumes, its sealed image (kept beside the
 //! journal) is thawed here and goes on exactly where it stopped. Otherwise the journal is
 //! loaded from the store and the program run again from it, the recorded rounds answered by
-//! the engine itself, up to the round the token resumes. Either way it is then paused here
-//! like any other.
+//! the engine itself, up to the round the token resumes. Either way it is resumed with the
+//! client's results as a copy of this request's own, and becomes this node's (its owner in
+//! the store, its place among the paused) only once the round is claimed (`resume`): of two
+//! nodes given the same continuation, the one that loses the claim drops its copy.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -15,7 +17,7 @@ use ptc_engine::{Entry, ExecutionRequest, Journal, Runtime};
 use serde_json::json;
 
 use super::api::{Answers, ApiError};
-use super::paused::Paused;
+use super::paused::{self, Paused};
 use super::{HttpState, Stop, advance, ended_response, resume};
 use crate::cluster::JournalHeader;
 use crate::core::ErrorKind;
@@ -43,9 +45,7 @@ pub(super) async fn replay(
     if let Some(image) = image
         && let Some(paused) = thaw(state, &tenant, &claims, &header, image).await?
     {
-        state.paused.insert(paused);
-        let slot = state.paused.get(&claims.execution_id).expect("just inserted");
-        return resume(state, &tenant, &claims, slot, answers).await;
+        return resume(state, &tenant, &claims, paused::slot(paused), answers).await;
     }
     let Some(journal) = journal else {
         let _ = cluster.store.forget(&claims.execution_id).await;
@@ -79,15 +79,10 @@ pub(super) async fn replay(
         }
         Err(e) => return Err(e.into()),
     };
-    let _ = cluster.store.add_usage(&tenant, "replays", 1).await;
     match advance(&mut run.execution).await {
         Stop::Calls(round, _, _) if round == claims.round => {
             tracing::info!(execution = %claims.execution_id, round, elapsed = ?started.elapsed(), "resumed by replay");
             metrics::histogram!("ptc_replay_seconds").record(started.elapsed().as_secs_f64());
-            let ttl = Duration::from_millis(remaining);
-            if let Err(e) = cluster.store.set_owner(&claims.execution_id, &cluster.node, round, ttl).await {
-                tracing::warn!("naming the new owner: {e}");
-            }
             let (id, session_id, expires_at_ms) =
                 (claims.execution_id.clone(), header.session_id, header.expires_at_ms);
             let paused = Paused {
@@ -99,10 +94,9 @@ pub(super) async fn replay(
                 expires_at_ms,
                 header: None,
                 journaled: true,
+                adopted: Some("replays"),
             };
-            state.paused.insert(paused);
-            let slot = state.paused.get(&claims.execution_id).expect("just inserted");
-            resume(state, &tenant, &claims, slot, answers).await
+            resume(state, &tenant, &claims, paused::slot(paused), answers).await
         }
         Stop::Calls(round, _, _) => {
             let _ = cluster.store.forget(&claims.execution_id).await;
@@ -114,6 +108,7 @@ pub(super) async fn replay(
         }
         Stop::Ended(end) => {
             let _ = cluster.store.forget(&claims.execution_id).await;
+            let _ = cluster.store.add_usage(&tenant, "replays", 1).await;
             Ok(ended_response(&run, end).await)
         }
     }
@@ -140,11 +135,7 @@ pub(super) async fn thaw_from_disk(
         return Ok(lost_response(&kept.header.session_id, NOT_KEPT_SINCE));
     }
     match thaw(state, &tenant, &claims, &kept.header, kept.image).await? {
-        Some(paused) => {
-            state.paused.insert(paused);
-            let slot = state.paused.get(&claims.execution_id).expect("just inserted");
-            resume(state, &tenant, &claims, slot, answers).await
-        }
+        Some(paused) => resume(state, &tenant, &claims, paused::slot(paused), answers).await,
         None => {
             images.forget(&claims.execution_id);
             Err(ApiError::bad_request("Execution expired"))
@@ -195,12 +186,6 @@ async fn thaw(
             return Ok(None);
         }
     };
-    let cluster = &state.cluster;
-    let ttl = Duration::from_millis(remaining.max(1));
-    if let Err(e) = cluster.store.set_owner(&claims.execution_id, &cluster.node, claims.round, ttl).await {
-        tracing::warn!("naming the new owner: {e}");
-    }
-    let _ = cluster.store.add_usage(tenant, "thaws", 1).await;
     tracing::info!(execution = %claims.execution_id, round = claims.round, elapsed = ?started.elapsed(), "resumed by thaw");
     metrics::histogram!("ptc_thaw_elsewhere_seconds").record(started.elapsed().as_secs_f64());
     Ok(Some(Paused {
@@ -213,6 +198,7 @@ async fn thaw(
         header: None,
         // The store knows it: the token's round is claimed there, and its end forgets it.
         journaled: true,
+        adopted: Some("thaws"),
     }))
 }
 
