@@ -29,7 +29,8 @@ pub(crate) const REASON: &str = "_reason";
 /// Characters of the execution's id a call's id carries (64 bits).
 const KEY_CHARS: usize = 16;
 
-/// Characters of a reason kept: a program cannot make the person read a book.
+/// Characters of a reason kept, the mark that says it was cut included: a program cannot make
+/// the person read a book.
 const MAX_REASON_CHARS: usize = 1000;
 
 /// The suffix an execution's calls' ids get: `_` and the start of its id.
@@ -111,7 +112,8 @@ pub(crate) fn take_reason(input: &str) -> (String, Option<String>) {
         other => other.to_string(),
     };
     let reason = match reason.chars().count() > MAX_REASON_CHARS {
-        true => format!("{}…", reason.chars().take(MAX_REASON_CHARS).collect::<String>()),
+        // The `…` is one of the 1,000 (it once came on top of them: 1,001).
+        true => format!("{}…", reason.chars().take(MAX_REASON_CHARS - 1).collect::<String>()),
         false => reason,
     };
     (Value::Object(object).to_string(), Some(reason).filter(|r| !r.trim().is_empty()))
@@ -136,7 +138,11 @@ mod tests {
         let (input, reason) = take_reason(r#"{"id": 3}"#);
         assert_eq!((input.as_str(), reason), (r#"{"id": 3}"#, None));
         let long = format!(r#"{{"_reason": "{}"}}"#, "x".repeat(5000));
-        assert_eq!(take_reason(&long).1.unwrap().chars().count(), MAX_REASON_CHARS + 1);
+        let cut = take_reason(&long).1.unwrap();
+        assert_eq!(cut.chars().count(), 1000, "the documented bound, the mark included");
+        assert!(cut.ends_with("x…"), "{cut}");
+        let exact = format!(r#"{{"_reason": "{}"}}"#, "y".repeat(1000));
+        assert_eq!(take_reason(&exact).1.unwrap(), "y".repeat(1000), "1,000 characters are kept whole");
         assert_eq!(take_reason(r#"{"_reason": "  "}"#).1, None);
     }
 

@@ -3,8 +3,9 @@
 
     python tenants.py URL ALPHA_KEY BETA_KEY
 
-- a retry of alpha's parked execution sent with beta's key is refused, and alpha's own retry
-  still finds it parked and resumes it;
+- a retry of alpha's parked (and hibernated) execution sent with beta's key is refused as an
+  unknown handle is, whichever way it comes, and alpha's own retry still finds it parked and
+  resumes it;
 - one key parks at most 100 executions at once; past that its next is refused in words, while
   the other key still parks its own.
 """
@@ -48,23 +49,38 @@ def answers(asked):
     ) for key in asked.input_requests}
 
 
+async def refused(call):
+    """The error a retry gets; fails if it was not refused."""
+    try:
+        await call
+    except Exception as e:
+        return str(e)
+    raise AssertionError("another key's retry was not refused")
+
+
 async def foreign_retry(url, alpha_key, beta_key):
     async with Client(connect(url, alpha_key), sampling_callback=sample) as alpha, \
-            Client(connect(url, beta_key), sampling_callback=sample) as beta:
+            Client(connect(url, beta_key), sampling_callback=sample) as beta, \
+            Client(connect(url, beta_key), sampling_callback=sample, mode="legacy") as beta_legacy:
         asked = await park(alpha)
         assert isinstance(asked, types.InputRequiredResult) and asked.request_state, asked
-        try:
-            await beta.session.call_tool(
-                "execute_code", {}, request_state=asked.request_state, input_responses=answers(asked)
-            )
-            raise AssertionError("another key resumed alpha's execution")
-        except AssertionError:
-            raise
-        except Exception as e:
-            assert "no longer waiting" in str(e), e
-        done = await alpha.session.call_tool(
-            "execute_code", {}, request_state=asked.request_state, input_responses=answers(asked)
-        )
+        # Past a second the parked execution has hibernated: the retries find it asleep.
+        await asyncio.sleep(1.5)
+        state, given = asked.request_state, answers(asked)
+        unknown = await refused(beta.session.call_tool("execute_code", {}, request_state="0" * 32, input_responses=given))
+        assert "no longer waiting" in unknown, unknown
+        # Beta with alpha's handle, every way a retry can come: with the answers, with a
+        # program of its own, from an MCP session of the older protocol. Each is refused
+        # exactly as an unknown handle is, and nothing of alpha's execution is taken.
+        for attempt in [
+            beta.session.call_tool("execute_code", {}, request_state=state, input_responses=given),
+            beta.session.call_tool("execute_code", {"code": "print(1)"}, request_state=state),
+            beta_legacy.session.call_tool("execute_code", {}, request_state=state, input_responses=given),
+        ]:
+            assert await refused(attempt) == unknown
+        other = await beta.session.call_tool("describe_tools", {}, request_state=state, input_responses=given)
+        assert not other.is_error, other
+        done = await alpha.session.call_tool("execute_code", {}, request_state=state, input_responses=given)
         assert not done.is_error and done.structured_content["stdout"] == "sampled\n", done
     log("another key's retry: ok")
 

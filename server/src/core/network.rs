@@ -61,13 +61,17 @@ impl Networks {
         }
     }
 
+    /// `tenant`'s policy as the operator wrote it (or `"*"`'s); `None`: no network.
+    pub fn policy(&self, tenant: Option<&str>) -> Option<&NetworkPolicy> {
+        tenant.and_then(|t| self.policies.0.get(t)).or_else(|| self.policies.0.get("*"))
+    }
+
     fn of(&self, tenant: Option<&str>) -> Result<Option<Arc<Network>>, Error> {
         let key = tenant.map(str::to_string);
         if let Some(kept) = self.compiled.lock().unwrap().get(&key) {
             return Ok(kept.clone());
         }
-        let policy = tenant.and_then(|t| self.policies.0.get(t)).or_else(|| self.policies.0.get("*"));
-        let network = match policy {
+        let network = match self.policy(tenant) {
             None => None,
             // Checked at start: a failure now is a secret's environment variable gone since.
             Some(p) => Some(Network::new(tenant, p).map_err(|e| {

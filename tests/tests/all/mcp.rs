@@ -213,6 +213,62 @@ async fn before_protocol_2026_07_28_a_write_tool_waits_for_an_elicitation() {
     server.wait().await;
 }
 
+/// A client that can ask its user, whose user never answers.
+#[derive(Clone)]
+struct AbsentUser;
+
+impl rmcp::ClientHandler for AbsentUser {
+    fn get_info(&self) -> ClientConfig {
+        AskingClient.get_info()
+    }
+
+    async fn create_elicitation(
+        &self,
+        _: ElicitRequestParams,
+        _: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, rmcp::ErrorData> {
+        std::future::pending().await
+    }
+}
+
+/// The deadline passes while the user is asked and nobody answers: the model is told so, and
+/// to ask the user and run the program again when they are there, not to ask for a longer
+/// timeout (which does not help while nobody answers).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_approval_nobody_answers_ends_at_the_deadline_saying_what_to_do() {
+    let setup = tokio::task::spawn_blocking(|| downstream("absent")).await.unwrap();
+    let mut config = grpc::config(&["acme:acme-key"]);
+    config.mcp = McpConfig::load(&setup.config).unwrap();
+    let server = grpc::serve(config).await;
+    let transport = StreamableHttpClientTransportConfig::with_uri(format!("http://{}/mcp", server.http_addr))
+        .auth_header("acme-key");
+    let client = AbsentUser.serve(StreamableHttpClientTransport::from_config(transport)).await.unwrap();
+    let args = json!({"code": "await notes.delete_note(id=1, _reason='tidy')", "timeout_ms": 2000});
+    let params = CallToolRequestParams::new("execute_code").with_arguments(args.as_object().unwrap().clone());
+    let r = client.call_tool(params).await.unwrap();
+    assert_eq!(r.is_error, Some(true), "{r:?}");
+    let text = r.content[0].as_text().map(|t| t.text.clone()).unwrap_or_default();
+    assert!(text.starts_with("[error] Time limit exceeded\n"), "{text}");
+    assert!(text.contains("waited for the user's approval, which never came (notes.delete_note)"), "{text}");
+    assert!(
+        text.ends_with(
+            "The user did not answer the request for approval in time: ask them in your reply whether they approve, \
+             then run the program again when they are there to answer."
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("longer timeout"), "{text}");
+    // Without a question to the user, a timeout still says what it says.
+    let args = json!({"code": "while True: pass", "timeout_ms": 1500});
+    let params = CallToolRequestParams::new("execute_code").with_arguments(args.as_object().unwrap().clone());
+    let r = client.call_tool(params).await.unwrap();
+    let text = r.content[0].as_text().map(|t| t.text.clone()).unwrap_or_default();
+    assert!(text.ends_with("[error] Time limit exceeded\nExecution timeout after 1500 ms: the program (tool waits included) ran out of time; do less per execution or ask for a longer timeout."), "{text}");
+    client.cancel().await.unwrap();
+    server.shutdown();
+    server.wait().await;
+}
+
 #[tokio::test]
 async fn the_http_endpoint_refuses_unknown_keys_in_words_a_client_can_act_on() {
     let mut config = grpc::config(&["acme:acme-key"]);

@@ -1,13 +1,17 @@
 //! HTTP connections with bounds: a connection limit, a header-read timeout (which is also the
 //! longest a keep-alive connection may sit idle between requests), a body timeout and size
-//! limit, each tenant's share of the requests in progress, and JSON answers for all of them;
+//! limit, each tenant's share of the connections (a request in progress, or a connection kept
+//! open between requests), and JSON answers for all of them, which a refused client can read;
 //! and, in local mode (no API keys), requests only from localhost.
 //!
 //! axum's own `serve` has none of these: 1,500 half-sent requests once stayed open against it,
 //! and 520 MCP streams of one tenant once held every connection while other tenants got 503.
+//! A share of requests in progress alone was not enough: a tenant holding 56 MCP streams and
+//! its clients' idle keep-alive connections beside them (which were nobody's) filled the
+//! server, and another tenant's requests were reset (`BrokenPipe`) now and then.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use axum::Json;
@@ -63,8 +67,10 @@ impl Default for HttpLimits {
     }
 }
 
-/// Requests in progress per tenant: each holds one of the server's connections (a program's
-/// run, an MCP stream) until its response has been sent whole.
+/// Each tenant's share of the server's connections: a request in progress holds a place (a
+/// program's run, an MCP stream) until its response has been sent whole, and so does a
+/// connection its requests keep open between them (until it closes: at most the header timeout
+/// idle), so that neither can crowd out another tenant.
 pub struct RequestShares {
     /// `None`: no share (local mode, one tenant).
     limit: Option<usize>,
@@ -72,7 +78,8 @@ pub struct RequestShares {
     counts: Mutex<HashMap<String, usize>>,
 }
 
-/// One request's place in its tenant's share, given back when its response is done.
+/// One place in a tenant's share: a request's, given back when its response is done, or a
+/// connection's ([`ConnPlace`]), given back when it closes.
 struct SharePermit {
     shares: Arc<RequestShares>,
     tenant: String,
@@ -95,7 +102,8 @@ impl RequestShares {
         Arc::new(RequestShares { limit, keys, counts: Mutex::default() })
     }
 
-    /// `tenant`'s requests in progress now.
+    /// `tenant`'s places taken now: its requests in progress, and its connections open
+    /// between requests.
     pub fn in_progress(&self, tenant: &str) -> usize {
         self.counts.lock().unwrap().get(tenant).copied().unwrap_or(0)
     }
@@ -111,34 +119,98 @@ impl RequestShares {
     }
 }
 
+/// The place a connection holds in its tenant's share from its first request with a key
+/// until it closes; a request of another key on it moves it to that key's share.
+#[derive(Default)]
+struct ConnPlace(Mutex<Option<SharePermit>>);
+
+impl ConnPlace {
+    /// The place, if it is `tenant`'s.
+    fn take_if(&self, tenant: &str) -> Option<SharePermit> {
+        let mut held = self.0.lock().unwrap();
+        if held.as_ref().is_some_and(|p| p.tenant == tenant) { held.take() } else { None }
+    }
+}
+
+/// What a request carries of its connection's place. Weak: rmcp keeps an MCP session's
+/// request parts (and so their extensions) for as long as the session, and a place must go
+/// with its connection.
+#[derive(Clone)]
+struct ConnOf(Weak<ConnPlace>);
+
+/// Bytes of a refused request's body read before the refusal is sent, within
+/// [`DRAIN_TIME`]: a connection closed with unread bytes is reset, and its client saw
+/// `BrokenPipe` instead of the answer.
+const DRAIN_BYTES: usize = 1 << 20;
+
+const DRAIN_TIME: Duration = Duration::from_secs(1);
+
 /// Holds a place in the caller's tenant share for as long as the request and its response
-/// last; past the share, 429 and the connection is closed (so that refused requests cannot
-/// keep connections either). Requests without a valid key pass to their handler, which
-/// answers 401.
+/// last, and then for as long as its connection stays open; past the share, 429 and the
+/// connection is closed (so that refused requests cannot keep connections either). Requests
+/// without a valid key pass to their handler, which answers 401, and their connection is
+/// closed after it, so that keyless connections cannot be held between requests.
 pub(crate) async fn tenant_share(State(shares): State<Arc<RequestShares>>, request: Request, next: Next) -> Response {
     let Some(limit) = shares.limit else { return next.run(request).await };
     let tenant = {
         let header = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok());
         shares.keys.tenant(crate::core::auth::presented_key(header("x-api-key"), header("authorization")))
     };
-    let Ok(tenant) = tenant else { return next.run(request).await };
-    let Some(permit) = shares.take(&tenant, limit) else {
+    let Ok(tenant) = tenant else {
+        let mut response = next.run(request).await;
+        response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+        return response;
+    };
+    let place = request.extensions().get::<ConnOf>().and_then(|c| c.0.upgrade());
+    let held = place.as_ref().and_then(|p| p.take_if(&tenant));
+    let Some(permit) = held.or_else(|| shares.take(&tenant, limit)) else {
         metrics::counter!("ptc_http_tenant_share_refused_total").increment(1);
+        drain(request.into_body()).await;
         return json_error(
             StatusCode::TOO_MANY_REQUESTS,
             format!(
-                "Too many requests in progress for this API key: a key may have {limit} at once (each holds a \
-                 connection, MCP streams included); wait for some to finish or close idle MCP sessions"
+                "Too many connections for this API key: a key may have {limit} at once (each request in progress, \
+                 MCP streams included, and each connection kept open between requests); wait for some to finish, \
+                 close idle MCP sessions, or keep fewer connections open"
             ),
         );
     };
-    next.run(request).await.map(|body| {
-        use http_body_util::BodyExt;
-        Body::new(body.map_frame(move |frame| {
-            let _held = &permit;
-            frame
-        }))
-    })
+    match place.filter(|_| !closes(&request)) {
+        Some(place) => {
+            // Another key's place, if it held one, is given back.
+            *place.0.lock().unwrap() = Some(permit);
+            next.run(request).await
+        }
+        // The connection ends with this response: its place with it.
+        None => next.run(request).await.map(|body| {
+            Body::new(body.map_frame(move |frame| {
+                let _held = &permit;
+                frame
+            }))
+        }),
+    }
+}
+
+/// Whether the connection closes after this request (`Connection: close`, or HTTP/1.0 without
+/// keep-alive).
+fn closes(request: &Request) -> bool {
+    let connection = request.headers().get(header::CONNECTION).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let has = |token: &str| connection.split(',').any(|t| t.trim().eq_ignore_ascii_case(token));
+    has("close") || (request.version() == axum::http::Version::HTTP_10 && !has("keep-alive"))
+}
+
+/// Reads and drops up to [`DRAIN_BYTES`] of a body within [`DRAIN_TIME`].
+async fn drain(mut body: Body) {
+    let read = async {
+        let mut seen = 0usize;
+        while let Some(Ok(frame)) = body.frame().await {
+            seen = seen.saturating_add(frame.data_ref().map_or(0, Bytes::len));
+            if seen > DRAIN_BYTES {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(DRAIN_TIME, read).await;
 }
 
 /// Local mode (no API keys) answers only requests addressed to this machine (`Host`
@@ -229,6 +301,7 @@ pub(crate) async fn read_body(limits: &HttpLimits, headers: &HeaderMap, mut body
 /// Serves `app` on `listener` until `stop`, then lets open requests finish.
 pub async fn serve(listener: TcpListener, app: axum::Router, limits: HttpLimits, stop: CancellationToken) {
     let connections = Arc::new(Semaphore::new(limits.max_connections));
+    let refusing = Arc::new(Semaphore::new(REFUSING));
     let tracker = TaskTracker::new();
     loop {
         let stream = tokio::select! {
@@ -245,22 +318,20 @@ pub async fn serve(listener: TcpListener, app: axum::Router, limits: HttpLimits,
         };
         let Ok(permit) = connections.clone().try_acquire_owned() else {
             metrics::counter!("ptc_http_connections_refused_total").increment(1);
-            let body = format!(
-                "{{\"status\":\"error\",\"error\":\"Too many connections: the server accepts {} at once; retry shortly\"}}",
-                limits.max_connections
-            );
-            let answer = format!(
-                "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = stream.try_write(answer.as_bytes());
+            refuse_connection(stream, limits.max_connections, &refusing, &tracker);
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(app.clone());
+        // Each request carries its connection's place in its tenant's share (`tenant_share`).
+        let place = Arc::new(ConnPlace::default());
+        let (app, of) = (TowerToHyperService::new(app.clone()), ConnOf(Arc::downgrade(&place)));
+        let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+            request.extensions_mut().insert(of.clone());
+            hyper::service::Service::call(&app, request)
+        });
         let (stop, header_timeout) = (stop.clone(), limits.header_timeout);
         tracker.spawn(async move {
-            let _permit = permit;
+            let (_permit, _place) = (permit, place);
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder.timer(TokioTimer::new()).header_read_timeout(header_timeout);
             let conn = builder.serve_connection(TokioIo::new(stream), service);
@@ -280,6 +351,44 @@ pub async fn serve(listener: TcpListener, app: axum::Router, limits: HttpLimits,
     }
     tracker.close();
     tracker.wait().await;
+}
+
+/// Connections past the limit answered at once, each read until its client closes (at most
+/// [`DRAIN_TIME`] and [`DRAIN_BYTES`]) so that it reads the 503 rather than a reset; past
+/// these, a connection is answered and closed at once.
+const REFUSING: usize = 64;
+
+/// Answers a connection past the server's limit with 503 in JSON and closes it.
+fn refuse_connection(stream: tokio::net::TcpStream, max: usize, refusing: &Arc<Semaphore>, tracker: &TaskTracker) {
+    let body = format!(
+        "{{\"status\":\"error\",\"error\":\"Too many connections: the server accepts {max} at once; retry shortly\"}}"
+    );
+    let answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let Ok(turn) = refusing.clone().try_acquire_owned() else {
+        let _ = stream.try_write(answer.as_bytes());
+        return;
+    };
+    tracker.spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let _turn = turn;
+        let mut stream = stream;
+        let answered = async {
+            stream.write_all(answer.as_bytes()).await?;
+            stream.shutdown().await?;
+            let (mut buf, mut seen) = (vec![0u8; 16 * 1024], 0usize);
+            while seen <= DRAIN_BYTES {
+                match stream.read(&mut buf).await? {
+                    0 => break,
+                    n => seen += n,
+                }
+            }
+            std::io::Result::Ok(())
+        };
+        let _ = tokio::time::timeout(DRAIN_TIME, answered).await;
+    });
 }
 
 #[cfg(test)]

@@ -20,6 +20,15 @@ pub(super) fn cannot_ask(label: &str) -> String {
     )
 }
 
+/// What the model is told when its program's deadline passed while the user was asked to
+/// approve a call and did not answer (`message`, the engine's, names the calls).
+pub(super) fn unanswered(message: &str) -> String {
+    format!(
+        "{message}. The user did not answer the request for approval in time: ask them in your reply whether they \
+         approve, then run the program again when they are there to answer."
+    )
+}
+
 /// The tool's label as programs call it (`server.tool`).
 pub(super) fn label(request: &ApprovalRequest) -> String {
     match &request.call.namespace {

@@ -1,7 +1,7 @@
 //! The tool catalogue: the downstream tools a program may call (a tool whose schema cannot be
 //! checked is set aside, with the reason), and `execute_code`'s description of them.
 
-use ptc_engine::{DescribedTool, Runtime, ToolDef};
+use ptc_engine::{DescribedTool, NetworkPolicy, Runtime, ToolDef};
 use rmcp::model::Tool;
 use serde_json::Value;
 
@@ -55,7 +55,7 @@ impl CodeMode {
             return Ok(Catalog { defs, description: String::new() });
         }
         let described = self.state.described(&defs, tenant).await?;
-        let mut text = intro(self.state.runtime);
+        let mut text = intro(self.state.runtime, self.state.core.networks.policy(tenant));
         text.push_str(&self.state_text(mode));
         if defs.len() > self.state.discovery_above {
             text.push_str(&discovery_text(&described.tools, not_callable.len(), &unavailable));
@@ -119,17 +119,64 @@ pub(super) fn idle_minutes(sessions: &Sessions) -> u64 {
 const PERSIST: &str = " Globals (variables, imports, functions, classes) persist from one execute_code call to the \
 next in this conversation, so load data once and reuse it; a timeout or cancellation starts over (the result says so).";
 
-/// The start of `execute_code`'s description: what the program runs in, then [`EXECUTE_CODE_TOOLS`].
-pub(super) fn intro(runtime: Runtime) -> String {
-    let python = match runtime {
-        Runtime::PythonData => {
+/// The start of `execute_code`'s description: what the program runs in, what it may reach
+/// over the network (the caller's tenant's `policy`: a tenant allowed hosts once read "no
+/// network", and its program fetched one anyway), then [`EXECUTE_CODE_TOOLS`].
+pub(super) fn intro(runtime: Runtime, policy: Option<&NetworkPolicy>) -> String {
+    let network = network_text(runtime, policy);
+    let offline = network.is_none();
+    let mut text = match runtime {
+        Runtime::PythonData => format!(
             "Run a Python 3.15 program in a sandbox with numpy, pandas, matplotlib (save figures with \
-             plt.savefig('/mnt/data/NAME.png') where /mnt/data exists: they come back as images), scipy and scikit-learn \
-             (no network)."
-        }
-        _ => "Run a Python 3.14 program in a sandbox (standard library only, no network).",
+             plt.savefig('/mnt/data/NAME.png') where /mnt/data exists: they come back as images), scipy and scikit-learn{}.",
+            if offline { " (no network)" } else { "" }
+        ),
+        _ => format!(
+            "Run a Python 3.14 program in a sandbox (standard library only{}).",
+            if offline { ", no network" } else { "" }
+        ),
     };
-    format!("{python} {EXECUTE_CODE_TOOLS}")
+    if let Some(network) = network {
+        text.push(' ');
+        text.push_str(&network);
+    }
+    format!("{text} {EXECUTE_CODE_TOOLS}")
+}
+
+/// Hosts (and secrets) the description names at most; past them it says how many more.
+const NAMED_HOSTS: usize = 20;
+
+/// What a program may reach over the network, as a sentence; `None`: nothing.
+fn network_text(runtime: Runtime, policy: Option<&NetworkPolicy>) -> Option<String> {
+    let policy = policy.filter(|p| !p.allow.is_empty())?;
+    let how = match runtime {
+        Runtime::PythonData => "urllib.request, http.client and pandas.read_csv(url)",
+        _ => "urllib.request and http.client",
+    };
+    let list = |items: Vec<String>| {
+        let more = items.len().saturating_sub(NAMED_HOSTS);
+        let mut text = items.into_iter().take(NAMED_HOSTS).collect::<Vec<_>>().join(", ");
+        if more > 0 {
+            text.push_str(&format!(" and {more} more"));
+        }
+        text
+    };
+    let ports: Vec<String> = policy.ports.iter().map(u16::to_string).collect();
+    let mut text = format!(
+        "Network: {how} reach only {} ({}, port {}, {}); any other host is refused.",
+        list(policy.allow.clone()),
+        policy.schemes.join(" or "),
+        ports.join(" or "),
+        policy.methods.join(" or ")
+    );
+    if !policy.secrets.is_empty() {
+        let names = policy.secrets.iter().map(|s| format!("os.environ[{:?}]", s.name)).collect();
+        text.push_str(&format!(
+            " Secrets a request may send to their hosts, which the program cannot read: {}.",
+            list(names)
+        ));
+    }
+    Some(text)
 }
 
 const EXECUTE_CODE_TOOLS: &str = "The tools below are async functions grouped by server: `await server.tool(arg=...)`; run independent calls at once with \
@@ -214,5 +261,31 @@ fn summary(description: &str) -> String {
         format!("{}…", sentence.chars().take(99).collect::<String>())
     } else {
         sentence.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_description_says_what_the_network_policy_allows_and_names_at_most_twenty_hosts() {
+        assert!(
+            intro(Runtime::Python, None)
+                .starts_with("Run a Python 3.14 program in a sandbox (standard library only, no network). The tools")
+        );
+        let empty = NetworkPolicy::default();
+        assert!(intro(Runtime::PythonData, Some(&empty)).contains("scikit-learn (no network). The tools"));
+        let mut policy = NetworkPolicy::default();
+        policy.allow = (0..25).map(|i| format!("h{i}.example.com")).collect();
+        let text = intro(Runtime::PythonData, Some(&policy));
+        assert!(text.contains("scikit-learn. Network: urllib.request, http.client and pandas.read_csv(url) reach only h0.example.com, "), "{text}");
+        assert!(
+            text.contains(
+                "h19.example.com and 5 more (https, port 443, GET or HEAD); any other host is refused. The tools"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("h20.example.com") && !text.contains("no network"), "{text}");
     }
 }

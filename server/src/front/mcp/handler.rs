@@ -142,9 +142,13 @@ impl ServerHandler for CodeMode {
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let mode = self.mode(&ctx);
-        let description = match self.catalog(true, mode, tenant_of(&ctx.extensions).as_deref(), elicits(&ctx)).await {
+        let tenant = tenant_of(&ctx.extensions);
+        let description = match self.catalog(true, mode, tenant.as_deref(), elicits(&ctx)).await {
             Ok(catalog) => catalog.description,
-            Err(e) => format!("{}\n\nNo tools can be offered now: {e}", intro(self.state.runtime)),
+            Err(e) => {
+                let policy = self.state.core.networks.policy(tenant.as_deref());
+                format!("{}\n\nNo tools can be offered now: {e}", intro(self.state.runtime, policy))
+            }
         };
         let mut input = json!({
             "type": "object",

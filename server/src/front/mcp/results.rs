@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ptc_engine::ToolCallRecord;
+use ptc_engine::{FailureKind, ToolCallRecord};
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject};
 use serde_json::{Value, json};
 
@@ -24,8 +24,14 @@ pub(super) const IMAGES: Read = Read { max_bytes: MAX_IMAGE_BYTES, wanted: looks
 
 /// The program's end as the tool's result: its output, return value or error, and the files
 /// it wrote (with the images among them); if it left the tenant over its file quota, an error
-/// of kind `file_quota` in the core's words.
-pub(super) fn ended_result(ending: Ending, elapsed: Duration, timeout_limit: Duration) -> CallToolResult {
+/// of kind `file_quota` in the core's words. `unanswered`: a request for the user's approval
+/// was still open when it ended.
+pub(super) fn ended_result(
+    ending: Ending,
+    elapsed: Duration,
+    timeout_limit: Duration,
+    unanswered: bool,
+) -> CallToolResult {
     let Ending { outcome, files, contents } = ending;
     let (message, end) = match outcome {
         Outcome::Completed(c) => (None, Ok(c)),
@@ -33,7 +39,7 @@ pub(super) fn ended_result(ending: Ending, elapsed: Duration, timeout_limit: Dur
         Outcome::OverQuota { message, end } => (Some(message), end),
     };
     let Some(message) = message else {
-        let mut result = finished_result(end, elapsed, timeout_limit);
+        let mut result = finished_result(end, Timing(elapsed, timeout_limit), unanswered);
         if let Ok(changed) = files {
             add_files(&mut result, &changed, contents);
         }
@@ -132,13 +138,12 @@ pub(super) fn add_session(result: &mut CallToolResult, id: &str) {
 
 fn finished_result(
     end: Result<ptc_engine::Completion, ptc_engine::Failure>,
-    elapsed: Duration,
-    timeout_limit: Duration,
+    timing: Timing,
+    unanswered: bool,
 ) -> CallToolResult {
     match end {
         Ok(done) => {
             let return_value: Value = serde_json::from_str(&done.return_value).unwrap_or(Value::Null);
-            let timing = Timing(elapsed, timeout_limit);
             let structured = report(timing, &done.stdout, &done.stderr, &done.tool_calls, Ok(&return_value));
             let mut text = printed(&done.stdout, &done.stderr);
             if !return_value.is_null() {
@@ -152,9 +157,12 @@ fn finished_result(
             result
         }
         Err(f) => {
-            let Advice { headline: error, hint } = advice::advice(&f);
+            let Advice { headline: error, mut hint } = advice::advice(&f);
+            if unanswered && f.kind == FailureKind::Timeout {
+                // Not "ask for a longer timeout": no deadline helps while nobody answers.
+                hint = super::approvals::unanswered(&f.message);
+            }
             let error_value = json!({"kind": f.kind.as_str(), "message": f.message});
-            let timing = Timing(elapsed, timeout_limit);
             let structured = report(timing, &f.stdout, &f.stderr, &f.tool_calls, Err(error_value));
             let mut text = printed(&f.stdout, &f.stderr);
             text.push_str(&format!("{}[error] {error}", newline_if_needed(&text)));

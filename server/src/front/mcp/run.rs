@@ -253,11 +253,12 @@ impl CodeMode {
         };
         // Calls still running downstream are abandoned (their futures dropped), and so are
         // questions to the user.
+        let unanswered = !program.decisions.is_empty();
         program.calls.abort_all();
         program.decisions.abort_all();
         let elapsed = program.started.elapsed();
         let ending = program.run.end(end, Some(IMAGES)).await;
-        let mut result = ended_result(ending, elapsed, program.timeout_limit);
+        let mut result = ended_result(ending, elapsed, program.timeout_limit, unanswered);
         if let Some(notice) = &program.notice {
             prefix_text(&mut result, notice);
         }
