@@ -42,6 +42,29 @@ async def test_a_program_calls_sync_and_async_tools_and_its_output_comes_back(sb
     assert result.execution_id
 
 
+async def test_a_name_that_is_no_tool_is_answered_with_what_the_tools_are(sb):
+    ran = []
+
+    def log(text: str) -> None:
+        """Logs a line."""
+        ran.append(text)
+
+    search = Tool.from_function(add, name="search_issues", namespace="github")
+    listed = "the program's tools are add, get_weather, log; its tool namespaces are github (1 tool)"
+    # Awaited, it is refused before anything runs (so the first call never happened).
+    with pytest.raises(ptc_engine.PythonError) as refused:
+        await sb.run("await log(text='first')\nawait web_search(query='x')", tools=[get_weather, add, log, search])
+    assert refused.value.message.startswith("ToolCheckError: the program was not run"), refused.value.message
+    assert f"line 2: web_search is not defined; no tool has that name: {listed}" in refused.value.message
+    assert "search_tools(" in refused.value.message and ran == []
+    # Reached some other way, it fails when reached, with the same list.
+    with pytest.raises(ptc_engine.PythonError) as failed:
+        await sb.run("r = await asyncio.gather(web_search(query='x'))", tools=[get_weather, add, log, search])
+    assert failed.value.message.startswith(
+        f"NameError: name 'web_search' is not defined; no tool has that name either: {listed}"
+    ), failed.value.message
+
+
 async def test_the_calls_of_one_round_are_answered_concurrently(sb):
     # Each waits for the other: answered one after another, they would never finish.
     ready = {"left": asyncio.Event(), "right": asyncio.Event()}
@@ -134,6 +157,34 @@ print(await asyncio.gather(add(a=1, b=2), rm(1), rm(2), rm(3)))
     # A tool that needs approval without anyone to ask: refused before anything runs.
     with pytest.raises(ptc_engine.InvalidRequest, match="on_approval"):
         await sb.run(code, tools=[add_tool, delete_note])
+
+
+async def test_an_approval_with_arguments_the_schema_refuses_is_a_tool_error_and_the_run_goes_on(sb):
+    deleted = []
+
+    @tool(requires_approval=True)
+    def delete_note(id: int) -> str:
+        """Deletes a note."""
+        deleted.append(id)
+        return f"deleted {id}"
+
+    def edit(request: ptc_engine.ApprovalRequest) -> ptc_engine.Approve:
+        # A person's edit the tool's schema refuses: a string where it takes an integer.
+        return ptc_engine.Approve(input={"id": "twenty"})
+
+    code = """
+try:
+    await delete_note(id=2)
+except ToolError as e:
+    print("refused:", e)
+print(await delete_note(id=3) if False else "went on")
+"""
+    result = await sb.run(code, tools=[delete_note], on_approval=edit)
+    refused, went_on = result.stdout.splitlines()
+    assert refused.startswith("refused: the user's answer could not be applied (the changed arguments of call"), refused
+    assert "do not fit the tool" in refused and "twenty" in refused and refused.endswith("the call was not run"), refused
+    assert went_on == "went on"
+    assert deleted == []
 
 
 async def test_schemas_come_from_type_hints_and_docstrings_and_values_convert(sb):
@@ -305,10 +356,21 @@ async def test_bad_input_is_named(url, key, sb):
     async with Sandbox("http://127.0.0.1:9", api_key=key) as nowhere:
         with pytest.raises(ptc_engine.ServerUnavailable, match="cannot reach the ptc-engine server at http://127.0.0.1:9"):
             await nowhere.run("pass")
-    if key:
-        async with Sandbox(url, api_key="not-a-key") as wrong:
-            with pytest.raises(ptc_engine.AuthenticationError, match="refused the API key"):
-                await wrong.run("pass")
+
+
+async def test_a_refused_or_missing_key_says_where_a_key_goes(url, key, monkeypatch):
+    if not key:
+        pytest.skip("the server takes no key")
+    # Every integration makes its Sandbox from PTC_ENGINE_API_KEY: the message names it.
+    async with Sandbox(url, api_key="not-a-key") as wrong:
+        with pytest.raises(ptc_engine.AuthenticationError, match="refused the API key") as refused:
+            await wrong.run("pass")
+    assert "PTC_ENGINE_API_KEY" in str(refused.value) and "api_key=" in str(refused.value), refused.value
+    monkeypatch.delenv("PTC_ENGINE_API_KEY", raising=False)
+    async with Sandbox(url) as keyless:
+        with pytest.raises(ptc_engine.AuthenticationError, match="none was sent") as missing:
+            await keyless.run("pass")
+    assert "PTC_ENGINE_API_KEY" in str(missing.value), missing.value
 
 
 def test_a_sandbox_used_under_many_asyncio_runs_keeps_no_dead_channels(url, key):

@@ -8,6 +8,10 @@ name is the tool's (the program binds it to nothing else, anywhere), with no `*a
 
 - an attribute a namespace has no tool of (`github.create_isue`), and a name bound nowhere
   that is one letter or so from a tool's (`get_wether`), each with "did you mean";
+- an awaited call of a name bound nowhere and far from every tool's (`await web_search(...)`,
+  `await gitlab.create_issue(...)`), saying where a namespaced tool of that name is, or what
+  the tools are (`stubs.tools_overview`); not in a program that may bind names it does not
+  write (`from m import *`, `exec`, `globals()`, ...);
 - a keyword the tool does not take, a required one missing, more positional arguments than it
   takes;
 - a literal of a JSON type the tool's schema does not take for that argument (`days="3"` for
@@ -24,7 +28,7 @@ import ast
 import builtins
 import difflib
 
-from .stubs import _listing, _ordered_properties, _takes_extra, _usable, signature_line
+from .stubs import _listing, _ordered_properties, _takes_extra, _usable, signature_line, tools_overview, where_is
 
 
 class ToolCheckError(SyntaxError):
@@ -38,6 +42,10 @@ ToolCheckError.__module__ = "builtins"
 MAX_SHOWN = 5
 
 _BUILTINS = frozenset(dir(builtins))
+
+# Names through which a program may bind a global it never writes: with one of them (or a
+# `from m import *`), an unknown name is not refused, as it might exist by the time it is called.
+_DYNAMIC = frozenset({"exec", "eval", "globals", "vars", "builtins", "__builtins__"})
 
 # `ast.unparse` imports its implementation on first use; in the component only what the
 # snapshot imported exists at run time.
@@ -122,16 +130,19 @@ def _index(specs):
 
 
 class _Checker:
-    def __init__(self, specs, bound, known):
+    def __init__(self, specs, bound, known, dynamic=False):
+        self.specs = specs
         self.top, self.spaces = _index(specs)
+        self.dynamic = dynamic
         # Names the program rebinds are not the tools any more, wherever it uses them.
         self.rebound = bound
         self.defined = bound | set(known) | _BUILTINS
         self.problems = []
 
-    def spec_of(self, func):
+    def spec_of(self, func, awaited=False):
         """The tool a call's function certainly is, or its problem's words; (None, None) when it
-        cannot say."""
+        cannot say. `awaited`: the call is awaited, so the program means a tool (or its own
+        async function)."""
         if isinstance(func, ast.Name):
             name = func.id
             if name in self.rebound:
@@ -143,10 +154,17 @@ class _Checker:
                 if close:
                     spec = self.top[close[0]]
                     return None, f"{name} is not defined; did you mean the tool {signature_line(spec)}?"
+                if awaited and not self.dynamic:
+                    hint = where_is(self.specs, name) or f"no tool has that name: {tools_overview(self.specs)}"
+                    return None, f"{name} is not defined; {hint}"
             return None, None
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
             space = func.value.id
-            if space in self.rebound or space not in self.spaces or func.attr.startswith("_"):
+            if space in self.rebound or func.attr.startswith("_"):
+                return None, None
+            if space not in self.spaces:
+                if awaited and not self.dynamic and space not in self.defined and space not in self.top:
+                    return None, f"{space} is not defined; no tool namespace has that name: {tools_overview(self.specs)}"
                 return None, None
             members = self.spaces[space]
             if func.attr in members:
@@ -156,8 +174,8 @@ class _Checker:
             return None, f"{space} has no callable tool {func.attr!r}{hint}; its callable tools are: {_listing(members, 30)}"
         return None, None
 
-    def check_call(self, call):
-        spec, problem = self.spec_of(call.func)
+    def check_call(self, call, awaited=False):
+        spec, problem = self.spec_of(call.func, awaited)
         if problem:
             self.add(call, problem)
             return
@@ -224,24 +242,30 @@ def check_program(tree, specs, known=()):
     # One walk: the names the program binds, and the calls and statements to check; none in
     # the body of a `try` with an `except` (a program that catches what a call raises means to
     # handle it: `try: await fs.nope() except ToolError: ...`).
-    bound, calls, statements = set(), [], []
+    bound, calls, statements, awaited, dynamic = set(), [], [], set(), False
     stack = [(tree, False)]
     while stack:
         node, handled = stack.pop()
         _bound(node, bound)
+        if isinstance(node, ast.Name) and node.id in _DYNAMIC:
+            dynamic = True
+        elif isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
+            dynamic = True
         if not handled:
             if isinstance(node, ast.Call):
                 calls.append(node)
             elif isinstance(node, ast.Expr):
                 statements.append(node)
+            elif isinstance(node, ast.Await) and isinstance(node.value, ast.Call):
+                awaited.add(id(node.value))
         if isinstance(node, (ast.Try, ast.TryStar)) and node.handlers:
             stack.extend((child, True) for child in node.body)
             stack.extend((child, handled) for child in (*node.handlers, *node.orelse, *node.finalbody))
         else:
             stack.extend((child, handled) for child in ast.iter_child_nodes(node))
-    checker = _Checker(specs, bound, known)
+    checker = _Checker(specs, bound, known, dynamic)
     for call in calls:
-        checker.check_call(call)
+        checker.check_call(call, id(call) in awaited)
     for statement in statements:
         checker.check_unawaited(statement)
     seen = set()

@@ -8,6 +8,7 @@ import json
 import linecache
 import math
 import os
+import re
 import sys
 import traceback
 import warnings
@@ -18,7 +19,7 @@ from .check import ToolCheckError, check_program, refusal
 from .errors import InvalidTools, ToolError
 from .loop import BatchingEventLoop, Broker, Hibernate
 from .session import Live
-from .stubs import bind_tools, parse_tools, where_is
+from .stubs import bind_tools, parse_tools, tools_overview, where_is
 from .wire import json_text
 
 FILENAME = "<code>"
@@ -219,12 +220,29 @@ def _failure(kind, exc, exit_code=None):
     return Outcome(False, kind=kind, message=_describe(exc), traceback=tb, exit_code=exit_code)
 
 
-def _point_to_namespace(exc, specs):
-    """A NameError on a namespaced tool's bare name says where the tool is."""
-    if type(exc) is NameError and isinstance(exc.name, str) and len(exc.args) == 1:
-        hint = where_is(specs, exc.name)
-        if hint:
-            exc.args = (f"{exc.args[0]}; {hint}",)
+def _point_to_tools(exc, specs):
+    """A NameError on a namespaced tool's bare name says where the tool is; one on a name the
+    program calls (or reads an attribute of) that is no tool says what the tools are (bounded:
+    `stubs.tools_overview`), which the pre-run check says only of awaited calls."""
+    if type(exc) is not NameError or not isinstance(exc.name, str) or len(exc.args) != 1 or not specs:
+        return
+    hint = where_is(specs, exc.name)
+    if hint is None and _called(exc):
+        hint = f"no tool has that name either: {tools_overview(specs)}"
+    if hint:
+        exc.args = (f"{exc.args[0]}; {hint}",)
+
+
+def _called(exc):
+    """Whether the program's line that raised the NameError calls the name or reads an
+    attribute of it (`web_search(...)`, `github.x`): a misspelt variable gets no tool list."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None or not _is_program(tb.tb_frame.f_code.co_filename):
+        return False
+    line = linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno)
+    return re.search(rf"(?<![\w.]){re.escape(exc.name)}\s*[(.]", line) is not None
 
 
 def _exit_outcome(exc):
@@ -467,7 +485,7 @@ def _ended(e, specs):
         return Outcome(True, value_json=_to_json(e.value))
     if isinstance(e, SystemExit):
         return _exit_outcome(e)
-    _point_to_namespace(e, specs)
+    _point_to_tools(e, specs)
     return _failure("python-error", e)
 
 

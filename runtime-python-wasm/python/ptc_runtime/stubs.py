@@ -189,6 +189,33 @@ def where_is(specs, name):
     )
 
 
+# The most tool names (and namespaces) `tools_overview` shows: a NameError's message is read
+# by a model, and a server of 510 tools would otherwise fill it.
+OVERVIEW_NAMES = 10
+
+
+def tools_overview(specs):
+    """For a name that is no tool: what the program's tools are, in one bounded line (at most
+    `OVERVIEW_NAMES` top-level names and namespaces each), and how to find the rest."""
+    top = sorted({s.python_name for s in specs if not s.python_namespace})
+    spaces = {}
+    for s in specs:
+        if s.python_namespace:
+            spaces[s.python_namespace] = spaces.get(s.python_namespace, 0) + 1
+    parts = []
+    if top:
+        parts.append(f"the program's tools are {_listing(top, OVERVIEW_NAMES)}")
+    if spaces:
+        shown = [f"{ns} ({n} tool{'s' if n > 1 else ''})" for ns, n in sorted(spaces.items())]
+        more = f", … and {len(shown) - OVERVIEW_NAMES} more" if len(shown) > OVERVIEW_NAMES else ""
+        whose = "its" if top else "the program's"
+        parts.append(f"{whose} tool namespaces are {', '.join(shown[:OVERVIEW_NAMES])}{more}")
+    text = "; ".join(parts) if parts else "the program has no tools"
+    if spaces or len(top) > OVERVIEW_NAMES:
+        text += "; print(search_tools('what the tool does')) finds a tool by what it does"
+    return text
+
+
 _JSON_TO_PY = {
     "string": "str", "integer": "int", "number": "float", "boolean": "bool",
     "array": "list", "object": "dict", "null": "None",

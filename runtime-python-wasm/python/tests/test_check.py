@@ -69,6 +69,37 @@ class RefusalsTest(unittest.TestCase):
         self.assertTrue(found[0].startswith("github has no callable tool 'create_isue'; did you mean "
                                             "github.create_issue(owner: str, repo: str, title: str"), found)
 
+    def test_an_awaited_name_that_is_no_tool_says_what_the_tools_are(self):
+        self.assertEqual(problems("await web_search(q='x')"), [
+            "web_search is not defined; no tool has that name: the program's tools are get_weather, search"])
+        space = [("read_file", "", "", "fs")]
+        self.assertEqual(problems("await read_file(path='x')", WEATHER + space), [
+            "read_file is not defined; it is a tool in a namespace: call it as `await fs.read_file(...)`"])
+        self.assertEqual(problems("await gitlab.create_issue(title='x')", WEATHER + space), [
+            "gitlab is not defined; no tool namespace has that name: the program's tools are get_weather, search; "
+            "its tool namespaces are fs (1 tool); print(search_tools('what the tool does')) finds a tool by what it does"])
+        # Bounded however many tools there are: 10 names and 10 namespaces at most, then a search.
+        many = [(f"tool_{i:03}", "", "") for i in range(300)] + [(f"t{i}", "", "", f"server_{i:02}") for i in range(25)]
+        (said,) = problems("await web_search(q='x')", many)
+        self.assertEqual(said, "web_search is not defined; no tool has that name: the program's tools are "
+                               + ", ".join(f"tool_{i:03}" for i in range(10)) + ", … and 290 more; its tool namespaces are "
+                               + ", ".join(f"server_{i:02} (1 tool)" for i in range(10)) + ", … and 15 more; "
+                               "print(search_tools('what the tool does')) finds a tool by what it does")
+        self.assertLess(len(said), 600)
+
+    def test_an_unknown_name_passes_where_the_program_may_bind_it_unseen_or_does_not_await_it(self):
+        for code in [
+            "from asyncio import *\nawait sleep(0)",
+            "exec('async def helper(): pass')\nawait helper()",
+            "globals()['helper'] = get_weather\nawait helper(city='x')",
+            "import builtins\nbuiltins.helper = get_weather\nawait helper(city='x')",
+            "r = await asyncio.gather(helper())",
+            "try:\n    await helper()\nexcept NameError:\n    pass",
+            "async def helper():\n    pass\nawait helper()",
+            "await anext(aiter(x))",
+        ]:
+            self.assertEqual(problems(code, known={"ToolError", "asyncio", "json"}), [], code)
+
     def test_a_refused_program_runs_nothing_and_says_where(self):
         host = ScriptedHost()
         code = "await search(q='a')\nawait get_weather(town='Oslo')"

@@ -216,7 +216,13 @@ class RunnerTest(unittest.TestCase):
         o, _, err, _ = run("await getattr(fs, 'delete_file')(path='x')", tools=tools)
         self.assertEqual(o.message, "UnknownToolError: fs has no callable tool 'delete_file'; "
                                     "its callable tools are: list_dir, read_file")
-        o, _, _, _ = run("await read_file(path='x')", tools=tools)
+        o, _, _, host = run("await read_file(path='x')", tools=tools)
+        self.assertEqual(o.message, "ToolCheckError: the program was not run: its tool call cannot work as written "
+                                    "(nothing ran, so nothing needs undoing); fix and run it again:\n"
+                                    "  line 1: read_file is not defined; it is a tool in a namespace: "
+                                    "call it as `await fs.read_file(...)`")
+        self.assertEqual(host.rounds, [])
+        o, _, _, _ = run("await asyncio.gather(read_file(path='x'))", tools=tools)
         self.assertEqual(o.message, "NameError: name 'read_file' is not defined; it is a tool in a namespace: "
                                     "call it as `await fs.read_file(...)`")
         o, _, _, _ = run("fs.read_file = print", tools=tools)
@@ -226,6 +232,24 @@ class RunnerTest(unittest.TestCase):
         code = "try:\n    await fs.nope()\nexcept ToolError as e:\n    return [type(e).__name__, e.tool]"
         o, _, _, _ = run(code, tools=tools)
         self.assertEqual(json.loads(o.value_json), ["UnknownToolError", "nope"], "a ToolError too")
+
+    def test_a_name_that_is_no_tool_says_what_the_tools_are_when_the_program_calls_it(self):
+        tools = [("get_weather", "", ""), ("search", "", ""), ("read_file", "", "", "fs")]
+        said = ("the program's tools are get_weather, search; its tool namespaces are fs (1 tool); "
+                "print(search_tools('what the tool does')) finds a tool by what it does")
+        # Not awaited where it is called, so the pre-run check lets it through; it fails when reached.
+        o, out, _, host = run("print('ran')\nr = await asyncio.gather(web_search(q='x'))", tools=tools)
+        self.assertEqual(o.message, f"NameError: name 'web_search' is not defined; no tool has that name either: {said}")
+        self.assertEqual(out, "ran\n")
+        o, _, _, _ = run("try:\n    await gitlab.create_issue(title='x')\nexcept ToolError:\n    pass", tools=tools)
+        self.assertEqual(o.message, f"NameError: name 'gitlab' is not defined; no tool has that name either: {said}")
+        # A misspelt variable is no tool call: Python's own message, without the list.
+        o, _, _, _ = run("result = 1\nprint(reslt + 1)", tools=tools)
+        self.assertTrue(o.message.startswith("NameError: name 'reslt' is not defined"), o.message)
+        self.assertNotIn("tools", o.message)
+        # Without tools, nothing to list.
+        o, _, _, _ = run("await web_search(q='x')", tools=[])
+        self.assertEqual(o.message, "NameError: name 'web_search' is not defined")
 
     def test_namespaced_stubs_are_made_when_first_reached(self):
         schema = '{"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}'

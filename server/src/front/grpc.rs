@@ -107,7 +107,7 @@ impl SandboxService {
     /// wants them back), or in the live session it names (opened first with `open_session`).
     async fn start_run(&self, tenant: &str, start: proto::Start) -> Result<Run, Status> {
         let core = &self.core;
-        let tools = proto::tool_defs(start.tools).map_err(Status::invalid_argument)?;
+        let tools = proto::tool_defs(tenant, start.tools).map_err(Status::invalid_argument)?;
         let runtime: Runtime = start.runtime.parse().map_err(engine_status)?;
         let defaults = &core.engine.config().default_limits;
         let limits =
@@ -262,7 +262,7 @@ impl sandbox_server::Sandbox for SandboxService {
         request: Request<proto::DescribeToolsRequest>,
     ) -> Result<Response<proto::DescribeToolsResponse>, Status> {
         let tenant = self.tenant(&request)?;
-        let tools = proto::tool_defs(request.into_inner().tools).map_err(Status::invalid_argument)?;
+        let tools = proto::tool_defs(&tenant, request.into_inner().tools).map_err(Status::invalid_argument)?;
         // Rendering runs guest code: admitted like an execution of the tenant's.
         let _admission = self
             .core
@@ -390,7 +390,7 @@ async fn handle_client_message(
         Some(client_message::Message::Decisions(decisions)) => {
             let decisions: Result<Vec<_>, String> = decisions.decisions.into_iter().map(proto::decision).collect();
             let decided = match decisions {
-                Ok(decisions) => execution.decide(decisions).await,
+                Ok(decisions) => decide(execution, decisions).await,
                 Err(why) => return Some(error_message("invalid_decision", why)),
             };
             decided.err().map(|e| error_message(e.kind().as_str(), e.message()))
@@ -411,4 +411,27 @@ async fn handle_client_message(
         }
         None => Some(error_message("unexpected_message", "empty client message")),
     }
+}
+
+/// A person's decisions, their changed arguments checked one decision at a time: arguments that
+/// do not fit the tool's schema (or are not an object) end that call with the program's
+/// `ToolError` saying why, as over MCP (`front/mcp/approvals.rs`), and the run goes on; the
+/// Python client ends a run at any `Error` message, so a refused edit from its `on_approval`
+/// used to end the whole run. Anything else (an id not held, decided twice, the execution
+/// over) still refuses the whole batch in an `Error` message, and nothing changes.
+async fn decide(execution: &ptc_engine::Execution, decisions: Vec<ptc_engine::Decision>) -> ptc_engine::Result<()> {
+    let control = execution.control();
+    let mut checked = Vec::with_capacity(decisions.len());
+    for decision in decisions {
+        let id = decision.id.clone();
+        match control.check_decisions(vec![decision]).await {
+            Ok(mut one) => checked.append(&mut one),
+            Err(e) if e.kind() == ptc_engine::ErrorKind::InvalidToolResult => {
+                let message = format!("the user's answer could not be applied ({}); the call was not run", e.message());
+                checked.push(ptc_engine::Decision::unasked(id, message));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    control.apply_decisions(&checked)
 }

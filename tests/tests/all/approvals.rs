@@ -3,7 +3,8 @@
 //! deny and approve-with-changed-arguments reach the program; changed arguments are checked
 //! against the schema; an approval that never comes ends at the deadline in words; a held
 //! call survives hibernation; a replay from the journal asks nobody again and gives the calls
-//! the same ids. Then the same through the gRPC and HTTP front ends.
+//! the same ids. Then the same through the gRPC and HTTP front ends; over gRPC, changed
+//! arguments that do not fit end that call with a `ToolError`, as over MCP.
 
 use std::time::Duration;
 
@@ -192,26 +193,36 @@ async fn over_grpc_a_client_approves_denies_and_changes_arguments() {
     let held: Vec<String> = batch.approvals.iter().map(|a| a.call.as_ref().unwrap().id.clone()).collect();
     assert_eq!(batch.approvals[1].reason, "note 3 is stale");
     s.send_results(vec![result(&batch.calls[0].id, Ok(json!("one")))]).await;
-    // Changed arguments that do not fit are refused in an Error message; nothing changes.
+    // Changed arguments that do not fit end that call with a ToolError saying why, and the run
+    // goes on, as over MCP (a refusal here ended the Python client's whole run).
     let edit = |input: &str| Verdict::Approve(Approve { input_json: Some(input.into()) });
     s.send_decisions(vec![verdict(&held[0], edit(r#"{"id": 1, "extra": true}"#))]).await;
+    // A batch with an id that waits for no decision is still refused whole; nothing changes.
+    let approve = || Verdict::Approve(Approve { input_json: None });
+    s.send_decisions(vec![verdict(&held[1], approve()), verdict("call_9_0000000000000000", approve())]).await;
     let err = s.until(|m| if let Msg::Error(e) = m { Some(e) } else { None }).await;
-    assert!(err.message.contains("do not fit the tool"), "{}", err.message);
+    assert!(err.message.contains("is not a call of this execution"), "{}", err.message);
     s.send_decisions(vec![
-        verdict(&held[0], edit(r#"{"id": 22}"#)),
-        verdict(&held[1], Verdict::Approve(Approve { input_json: None })),
+        verdict(&held[1], edit(r#"{"id": 33}"#)),
         verdict(&held[2], Verdict::Deny(Deny { reason: "keep it".into() })),
     ])
     .await;
     let batch = s.until(|m| if let Msg::ToolCalls(b) = m { Some(b) } else { None }).await;
     assert!(batch.approvals.is_empty());
     let ids: Vec<&str> = batch.calls.iter().map(|c| c.id.as_str()).collect();
-    assert_eq!(ids, [held[0].as_str(), held[1].as_str()]);
-    assert_eq!(input(&batch.calls[0]), json!({"id": 22}));
+    assert_eq!(ids, [held[1].as_str()]);
+    assert_eq!(input(&batch.calls[0]), json!({"id": 33}));
     let results = batch.calls.iter().map(|c| result(&c.id, Ok(json!(format!("deleted {}", input(c)["id"]))))).collect();
     s.send_results(results).await;
     let (end, _) = s.drive(|_| Ok(json!(null))).await;
-    assert_eq!(completed(end).stdout, "one deleted 22 deleted 3 error: denied by the user: keep it\n");
+    let stdout = completed(end).stdout;
+    let misfit = format!(
+        "one error: the user's answer could not be applied (the changed arguments of call {:?} do not fit the tool: ",
+        held[0]
+    );
+    assert!(stdout.starts_with(&misfit), "{stdout}");
+    assert!(stdout.contains("extra"), "the schema's complaint names the field: {stdout}");
+    assert!(stdout.ends_with("); the call was not run deleted 33 error: denied by the user: keep it\n"), "{stdout}");
     server.shutdown();
 }
 

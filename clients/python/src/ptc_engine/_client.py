@@ -105,7 +105,8 @@ class ApprovalRequest:
 @dataclass(frozen=True)
 class Approve:
     """`on_approval`'s answer: run the call, with `input` (the arguments to run it with
-    instead, checked against the tool's schema again) if given."""
+    instead, checked against the tool's schema again) if given. Arguments that do not fit are
+    not run: the program gets a `ToolError` saying why, and the run goes on."""
 
     input: dict[str, Any] | None = None
 
@@ -476,7 +477,7 @@ class Sandbox:
         except grpc.aio.AioRpcError as e:
             if may_retry and not execution_id and _lost_refusal(e):
                 raise _RefusalLost() from None
-            raise _rpc_error(e, self.url) from None
+            raise _rpc_error(e, self.url, bool(self._metadata)) from None
         finally:
             for task in answering:
                 task.cancel()
@@ -487,7 +488,7 @@ class Sandbox:
         try:
             return await method(request, metadata=self._metadata)
         except grpc.aio.AioRpcError as e:
-            raise _rpc_error(e, self.url) from None
+            raise _rpc_error(e, self.url, bool(self._metadata)) from None
 
     def _sync(self, coroutine: Awaitable[T]) -> T:
         with self._lock:
@@ -713,7 +714,8 @@ def _lost_refusal(e: grpc.aio.AioRpcError) -> bool:
     return e.code() == grpc.StatusCode.INTERNAL and (e.details() or "") == "Internal error from Core"
 
 
-def _rpc_error(e: grpc.aio.AioRpcError, url: str) -> PtcError:
+def _rpc_error(e: grpc.aio.AioRpcError, url: str, keyed: bool) -> PtcError:
+    """`e` as this package's error; `keyed`: whether the call carried an API key."""
     code, details = e.code(), e.details() or ""
     if code == grpc.StatusCode.UNAVAILABLE:
         return ServerUnavailable(
@@ -721,9 +723,11 @@ def _rpc_error(e: grpc.aio.AioRpcError, url: str) -> PtcError:
             "the address and port"
         )
     if code == grpc.StatusCode.UNAUTHENTICATED:
+        what = "refused the API key" if keyed else "wants an API key and none was sent"
         return AuthenticationError(
-            f"the server at {url} refused the API key ({details}): pass one of its keys (`--api-keys tenant:key`) "
-            "as Sandbox(url, api_key=...)"
+            f"the server at {url} {what} ({details}): set one of its keys (`--api-keys tenant:key`) in the "
+            "environment variable PTC_ENGINE_API_KEY, which Sandbox() and every integration read, or pass it "
+            "as Sandbox(url, api_key=...) (`api_key=` in each integration)"
         )
     if code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.OUT_OF_RANGE):
         return InvalidRequest(details)

@@ -117,3 +117,20 @@ async def test_the_tool_alone_runs_what_monty_refuses(url, key):
         arguments={"code": "class A:\n    pass\nclass B(A):\n    pass\ndef g():\n    yield 1\n[B.__mro__[1].__name__, list(g())]"}
     )
     assert [c.text for c in contents] == ['["A", [1]]']
+
+
+async def test_what_the_model_sees_and_what_you_see(url, key, caplog):
+    # docs/agent-framework.md: a failed program is an error Content the model reads (above); a
+    # server that cannot be reached is an exception the function-invocation loop logs and
+    # answers the model with "Error: Function failed." (the reason too with
+    # include_detailed_errors); the run goes on.
+    client = Scripted("print(1)")
+    provider = PtcCodeActProvider(tools=[shout], sandbox="http://127.0.0.1:9", api_key=key)
+    response = await Agent(client=client, context_providers=[provider]).run("go")
+    assert response.text == "done" and client.results == ["Error: Function failed."], client.results
+    assert "ServerUnavailable" in caplog.text, caplog.text
+    client = Scripted("print(1)")
+    client.function_invocation_configuration["include_detailed_errors"] = True
+    await Agent(client=client, context_providers=[provider]).run("go")
+    (said,) = client.results
+    assert said.startswith("Error: Function failed. Exception: cannot reach the ptc-engine server at http://127.0.0.1:9"), said

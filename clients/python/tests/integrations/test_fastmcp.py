@@ -136,3 +136,21 @@ async def test_limits_apply_and_the_model_is_told_what_to_do(url, key):
     result = await execute(server(url, key, timeout=1.5), "import time\nwhile True: time.sleep(0.01)")
     assert result.is_error
     assert "Execution timeout after 1500 ms: the deadline counts the time tools take too" in result.content[0].text
+
+
+async def test_what_the_model_sees_and_what_you_see(url, key):
+    # docs/fastmcp.md: a failed program is FastMCP's ToolError, shown whatever the masking; a
+    # server that cannot be reached is an exception FastMCP shows the client (and its model)
+    # as "Error calling tool 'execute': ..." and logs, or only the first words when it masks.
+    nowhere = "http://127.0.0.1:9"
+    result = await execute(server(nowhere, key), "1 + 1")
+    assert result.is_error
+    assert result.content[0].text.startswith(
+        "Error calling tool 'execute': cannot reach the ptc-engine server at http://127.0.0.1:9"
+    ), result.content[0].text
+    masked = FastMCP("m", transforms=[CodeMode(sandbox_provider=PtcSandboxProvider(nowhere))], mask_error_details=True)
+    result = await execute(masked, "1 + 1")
+    assert result.is_error and result.content[0].text == "Error calling tool 'execute'", result.content[0].text
+    masked = FastMCP("m", transforms=[CodeMode(sandbox_provider=PtcSandboxProvider(url, api_key=key))], mask_error_details=True)
+    result = await execute(masked, "raise ValueError('boom')")
+    assert result.is_error and "ValueError: boom" in result.content[0].text, result.content[0].text

@@ -5,11 +5,14 @@ message."""
 
 import asyncio
 
+import pytest
+
 from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import ToolException, tool
 
+from ptc_engine import ServerUnavailable
 from ptc_engine.integrations.langchain import ptc_code_tool
 
 
@@ -88,3 +91,12 @@ async def test_failures_come_back_as_error_tool_messages(url, key):
     assert caught.content == "refused: no\n" and caught.status == "success"
     assert failed.status == "error", failed
     assert "before" in failed.content and "ModuleNotFoundError" in failed.content, failed.content
+
+
+async def test_what_the_model_sees_and_what_you_see(url, key):
+    # docs/langchain.md: a failed program is an error ToolMessage (above); a server that cannot
+    # be reached is no ToolException, so the agent's run raises it and the model sees nothing.
+    model = model_calling("print(1)")
+    agent = create_agent(model, tools=[ptc_code_tool([refuse], sandbox="http://127.0.0.1:9", api_key=key)])
+    with pytest.raises(ServerUnavailable, match="cannot reach the ptc-engine server at http://127.0.0.1:9"):
+        await agent.ainvoke({"messages": [("user", "go")]})

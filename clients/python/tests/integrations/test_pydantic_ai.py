@@ -8,8 +8,9 @@ import pytest
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelResponse, RetryPromptPart, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import FunctionModel
-from pydantic_ai.exceptions import UserError
+from pydantic_ai.exceptions import UnexpectedModelBehavior, UserError
 
+from ptc_engine import ServerUnavailable
 from ptc_engine.integrations.pydantic_ai import PtcCodeMode
 
 
@@ -103,8 +104,27 @@ async def test_errors_come_back_as_retries_with_the_traceback(url, key):
     assert runtime.startswith("Runtime error:\n[stdout before error]\nbefore\n") and "ValueError: boom" in runtime
     assert 'line 2, in <module>' in runtime
     # Refused before it ran, with the tool's signature: the model's next try can get it right.
+    # The harness calls Monty's check against the tools' signatures a type error; so is this.
+    assert bad_input.startswith("Type error in code:"), bad_input
     assert "ToolCheckError" in bad_input and "double(x=...) takes" in bad_input, bad_input
     assert syntax.startswith("Syntax error in code:"), syntax
+
+
+async def test_a_tool_result_with_no_json_form_names_the_tool(url, key):
+    class Thing:
+        pass
+
+    model, seen = scripted("try:\n    await opaque()\nexcept ToolError as e:\n    print(e)")
+    agent = agent_with(model, url, key)
+
+    @agent.tool_plain
+    def opaque() -> object:
+        """Returns a thing."""
+        return Thing()
+
+    await agent.run("go")
+    (said,) = seen["returns"]
+    assert said["output"].startswith("tool 'opaque' returned a value that is not JSON (Thing: "), said
 
 
 async def test_a_stopped_program_resets_the_session_and_says_so(url, key):
@@ -134,3 +154,17 @@ def test_monty_only_options_and_impossible_timeouts_are_refused_with_what_to_use
         PtcCodeMode(resource_limits={"max_duration_secs": 5})
     with pytest.raises(ValueError, match="between 1 and 300 seconds"):
         PtcCodeMode(timeout=0.2)
+
+
+async def test_what_the_model_sees_and_what_you_see(url, key):
+    # docs/pydantic-ai.md: a failed program is a retry the model reads, until the harness'
+    # max_retries, past which agent.run raises; a server that cannot be reached is raised at
+    # once, and the model is told nothing.
+    model, seen = scripted("raise ValueError('one')", "raise ValueError('two')", "raise ValueError('three')")
+    with pytest.raises(UnexpectedModelBehavior, match="exceeded max retries count of 1"):
+        await agent_with(model, url, key, max_retries=1).run("go")
+    assert [r.splitlines()[-1] for r in seen["returns"]] == ["ValueError: one"], seen["returns"]
+    model, seen = scripted("1 + 1")
+    with pytest.raises(ServerUnavailable, match="cannot reach the ptc-engine server at http://127.0.0.1:9"):
+        await agent_with(model, "http://127.0.0.1:9", key).run("go")
+    assert seen["returns"] == []

@@ -128,6 +128,18 @@ def test_tool_errors_and_program_errors_reach_the_model(url, key):
     assert s3 == "error" and "sku" in invalid, invalid
 
 
+def test_what_the_model_sees_and_what_you_see(url, key):
+    # docs/strands.md: every failure, a server that cannot be reached too, is the tool's error
+    # result, which the model reads; nothing is raised to the agent's caller.
+    nowhere = "http://127.0.0.1:9"
+    model = Scripted(("programmatic_tool_caller", {"code": "print(1)"}), ("python_repl", {"code": "print(1)"}))
+    agent = Agent(model=model, tools=[price, make_ptc_tool_caller(sandbox=nowhere, api_key=key)], sandbox=PtcSandbox(nowhere))
+    agent("go")
+    (s1, caller), (s2, repl) = [text_of(r) for r in model.shown]
+    assert s1 == "error" and caller.startswith(f"Execution error: cannot reach the ptc-engine server at {nowhere}"), caller
+    assert s2 == "error" and f"cannot reach the ptc-engine server at {nowhere}" in repl, repl
+
+
 def test_allowed_tools_limit_what_a_program_can_call(url, key):
     model = Scripted(("programmatic_tool_caller", {"code": "print(sorted(n for n in ('price', 'stock') if n in globals()))"}))
     caller = make_ptc_tool_caller(sandbox=url, api_key=key, allowed_tools=["stock"])
@@ -141,6 +153,7 @@ def test_the_sandbox_runs_the_agents_python_and_keeps_state_and_files(url, key):
         ("python_repl", {"code": "import statistics\nxs = [1, 2, 3, 4]\nopen('xs.txt', 'w').write(str(xs))\nprint(statistics.mean(xs))"}),
         ("python_repl", {"code": "print(len(xs), open('/mnt/data/xs.txt').read())"}),
         ("python_repl", {"code": "import sys\nprint('bad', file=sys.stderr)\nsys.exit(3)"}),
+        ("python_repl", {"code": "print('before')\nraise ValueError('boom')"}),
     )
     agent = Agent(model=model, sandbox=sandbox)
     agent("go")
@@ -148,6 +161,11 @@ def test_the_sandbox_runs_the_agents_python_and_keeps_state_and_files(url, key):
     assert outputs[0] == {"output": "2.5\n", "error": "", "exit_code": 0}, outputs
     assert outputs[1] == {"output": "4 [1, 2, 3, 4]\n", "error": "", "exit_code": 0}, outputs
     assert outputs[2]["exit_code"] == 3 and outputs[2]["error"].startswith("bad"), outputs
+    # The traceback once, with the model's line numbers.
+    raised = outputs[3]
+    assert raised["exit_code"] == 1 and raised["output"] == "before\n", outputs
+    assert raised["error"].startswith("Traceback (most recent call last):\n") and raised["error"].count("ValueError: boom") == 1, raised
+    assert ", line 2, in <module>" in raised["error"], raised
 
     async def files():
         await sandbox.write_file("notes/a.txt", b"\x00bytes")

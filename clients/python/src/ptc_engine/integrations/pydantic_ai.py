@@ -221,7 +221,14 @@ class PtcCodeModeToolset(CodeModeToolset[AgentDepsT]):
                 try:
                     return execution.finish(call_part, outcome)
                 except Exception as e:
-                    raise ToolFailure(str(e) or type(e).__name__) from e
+                    if e is outcome.error:
+                        raise ToolFailure(str(e) or type(e).__name__) from e
+                    # The harness' conversion of the result for the sandbox failed; its words
+                    # ("Unable to serialize unknown type: ...") do not say which tool.
+                    raise ToolFailure(
+                        f"tool {original!r} returned a value that is not JSON "
+                        f"({type(outcome.content).__name__}: {e}): return data (dicts, lists, text, numbers)"
+                    ) from e
 
             return dispatch
 
@@ -266,9 +273,14 @@ class PtcCodeModeToolset(CodeModeToolset[AgentDepsT]):
 
 
 def _retry_message(error: ExecutionError) -> str:
-    # A program that did not compile has a traceback of its source lines only, no frames.
+    # A program that did not compile has a traceback of its source lines only, no frames; so
+    # has one the server's pre-run check of its tool calls refused (`ToolCheckError`), which the
+    # harness calls a type error, as it does Monty's check against the tools' signatures.
     compiled = error.kind != "python_error" or error.traceback.startswith("Traceback")
-    kind = "Runtime error" if compiled else "Syntax error in code"
+    if error.message.startswith("ToolCheckError:"):
+        kind = "Type error in code"
+    else:
+        kind = "Runtime error" if compiled else "Syntax error in code"
     # The calls made are listed as the harness lists them (see `_execute_code`).
     message = f"{kind}:\n{failure_text(error, calls=False)}"
     if error.kind in _ENDS_SESSION:

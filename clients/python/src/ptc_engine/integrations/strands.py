@@ -344,8 +344,11 @@ class PtcSandbox(StrandsSandbox):
             except ExecutionError as e:
                 if not isinstance(e, (PythonError, ProgramExit)):
                     self._session = None  # the server stopped the sandbox and ended the session
-                stderr = e.result.stderr
-                text = unshift(str(e), shift) if not isinstance(e, ProgramExit) else ""
+                stderr = unshift(e.result.stderr, shift)
+                # A raised exception's traceback is on stderr already (the message repeated it
+                # after the traceback, 2026-11-27); a stopped program's reason is not.
+                shown = isinstance(e, ProgramExit) or (e.traceback and e.traceback in e.result.stderr)
+                text = "" if shown else unshift(str(e), shift)
                 if text and text not in stderr:
                     stderr = f"{stderr}{text}"
                 return ExecutionResult(exit_code=e.result.exit_code or 1, stdout=e.result.stdout, stderr=stderr)
