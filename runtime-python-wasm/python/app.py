@@ -48,6 +48,13 @@ def _fetch(method, url, headers, body, timeout):
 
 net.install(_fetch)
 
+from ptc_runtime import netclients, ondemand  # noqa: E402, F401  (netclients: ondemand's hooks)
+
+# requests and httpx (and what they need), compiled by the build and run at a program's first
+# import: no files are there at run time, and importing them now would put them in every
+# instance. Their requests go through `_fetch` too (netclients.py).
+ondemand.install(ondemand.load(sys.path))
+
 
 def _defs(tools):
     return [(t.name, t.description, t.parameters, t.namespace, t.returns, t.observed) for t in tools]

@@ -7,6 +7,8 @@ CPython, and a program cannot turn verification off), and returns the whole resp
 defines its HTTPS handler only if `http.client` has an HTTPS connection). `fetch(method, url,
 headers, body, timeout)` is the entry point's bridge to the host: it returns `(status, reason,
 headers, body)` or raises `Refused`, `TimeoutError` or `ConnectionError` with the host's words.
+`requests`, `urllib3` and `httpx` use the same bridge (`netclients.py`). urllib's other schemes
+(`ftp:`, `file:`, any but http, https and data) are refused here in words, never fetched.
 """
 
 import http.client
@@ -79,14 +81,17 @@ class _Sock:
 _HOP = {"transfer-encoding", "content-length", "connection", "keep-alive"}
 
 
-def _raw_response(status, reason, headers, body):
+def _raw_response(status, reason, headers, body, method="GET"):
     """The response as bytes on the wire would be, for `http.client.HTTPResponse` to parse:
-    the body whole, with its length."""
+    the body whole, with its length (a HEAD's answer keeps the length it announces)."""
+    head = method.upper() == "HEAD" and not body
     lines = [f"HTTP/1.1 {status} {reason}".encode("latin-1", "replace")]
     for name, value in headers:
-        if name.lower() not in _HOP:
+        lower = name.lower()
+        if lower not in _HOP or (head and lower == "content-length"):
             lines.append(f"{name}: {value}".encode("latin-1", "replace"))
-    lines.append(f"Content-Length: {len(body)}".encode())
+    if not head:
+        lines.append(f"Content-Length: {len(body)}".encode())
     return b"\r\n".join(lines) + b"\r\n\r\n" + bytes(body)
 
 
@@ -120,6 +125,21 @@ def _unchunk(data):
 
 
 _fetch = None
+
+
+def fetch(method, url, headers, body, timeout):
+    """The host makes the request: `(status, reason, headers, body)`, or raises one of the
+    exceptions `errors` makes."""
+    return _fetch(method, url, headers, body, timeout)
+
+
+def response(method, url, headers, body, timeout, response_class=http.client.HTTPResponse):
+    """The host's response to the request, read into `response_class` as if from a socket."""
+    status, reason, rheaders, rbody = _fetch(method, url, headers, body, timeout)
+    raw = _raw_response(status, reason, rheaders, rbody, method)
+    r = response_class(_Sock(raw), method=method)
+    r.begin()
+    return r
 
 
 class HTTPConnection(http.client.HTTPConnection):
@@ -174,10 +194,7 @@ class HTTPConnection(http.client.HTTPConnection):
         host = f"[{self.host}]" if ":" in self.host else self.host
         netloc = host if self.port in (None, default) else f"{host}:{self.port}"
         url = path if path.startswith(("http://", "https://")) else f"{self._scheme}://{netloc}{path}"
-        status, reason, rheaders, rbody = _fetch(method, url, headers, body, self.timeout)
-        response = self.response_class(_Sock(_raw_response(status, reason, rheaders, rbody)), method=method)
-        response.begin()
-        return response
+        return response(method, url, headers, body, self.timeout, self.response_class)
 
 
 class HTTPSConnection(HTTPConnection):
@@ -203,16 +220,49 @@ def install(fetch):
     http.client.HTTPConnection = HTTPConnection
     http.client.HTTPSConnection = HTTPSConnection
     http.client.__all__ = sorted(set(http.client.__all__) | {"HTTPSConnection"})
-    import urllib.request  # noqa: F401  (its HTTPS handler needs HTTPSConnection, now here)
+    import urllib.request  # (its HTTPS handler needs HTTPSConnection, now here)
+    # urllib's own handlers for ftp: and file: would import ftplib or mimetypes, which this
+    # CPython lacks at run time, and answer "No module named 'ftplib'"; an unknown scheme,
+    # "unknown url type". Each now answers as a refused http request does.
+    urllib.request.FTPHandler = _refusing("ftp_open")
+    urllib.request.CacheFTPHandler = urllib.request.FTPHandler
+    urllib.request.FileHandler = _refusing("file_open")
+    urllib.request.UnknownHandler = _refusing("unknown_open")
+
+
+def other_scheme(scheme):
+    """Why a URL of `scheme` (not http or https) is not fetched, in words for a model."""
+    if scheme == "file":
+        return "file: URLs are not opened through urllib in this sandbox; read a file with open(path) instead"
+    return (f"{scheme}: is not allowed by the network policy: programs reach only http:// and https:// URLs "
+            "(and only the hosts the policy allows)")
+
+
+def _refusing(method):
+    def refuse(self, req):
+        import urllib.error
+        raise urllib.error.URLError(Refused(other_scheme(req.type)))
+
+    import urllib.request
+    return type(f"Refused_{method}", (urllib.request.BaseHandler,), {method: refuse, "__doc__": other_scheme.__doc__})
 
 
 def errors(kind, message):
-    """The exception for the host's `kind` of failure."""
+    """The exception for the host's `kind` of failure, marked as the host's (`from_host`): the
+    builtin types, whose names a program (and its traceback) shows."""
     if kind == "refused":
-        return Refused(message)
-    if kind == "timed-out":
-        return TimeoutError(message)
-    return ConnectionError(message)
+        e = Refused(message)
+    elif kind == "timed-out":
+        e = TimeoutError(message)
+    else:
+        e = ConnectionError(message)
+    e.from_host = True
+    return e
+
+
+def from_host(e):
+    """Whether `e` is one of `errors`' exceptions."""
+    return isinstance(e, OSError) and getattr(e, "from_host", False) is True
 
 
 _set = set()

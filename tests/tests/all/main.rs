@@ -29,6 +29,7 @@ mod mcp;
 mod mcp_tenants;
 mod names;
 mod network;
+mod network_clients;
 mod python_client;
 mod python_data;
 mod reservation;
