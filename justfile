@@ -24,10 +24,18 @@ bench-peers *ARGS:
     benches/python/peers.sh {{ARGS}}
 
 # Density harness: N paused executions (100, 500, 1000, 2000, 5000), memory per execution by
-# PSS, first-call and round-trip latency, throughput; table on stdout, JSON in target/density.json.
+# PSS, descriptors, what the server gives back 60 s after the last ends (`--released-after-secs`),
+# first-call and round-trip latency, throughput; `--program state` pauses programs with some
+# state; table on stdout, JSON in target/density.json.
 # Extra harness flags go first, server flags after `--`, e.g. `just density --counts 100,1000`.
 density *ARGS:
     cargo run --release -p ptc-benches --bin density -- {{ARGS}}
+
+# Two server binaries' density side by side: N paused programs (`await` or `state`) each, memory
+# while they wait, and what the server gives back 60 s after they end, e.g.
+# `just density-ab /tmp/ptc-engine-before target/release/ptc-engine 2000 state`.
+density-ab OLD NEW N="2000" PROGRAM="state":
+    benches/density-ab.sh {{OLD}} {{NEW}} {{N}} {{PROGRAM}}
 
 # Where a fresh execution's time goes: N executions one after another through the library, medians
 # of the whole, of the engine's wall time and of instantiation, e.g. `just phases --warm 0 --gap-ms 5`;

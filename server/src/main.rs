@@ -3,6 +3,9 @@
 use clap::Parser;
 use ptc_server::cli::{Cli, Command};
 
+#[global_allocator]
+static ALLOCATOR: ptc_server::Allocator = ptc_server::Allocator;
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     // `run` is a client: its own output matters, so only errors are logged unless asked.

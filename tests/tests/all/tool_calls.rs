@@ -181,11 +181,17 @@ try:
     await files.search(pattern=5)
 except ToolError as e:
     print("refused:", e)
-await search(query="x")
+find = search
 "#;
-    let run =
-        drive(start(code, tools).await, |c| Ok(json!(format!("{}:{}", c.namespace.as_deref().unwrap_or(""), c.name))))
-            .await;
+    let answer = |c: &ptc_engine::ToolCall| Ok(json!(format!("{}:{}", c.namespace.as_deref().unwrap_or(""), c.name)));
+    // Awaited, the bare name is refused before the run, saying where the tool is.
+    let refused = drive(start("await search(query='x')", tools.clone()).await, answer).await;
+    assert!(refused.rounds.is_empty());
+    let refused = refused.end.unwrap_err();
+    assert!(refused.message.contains("search is not defined"), "{}", refused.message);
+    assert!(refused.message.contains("web_search.search"), "{}", refused.message);
+    // Not called, it is a NameError at run time with the same hint.
+    let run = drive(start(code, tools).await, answer).await;
     assert_eq!(run.rounds.len(), 1, "calls to several namespaces are one batch");
     let seen: Vec<_> = run.rounds[0].iter().map(|c| (c.namespace.clone().unwrap(), c.name.clone())).collect();
     assert_eq!(

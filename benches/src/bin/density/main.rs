@@ -23,6 +23,10 @@ use tonic::transport::Channel;
 
 use procfs::Memory;
 use ptc_benches::grpc::{self, Exec};
+
+/// The server's own allocator, for the server this binary starts as its child.
+#[global_allocator]
+static ALLOCATOR: ptc_server::Allocator = ptc_server::Allocator;
 use report::{Step, Throughput, percentile};
 
 #[derive(Parser, Debug)]
@@ -34,6 +38,10 @@ struct Args {
     /// Do not start a step that would leave less than this much memory available (MiB).
     #[arg(long, default_value_t = 2048)]
     min_available_mib: u64,
+    /// What one paused execution is guessed to take (KiB) for the memory bound, until a step
+    /// measures it (default: 1 MiB when the server hibernates, 4 MiB when not).
+    #[arg(long)]
+    estimate_kib: Option<u64>,
     /// Do not start a new step after this many seconds.
     #[arg(long, default_value_t = 900)]
     time_budget_secs: u64,
@@ -85,6 +93,15 @@ struct Args {
     /// gets `--python-data`; each program builds a small pandas DataFrame before it parks).
     #[arg(long, default_value = "python")]
     runtime: String,
+    /// What each paused execution holds: `await` (it only waits), or `state` (a program with
+    /// some state first: 200 records in a list and a dict, their JSON text, a compiled regex,
+    /// a class and an instance).
+    #[arg(long, default_value = "await")]
+    program: String,
+    /// Read the server's memory this many seconds after the last execution of a step ended
+    /// (what it gave back); 0 skips it.
+    #[arg(long, default_value_t = 60)]
+    released_after_secs: u64,
     /// Extra `ptc-engine serve` flags for the started server, after `--`.
     #[arg(last = true)]
     serve_flags: Vec<String>,
@@ -188,6 +205,9 @@ async fn harness(args: Args) -> anyhow::Result<()> {
     // (a hibernated one takes a tenth of a live one), and the least a measure is trusted as.
     let (mut per_exec_estimate, floor): (u64, u64) =
         if hibernates(&args) { (1 << 20, 128 << 10) } else { (4 << 20, 256 << 10) };
+    if let Some(kib) = args.estimate_kib {
+        per_exec_estimate = kib << 10;
+    }
     let mut stopped = None;
     for &n in &args.counts {
         if started.elapsed() > Duration::from_secs(args.time_budget_secs) {
@@ -349,9 +369,26 @@ async fn connect(url: &str, n: usize) -> anyhow::Result<Vec<SandboxClient<Channe
 
 const HOLD_TOOLS: [&str; 2] = ["hold", "echo"];
 
+/// What a paused program with some state holds before it waits: 60 records in a list and a
+/// dict, a JSON text of some of them, a compiled regex, a class and an instance (the held-out
+/// runs' "programs with some state" measured 0.26-0.29 MiB PSS each at 2,000).
+const STATE: &str = "import json, re\n\
+rows = [{'id': k, 'name': f'item-{k}', 'tags': ['a', 'b']} for k in range(60)]\n\
+index = {r['name']: r for r in rows}\n\
+text = json.dumps(rows[:20])\n\
+pattern = re.compile(r'item-(\\d+)')\n\
+class Tally:\n    def __init__(self):\n        self.seen = {}\n\
+tally = Tally()\n\
+tally.seen.update((m.group(1), 1) for m in pattern.finditer(text))\n";
+
 /// The paused program: wait at `hold`, then one instantly answered round trip through `echo`,
 /// then print what came back, which the harness checks.
-fn paused_program(i: usize, runtime: &str) -> String {
+fn paused_program(i: usize, runtime: &str, program: &str) -> String {
+    if program == "state" {
+        return format!(
+            "{STATE}token = await hold(n={i})\nprint(await echo(text=token), len(index), len(tally.seen))\n"
+        );
+    }
     if runtime == "python-data" {
         return format!(
             "import numpy as np, pandas as pd\ndf = pd.DataFrame({{'x': np.arange({})}})\n\
@@ -382,13 +419,13 @@ async fn run_step(
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..n {
         let (gate, mut client, key) = (gate.clone(), channels[i % channels.len()].clone(), key.map(str::to_owned));
-        let (runtime, timeout_ms) = (args.runtime.clone(), args.timeout_ms);
+        let (runtime, timeout_ms, program) = (args.runtime.clone(), args.timeout_ms, args.program.clone());
         tasks.spawn(async move {
             let _permit = gate.acquire_owned().await.expect("open");
             let t0 = Instant::now();
             let mut start = ptc_server::proto::Start {
                 runtime: runtime.clone(),
-                ..grpc::start(&paused_program(i, &runtime), &HOLD_TOOLS)
+                ..grpc::start(&paused_program(i, &runtime, &program), &HOLD_TOOLS)
             };
             if let Some(limits) = &mut start.limits {
                 limits.timeout_ms = Some(timeout_ms);
@@ -468,6 +505,14 @@ async fn run_step(
         None => None,
     };
     let after = Memory::read(server.pid)?;
+    let released = match args.released_after_secs {
+        0 => None,
+        secs => {
+            eprintln!("density: N = {n} ended; reading the server's memory in {secs} s");
+            tokio::time::sleep(Duration::from_secs(secs)).await;
+            Some((Duration::from_secs(secs), Memory::read(server.pid)?))
+        }
+    };
     first_calls.sort();
     round_trips.sort();
     errors.sort();
@@ -483,6 +528,7 @@ async fn run_step(
         idle,
         at_n,
         after,
+        released,
         paused_gauge,
         hibernated,
         live_after,

@@ -22,6 +22,8 @@ pub struct Memory {
     pub vm_size: u64,
     /// Mappings (lines of /proc/PID/maps); `vm.max_map_count` bounds them.
     pub maps: u64,
+    /// Open descriptors (entries of /proc/PID/fd); the process's `nofile` limit bounds them.
+    pub fds: u64,
 }
 
 impl Memory {
@@ -37,6 +39,7 @@ impl Memory {
             rss_anon: kib_field(&status, "RssAnon:"),
             vm_size: kib_field(&status, "VmSize:"),
             maps,
+            fds: fs::read_dir(format!("/proc/{pid}/fd"))?.count() as u64,
         })
     }
 
@@ -44,7 +47,7 @@ impl Memory {
         json!({
             "pss_bytes": self.pss, "pss_anon_bytes": self.pss_anon, "pss_file_bytes": self.pss_file,
             "vm_rss_bytes": self.rss, "rss_anon_bytes": self.rss_anon, "vm_size_bytes": self.vm_size,
-            "mappings": self.maps,
+            "mappings": self.maps, "fds": self.fds,
         })
     }
 }

@@ -20,6 +20,9 @@ pub struct Step {
     pub idle: Memory,
     pub at_n: Memory,
     pub after: Memory,
+    /// The server a while after the last execution ended (`--released-after-secs`): what it
+    /// gave back.
+    pub released: Option<(Duration, Memory)>,
     /// The server's own count of paused executions while all N waited.
     pub paused_gauge: Option<f64>,
     /// With a server that hibernates: its count of hibernated executions and their bytes,
@@ -60,6 +63,8 @@ impl Step {
             "server_idle": self.idle.to_json(),
             "server_at_n": self.at_n.to_json(),
             "server_after": self.after.to_json(),
+            "server_released": self.released.map(|(after, m)| json!({"seconds_after_the_end": after.as_secs(), "memory": m.to_json()})),
+            "fds_per_execution": self.at_n.fds.saturating_sub(self.idle.fds) as f64 / self.n.max(1) as f64,
             "paused_gauge": self.paused_gauge,
             "hibernated": self.hibernated.map(|(count, bytes)| json!({"executions": count, "bytes": bytes})),
             "live_instances_after": self.live_after,
@@ -147,13 +152,13 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            "\n| paused | correct | first call p50 / p99 | round trip p50 / p99 | PSS / exec | Pss_Anon / exec | RssAnon / exec | VmRSS / exec | server PSS at N | mappings at N |"
+            "\n| paused | correct | first call p50 / p99 | round trip p50 / p99 | PSS / exec | Pss_Anon / exec | RssAnon / exec | VmRSS / exec | server PSS idle / at N / after | mappings at N | fds idle / at N |"
         );
-        let _ = writeln!(out, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let _ = writeln!(out, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         for s in &self.steps {
             let _ = writeln!(
                 out,
-                "| {} | {} | {} / {} | {} / {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} / {} | {} / {} | {} | {} | {} | {} | {} / {} / {} | {} | {} / {} |",
                 s.n,
                 s.correct,
                 ms(s.first_call_p50),
@@ -164,9 +169,26 @@ impl Report {
                 mib(s.per_exec(|m| m.pss_anon)),
                 mib(s.per_exec(|m| m.rss_anon)),
                 mib(s.per_exec(|m| m.rss)),
+                mib(s.idle.pss),
                 mib(s.at_n.pss),
+                mib(s.after.pss),
                 s.at_n.maps,
+                s.idle.fds,
+                s.at_n.fds,
             );
+        }
+        for s in &self.steps {
+            if let Some((after, m)) = s.released {
+                let _ = writeln!(
+                    out,
+                    "server PSS {} s after the last of N = {} ended: {} (idle before: {}, at N: {})",
+                    after.as_secs(),
+                    s.n,
+                    mib(m.pss),
+                    mib(s.idle.pss),
+                    mib(s.at_n.pss)
+                );
+            }
         }
         for s in &self.steps {
             if let Some((count, bytes)) = s.hibernated {
