@@ -8,6 +8,11 @@ test:
 test-python:
     cd runtime-python-wasm/python && PYTHONDONTWRITEBYTECODE=1 python3 -m unittest discover -s tests -t tests
 
+# Import circles among a crate's files (`crate::`/`super::` paths), e.g. `just circles engine/src`;
+# prints nothing when there is none.
+circles *DIRS:
+    .ci/import-circles {{DIRS}}
+
 # Build everything in release mode.
 build:
     cargo build --workspace --release

@@ -5,6 +5,8 @@
 //! `ptc-engine mcp` is the MCP front end on stdio. Every front end is a thin
 //! layer over the library's [`ptc_engine::Engine`] and uses only its public API.
 
+#![forbid(unsafe_code)]
+
 pub mod cli;
 pub mod client;
 pub mod cluster;

@@ -1,5 +1,7 @@
 //! The `ptc-engine` binary: `serve`, `mcp` and `run`.
 
+#![forbid(unsafe_code)]
+
 use clap::Parser;
 use ptc_server::cli::{Cli, Command};
 

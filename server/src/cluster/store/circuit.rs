@@ -1,18 +1,17 @@
-//! How [`RedisStore`] meets a Redis that does not answer: each command has
-//! [`COMMAND_TIMEOUT`], a failed connection opens the circuit (later calls fail at once), and a
-//! background task closes it again once Redis answers a ping. A request that must decide
-//! whether to journal ([`RedisStore::check_now`]) pings it itself when the last check is older
+//! [`Circuit`]: the connection to Redis and how the store meets a Redis that does not answer:
+//! each command has [`COMMAND_TIMEOUT`], a failed connection opens the circuit (later calls fail
+//! at once), and a background task closes it again once Redis answers a ping. A request that
+//! must decide whether to journal ([`Circuit::check_now`]) pings it itself when the last check is older
 //! than [`RECHECK_INLINE_AFTER`]: a held-out run started an execution 1 s after Redis came back
 //! and it ran unjournaled (the background ping had not come round yet), so its continuation
 //! after its node died found nothing to replay.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::redis_store::RedisStore;
 use super::{COMMAND_TIMEOUT, RECHECK_EVERY, StoreError, StoreResult};
 
 /// How old the last check of an unreachable store must be before a request checks it again
@@ -22,9 +21,9 @@ const RECHECK_INLINE_AFTER: Duration = Duration::from_millis(100);
 /// The circuit: whether the store answers, whether a check is under way (in the background,
 /// on a request's path), and when it was last checked.
 #[derive(Default)]
-pub(super) struct Health {
-    pub(super) down: AtomicBool,
-    pub(super) checking: AtomicBool,
+struct Health {
+    down: AtomicBool,
+    checking: AtomicBool,
     inline: AtomicBool,
     checked: Mutex<Option<Instant>>,
 }
@@ -58,14 +57,30 @@ fn connection_failed(e: &redis::RedisError) -> bool {
     e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()
 }
 
-/// One command or a pipeline, sent through [`RedisStore::query`].
+/// One command or a pipeline, sent through [`Circuit::query`].
 #[derive(Clone, Copy)]
 pub(super) enum Request<'a> {
     Cmd(&'a redis::Cmd),
     Pipe(&'a redis::Pipeline),
 }
 
-impl RedisStore {
+/// The store's connection (which reconnects by itself after a drop) and its circuit.
+pub(super) struct Circuit {
+    conn: redis::aio::ConnectionManager,
+    health: Arc<Health>,
+}
+
+impl Circuit {
+    /// A closed circuit over `conn`.
+    pub(super) fn new(conn: redis::aio::ConnectionManager) -> Self {
+        Circuit { conn, health: Arc::default() }
+    }
+
+    /// Whether the circuit is closed: the store answered its last command or check.
+    pub(super) fn available(&self) -> bool {
+        !self.health.down.load(Ordering::Acquire)
+    }
+
     /// Sends `request` (again once, after a dropped connection, when it is `idempotent`), within
     /// [`COMMAND_TIMEOUT`]; fails at once while the circuit is open.
     pub(super) async fn query<T: redis::FromRedisValue>(

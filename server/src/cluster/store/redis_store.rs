@@ -1,15 +1,14 @@
 //! [`RedisStore`]: the cluster store in Redis, its keys and the [`Store`] calls as commands.
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::circuit::{Health, Request, redis_error};
-use super::scripts::{ACCOUNTING, CLAIM, FORGET, SAVE, journal_script};
+use super::circuit::{Circuit, Request, redis_error};
+use super::scripts::{ACCOUNTING, CLAIM, FORGET, SAVE, journal_script, key_part};
 use super::{COMMAND_TIMEOUT, JournalLimits, Saved, Saving, Segment, Store, StoreError, StoreResult};
+use crate::core::token::now_ms;
 
 /// The shared store in Redis. Keys (all under `ptc:`): `j:{id}:h` the journal's header,
 /// `j:{id}:s` its segments (a hash by round, and the sealed image under `image`), `j:{id}:o` "owner round"; `c:{id}:{round}` a
@@ -18,15 +17,8 @@ use super::{COMMAND_TIMEOUT, JournalLimits, Saved, Saving, Segment, Store, Store
 /// tenant), `jq:u` (tenant → bytes), `jq:total`. Every key but the counters and the accounting
 /// expires with its execution; expired journals leave the accounting at the next save.
 pub struct RedisStore {
-    pub(super) conn: redis::aio::ConnectionManager,
-    pub(super) health: Arc<Health>,
+    circuit: Circuit,
     limits: JournalLimits,
-}
-
-/// Tenant names and request ids are the client's: hex-encoded in keys, so no separator or
-/// pattern character of theirs can reach another tenant's keys.
-pub(super) fn key_part(s: &str) -> String {
-    hex::encode(s.as_bytes())
 }
 
 impl RedisStore {
@@ -42,12 +34,12 @@ impl RedisStore {
             .set_number_of_retries(1)
             .set_max_delay(COMMAND_TIMEOUT);
         let conn = redis::aio::ConnectionManager::new_lazy_with_config(client, config).map_err(redis_error)?;
-        let store = RedisStore { conn, health: Arc::default(), limits };
+        let store = RedisStore { circuit: Circuit::new(conn), limits };
         metrics::gauge!("ptc_cluster_store_up").set(1.0);
         let ping = redis::cmd("PING");
-        if let Err(e) = store.query::<String>(Request::Cmd(&ping), true).await {
+        if let Err(e) = store.circuit.query::<String>(Request::Cmd(&ping), true).await {
             tracing::warn!("the cluster store does not answer at start ({e}); serving unjournaled until it does");
-            store.trip(&e.to_string());
+            store.circuit.trip(&e.to_string());
         }
         Ok(store)
     }
@@ -75,10 +67,6 @@ pub(super) fn ttl_ms(ttl: Duration) -> u64 {
     (ttl.as_millis() as u64).max(1)
 }
 
-pub(super) fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
-
 #[async_trait]
 impl Store for RedisStore {
     fn durable(&self) -> bool {
@@ -86,11 +74,11 @@ impl Store for RedisStore {
     }
 
     fn available(&self) -> bool {
-        !self.health.down.load(Ordering::Acquire)
+        self.circuit.available()
     }
 
     async fn answers(&self) -> bool {
-        self.check_now().await
+        self.circuit.check_now().await
     }
 
     async fn save(&self, segment: Segment<'_>, owner: &str, ttl: Duration) -> StoreResult<Saving> {
@@ -99,7 +87,7 @@ impl Store for RedisStore {
         cmd.arg(key_part(id)).arg(key_part(tenant)).arg(header.unwrap_or_default()).arg(entries);
         cmd.arg(format!("{round:010}")).arg(format!("{owner} {round}")).arg(ttl_ms(ttl));
         cmd.arg(self.limits.tenant_bytes).arg(self.limits.total_bytes);
-        let outcome: String = self.query(Request::Cmd(&cmd), true).await?;
+        let outcome: String = self.circuit.query(Request::Cmd(&cmd), true).await?;
         Ok(self.saving(&outcome))
     }
 
@@ -120,7 +108,7 @@ impl Store for RedisStore {
         cmd.arg(key_part(id)).arg(key_part(tenant)).arg("").arg(value);
         cmd.arg(IMAGE_FIELD).arg(format!("{owner} {round}")).arg(ttl_ms(ttl));
         cmd.arg(self.limits.tenant_bytes).arg(self.limits.total_bytes);
-        let outcome: String = self.query(Request::Cmd(&cmd), true).await?;
+        let outcome: String = self.circuit.query(Request::Cmd(&cmd), true).await?;
         Ok(self.saving(&outcome))
     }
 
@@ -136,7 +124,7 @@ impl Store for RedisStore {
             .arg("XX")
             .ignore();
         pipe.cmd("ZADD").arg(ACCOUNTING[0]).arg("XX").arg(now_ms() + ms).arg(key_part(id)).ignore();
-        self.query(Request::Pipe(&pipe), true).await
+        self.circuit.query(Request::Pipe(&pipe), true).await
     }
 
     async fn load(&self, id: &str) -> StoreResult<Option<Saved>> {
@@ -146,7 +134,7 @@ impl Store for RedisStore {
         pipe.cmd("HGETALL").arg(format!("ptc:j:{id}:s"));
         pipe.cmd("GET").arg(format!("ptc:j:{id}:o"));
         let (header, segments, owner): (Option<Vec<u8>>, Vec<(String, Vec<u8>)>, Option<String>) =
-            self.query(Request::Pipe(&pipe), true).await?;
+            self.circuit.query(Request::Pipe(&pipe), true).await?;
         let (Some(header), Some(owner)) = (header, owner) else { return Ok(None) };
         let (owner, round) = owner.rsplit_once(' ').ok_or_else(|| StoreError("a malformed owner entry".into()))?;
         let round = round.parse().map_err(|_| StoreError("a malformed owner entry".into()))?;
@@ -165,14 +153,14 @@ impl Store for RedisStore {
     async fn claim(&self, id: &str, round: u32, claimant: &str, ttl: Duration) -> StoreResult<bool> {
         let mut cmd = redis::cmd("EVAL");
         cmd.arg(CLAIM).arg(1).arg(format!("ptc:c:{}:{round}", key_part(id))).arg(claimant).arg(ttl_ms(ttl));
-        let claimed: i64 = self.query(Request::Cmd(&cmd), true).await?;
+        let claimed: i64 = self.circuit.query(Request::Cmd(&cmd), true).await?;
         Ok(claimed == 1)
     }
 
     async fn forget(&self, id: &str) -> StoreResult<()> {
         let mut cmd = journal_script(FORGET, id);
         cmd.arg(key_part(id));
-        self.query::<i64>(Request::Cmd(&cmd), true).await.map(|_| ())
+        self.circuit.query::<i64>(Request::Cmd(&cmd), true).await.map(|_| ())
     }
 
     async fn set_request(
@@ -188,13 +176,13 @@ impl Store for RedisStore {
             .arg(format!("{id} {node}"))
             .arg("PX")
             .arg(ttl_ms(ttl));
-        self.query(Request::Cmd(&cmd), true).await
+        self.circuit.query(Request::Cmd(&cmd), true).await
     }
 
     async fn request(&self, tenant: &str, request_id: &str) -> StoreResult<Option<(String, String)>> {
         let mut cmd = redis::cmd("GET");
         cmd.arg(format!("ptc:r:{}:{}", key_part(tenant), key_part(request_id)));
-        let value: Option<String> = self.query(Request::Cmd(&cmd), true).await?;
+        let value: Option<String> = self.circuit.query(Request::Cmd(&cmd), true).await?;
         Ok(value.and_then(|v| v.split_once(' ').map(|(id, node)| (id.to_string(), node.to_string()))))
     }
 
@@ -202,13 +190,13 @@ impl Store for RedisStore {
         let mut cmd = redis::cmd("HINCRBY");
         cmd.arg(format!("ptc:u:{}", key_part(tenant))).arg(name).arg(n);
         // Not sent again: a count is not worth counting twice.
-        self.query(Request::Cmd(&cmd), false).await
+        self.circuit.query(Request::Cmd(&cmd), false).await
     }
 
     async fn usage(&self, tenant: &str) -> StoreResult<HashMap<String, u64>> {
         let mut cmd = redis::cmd("HGETALL");
         cmd.arg(format!("ptc:u:{}", key_part(tenant)));
-        self.query(Request::Cmd(&cmd), true).await
+        self.circuit.query(Request::Cmd(&cmd), true).await
     }
 }
 

@@ -2,7 +2,13 @@
 //! which keep the journals' accounting (bytes per tenant and in total) in step with them, and
 //! the claim of a round.
 
-use super::redis_store::{key_part, now_ms};
+use crate::core::token::now_ms;
+
+/// Tenant names and request ids are the client's: hex-encoded in keys, so no separator or
+/// pattern character of theirs can reach another tenant's keys.
+pub(super) fn key_part(s: &str) -> String {
+    hex::encode(s.as_bytes())
+}
 
 /// The journals' accounting keys, after the journal's own three (`KEYS[4..8]` of the scripts).
 pub(super) const ACCOUNTING: [&str; 5] = ["ptc:jq", "ptc:jq:b", "ptc:jq:t", "ptc:jq:u", "ptc:jq:total"];

@@ -2,11 +2,11 @@
 //! checked is set aside, with the reason), and `execute_code`'s description of them.
 
 use ptc_engine::{DescribedTool, NetworkPolicy, Runtime, ToolDef};
-use rmcp::model::Tool;
-use serde_json::Value;
 
+use super::convert::tool_def;
 use super::downstream::Listing;
-use super::handler::{CodeMode, Mode};
+use super::program::Mode;
+use super::state::McpState;
 use crate::core::sessions::Sessions;
 
 /// The callable tools as a program sees them, and what the model is told about them.
@@ -16,98 +16,96 @@ pub(super) struct Catalog {
     pub description: String,
 }
 
-impl CodeMode {
-    /// The callable tools, and with `describe` also execute_code's description (which costs
-    /// an instance to render the signatures, so an execution does without it). A tool whose
-    /// input schema this server cannot check (`check_tool_schema`) is set aside as not callable,
-    /// with the reason, rather than failing every program.
-    /// `elicits`: the client can ask its user (MCP elicitation), which makes tools callable
-    /// with the user's approval (`config::Approve`).
-    pub(super) async fn catalog(
-        &self,
-        describe: bool,
-        mode: Mode,
-        tenant: Option<&str>,
-        elicits: bool,
-    ) -> Result<Catalog, String> {
-        let listings = self.state.downstream.listings(tenant, elicits).await;
-        let mut defs = Vec::new();
-        let mut not_callable = Vec::new();
-        let mut unavailable = Vec::new();
-        for Listing { server, tools } in &listings {
-            match tools {
-                Ok(tools) => {
-                    for t in tools {
-                        match t.not_callable {
-                            None => match self.state.schema_problem(server, &t.tool) {
-                                None if t.approval => defs.push(tool_def(server, &t.tool).with_approval()),
-                                None => defs.push(tool_def(server, &t.tool)),
-                                Some(why) => not_callable.push(format!("{server}.{} ({why})", t.tool.name)),
-                            },
+/// The callable tools, and with `describe` also execute_code's description (which costs
+/// an instance to render the signatures, so an execution does without it). A tool whose
+/// input schema this server cannot check (`check_tool_schema`) is set aside as not callable,
+/// with the reason, rather than failing every program.
+/// `elicits`: the client can ask its user (MCP elicitation), which makes tools callable
+/// with the user's approval (`config::Approve`).
+pub(super) async fn catalog(
+    state: &McpState,
+    describe: bool,
+    mode: Mode,
+    tenant: Option<&str>,
+    elicits: bool,
+) -> Result<Catalog, String> {
+    let listings = state.downstream.listings(tenant, elicits).await;
+    let mut defs = Vec::new();
+    let mut not_callable = Vec::new();
+    let mut unavailable = Vec::new();
+    for Listing { server, tools } in &listings {
+        match tools {
+            Ok(tools) => {
+                for t in tools {
+                    match t.not_callable {
+                        None => match state.schema_problem(server, &t.tool) {
+                            None if t.approval => defs.push(tool_def(server, &t.tool).with_approval()),
+                            None => defs.push(tool_def(server, &t.tool)),
                             Some(why) => not_callable.push(format!("{server}.{} ({why})", t.tool.name)),
-                        }
+                        },
+                        Some(why) => not_callable.push(format!("{server}.{} ({why})", t.tool.name)),
                     }
                 }
-                Err(e) => unavailable.push(format!("{server}: {e}")),
             }
+            Err(e) => unavailable.push(format!("{server}: {e}")),
         }
-        if !describe {
-            return Ok(Catalog { defs, description: String::new() });
-        }
-        let described = self.state.described(&defs, tenant).await?;
-        let mut text = intro(self.state.runtime, self.state.core.networks.policy(tenant));
-        text.push_str(&self.state_text(mode));
-        if defs.len() > self.state.discovery_above {
-            text.push_str(&discovery_text(&described.tools, not_callable.len(), &unavailable));
-            return Ok(Catalog { defs, description: text });
-        }
-        text.push_str("\n\nTools (call as `await server.tool(...)`):\n");
-        for (d, def) in described.tools.iter().zip(&defs) {
-            text.push_str(&d.signature);
-            if def.requires_approval {
-                text.push_str("  # asks the user first");
-            }
-            let summary = summary(&def.description);
-            if !summary.is_empty() {
-                text.push_str("  # ");
-                text.push_str(&summary);
-            }
-            text.push('\n');
-        }
-        if defs.is_empty() {
-            text.push_str("(none)\n");
-        }
-        if !not_callable.is_empty() {
-            text.push_str(&format!("\nNot callable from code: {}\n", not_callable.join(", ")));
-        }
-        if !unavailable.is_empty() {
-            text.push_str(&format!("\nUnavailable now: {}\n", unavailable.join("; ")));
-        }
-        Ok(Catalog { defs, description: text })
     }
-
-    /// What execute_code's description says about state kept between calls.
-    fn state_text(&self, mode: Mode) -> String {
-        let Some(sessions) = &self.state.sessions else { return String::new() };
-        let files = sessions.file_store().is_some();
-        match mode {
-            Mode::Fresh => String::new(),
-            Mode::Persistent => {
-                let files = if files {
-                    " Files it writes in /mnt/data stay for later calls too (within a storage quota)."
-                } else {
-                    ""
-                };
-                format!("{PERSIST}{files}")
-            }
-            Mode::Handles => format!(
-                " Each call starts afresh unless it names a session: pass session=\"new\" to keep the globals (variables, \
-                 imports, functions){} for later calls; the result's last line names the session, and passing that id as \
-                 `session` continues from there. A session ends after {} minutes without a call.",
-                if files { " and the files in /mnt/data" } else { "" },
-                idle_minutes(sessions)
-            ),
+    if !describe {
+        return Ok(Catalog { defs, description: String::new() });
+    }
+    let described = state.described(&defs, tenant).await?;
+    let mut text = intro(state.runtime, state.core.networks.policy(tenant));
+    text.push_str(&state_text(state, mode));
+    if defs.len() > state.discovery_above {
+        text.push_str(&discovery_text(&described.tools, not_callable.len(), &unavailable));
+        return Ok(Catalog { defs, description: text });
+    }
+    text.push_str("\n\nTools (call as `await server.tool(...)`):\n");
+    for (d, def) in described.tools.iter().zip(&defs) {
+        text.push_str(&d.signature);
+        if def.requires_approval {
+            text.push_str("  # asks the user first");
         }
+        let summary = summary(&def.description);
+        if !summary.is_empty() {
+            text.push_str("  # ");
+            text.push_str(&summary);
+        }
+        text.push('\n');
+    }
+    if defs.is_empty() {
+        text.push_str("(none)\n");
+    }
+    if !not_callable.is_empty() {
+        text.push_str(&format!("\nNot callable from code: {}\n", not_callable.join(", ")));
+    }
+    if !unavailable.is_empty() {
+        text.push_str(&format!("\nUnavailable now: {}\n", unavailable.join("; ")));
+    }
+    Ok(Catalog { defs, description: text })
+}
+
+/// What execute_code's description says about state kept between calls.
+fn state_text(state: &McpState, mode: Mode) -> String {
+    let Some(sessions) = &state.sessions else { return String::new() };
+    let files = sessions.file_store().is_some();
+    match mode {
+        Mode::Fresh => String::new(),
+        Mode::Persistent => {
+            let files = if files {
+                " Files it writes in /mnt/data stay for later calls too (within a storage quota)."
+            } else {
+                ""
+            };
+            format!("{PERSIST}{files}")
+        }
+        Mode::Handles => format!(
+            " Each call starts afresh unless it names a session: pass session=\"new\" to keep the globals (variables, \
+             imports, functions){} for later calls; the result's last line names the session, and passing that id as \
+             `session` continues from there. A session ends after {} minutes without a call.",
+            if files { " and the files in /mnt/data" } else { "" },
+            idle_minutes(sessions)
+        ),
     }
 }
 
@@ -186,18 +184,6 @@ so filter and summarise in code. `await llm_query(prompt, system=None, max_token
 and returns its answer as a string. `describe_tools(names)` gives a tool's full documentation. A tool marked \
 \"asks the user first\" waits for the user to approve each call (the program's other calls go on meanwhile): pass \
 _reason=\"...\" to tell them why; a denied call raises ToolError.";
-
-pub(super) fn tool_def(server: &str, tool: &Tool) -> ToolDef {
-    let description = tool.description.as_deref().or(tool.title.as_deref()).unwrap_or_default();
-    let def = ToolDef::new(tool.name.to_string())
-        .with_namespace(server)
-        .with_description(description)
-        .with_parameters(Value::Object((*tool.input_schema).clone()));
-    match &tool.output_schema {
-        Some(schema) => def.with_returns(Value::Object((**schema).clone())),
-        None => def,
-    }
-}
 
 /// How many servers a discovery-mode description names, each on a line of its own.
 const LISTED_SERVERS: usize = 25;

@@ -5,8 +5,22 @@
 //! as a small dict (`{"type": "image", "mimeType": ..., "data": ...}`). One block is that
 //! value, several a list, none `None`. `isError` results become the `ToolError`'s message.
 
-use rmcp::model::CallToolResult;
+use ptc_engine::ToolDef;
+use rmcp::model::{CallToolResult, Tool};
 use serde_json::{Map, Value, json};
+
+/// A downstream tool as the program's tool: in its server's namespace, with its schemas.
+pub fn tool_def(server: &str, tool: &Tool) -> ToolDef {
+    let description = tool.description.as_deref().or(tool.title.as_deref()).unwrap_or_default();
+    let def = ToolDef::new(tool.name.to_string())
+        .with_namespace(server)
+        .with_description(description)
+        .with_parameters(Value::Object((*tool.input_schema).clone()));
+    match &tool.output_schema {
+        Some(schema) => def.with_returns(Value::Object((**schema).clone())),
+        None => def,
+    }
+}
 
 /// `Ok(value)` for the program, or `Err(message)` for its `ToolError`.
 pub fn tool_result(result: CallToolResult) -> Result<Value, String> {

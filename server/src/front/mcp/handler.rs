@@ -7,36 +7,24 @@ use std::sync::atomic::Ordering;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, JsonObject, ListToolsResult,
-    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, SubscriptionFilter, Tool,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, SubscriptionFilter, Tool,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 
-use super::catalog::intro;
+use super::catalog::{catalog, intro};
+use super::program::{Mode, elicits, tenant_of};
 use super::results::{object, output_schema};
-use super::run::HeldSession;
-use super::state::{McpState, tenant_of};
+use super::run::Runs;
+use super::state::McpState;
 use ptc_engine::ToolDef;
-
-/// How the programs of one connection keep state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Mode {
-    /// Each program in a fresh sandbox.
-    Fresh,
-    /// All programs of the MCP session in one live session.
-    Persistent,
-    /// Fresh unless the program names a session (`session="new"` or an earlier result's id).
-    Handles,
-}
 
 /// One MCP connection's handler (cheap to clone: everything is shared).
 #[derive(Clone)]
 pub struct CodeMode {
-    pub(super) state: Arc<McpState>,
-    /// This MCP session's live session, opened by its first `execute_code`; the lock also
-    /// runs its programs one after another. Dropped (and so closed) with the MCP session.
-    pub(super) live: Arc<tokio::sync::Mutex<Option<HeldSession>>>,
+    /// The front end's state, and this MCP session's live session.
+    runs: Runs,
     /// Cancelled when the last clone of the handler goes, which rmcp drops when the MCP session
     /// ends: what the session's own tasks (the tool-change listener) stop on. A listener that
     /// waited on the broadcast alone outlived its session, ~6.5 KiB each for good.
@@ -62,7 +50,7 @@ impl CodeMode {
         state.handlers.fetch_add(1, Ordering::AcqRel);
         let handlers = state.handlers.clone();
         let ended = Arc::new(Ended { token: tokio_util::sync::CancellationToken::new(), handlers });
-        CodeMode { state, live: Arc::default(), ended }
+        CodeMode { runs: Runs { state, live: Arc::default() }, ended }
     }
 
     async fn describe(
@@ -80,8 +68,9 @@ impl CodeMode {
                 )
             })?),
         };
-        let catalog =
-            self.catalog(false, Mode::Fresh, tenant, elicits).await.map_err(|e| McpError::internal_error(e, None))?;
+        let catalog = catalog(&self.runs.state, false, Mode::Fresh, tenant, elicits)
+            .await
+            .map_err(|e| McpError::internal_error(e, None))?;
         let qualified = |d: &ToolDef| format!("{}.{}", d.namespace.as_deref().unwrap_or_default(), d.name);
         let chosen: Vec<ToolDef> = match &names {
             None => catalog.defs.clone(),
@@ -99,31 +88,12 @@ impl CodeMode {
                 catalog.defs.iter().filter(|d| names.contains(&qualified(d))).cloned().collect()
             }
         };
-        let described = match self.state.describe_admitted(&chosen, tenant).await {
+        let described = match self.runs.state.describe_admitted(&chosen, tenant).await {
             Ok(described) => described,
             Err(why) => return Ok(CallToolResult::error(vec![ContentBlock::text(why)])),
         };
         Ok(CallToolResult::success(vec![ContentBlock::text(described.stub)]))
     }
-
-    /// How this connection's programs keep state: in one live session per MCP session (stdio;
-    /// over HTTP, protocols before 2026-07-28), in sessions they name (2026-07-28 over HTTP,
-    /// which removed MCP sessions, so each request there gets a handler of its own), or not.
-    pub(super) fn mode(&self, ctx: &RequestContext<RoleServer>) -> Mode {
-        let http = ctx.extensions.get::<axum::http::request::Parts>().is_some();
-        let modern = ctx.protocol_version().is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
-        match (&self.state.sessions, http && modern) {
-            (None, _) => Mode::Fresh,
-            (Some(_), false) => Mode::Persistent,
-            (Some(_), true) => Mode::Handles,
-        }
-    }
-}
-
-/// Whether the client can ask its user (MCP elicitation, in a form): tools then become callable
-/// with the user's approval (`config::Approve`).
-pub(super) fn elicits(ctx: &RequestContext<RoleServer>) -> bool {
-    ctx.client_capabilities().is_some_and(|c| c.elicitation.is_some())
 }
 
 impl ServerHandler for CodeMode {
@@ -141,13 +111,13 @@ impl ServerHandler for CodeMode {
         _request: Option<PaginatedRequestParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let mode = self.mode(&ctx);
+        let mode = Mode::of(&ctx, self.runs.state.sessions.is_some());
         let tenant = tenant_of(&ctx.extensions);
-        let description = match self.catalog(true, mode, tenant.as_deref(), elicits(&ctx)).await {
+        let description = match catalog(&self.runs.state, true, mode, tenant.as_deref(), elicits(&ctx)).await {
             Ok(catalog) => catalog.description,
             Err(e) => {
-                let policy = self.state.core.networks.policy(tenant.as_deref());
-                format!("{}\n\nNo tools can be offered now: {e}", intro(self.state.runtime, policy))
+                let policy = self.runs.state.core.networks.policy(tenant.as_deref());
+                format!("{}\n\nNo tools can be offered now: {e}", intro(self.runs.state.runtime, policy))
             }
         };
         let mut input = json!({
@@ -183,7 +153,7 @@ impl ServerHandler for CodeMode {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let result = match request.name.as_ref() {
-            "execute_code" => return self.execute(request, ctx).await,
+            "execute_code" => return self.runs.execute(request, ctx).await,
             "describe_tools" => {
                 let tenant = tenant_of(&ctx.extensions);
                 self.describe(&request.arguments.unwrap_or_default(), tenant.as_deref(), elicits(&ctx)).await?
@@ -201,10 +171,10 @@ impl ServerHandler for CodeMode {
     async fn on_initialized(&self, ctx: NotificationContext<RoleServer>) {
         // A downstream tool list changed: so did execute_code's description. Until the MCP
         // session ends (its handler is dropped), whatever the downstream servers do.
-        let mut changes = self.state.downstream.subscribe();
+        let mut changes = self.runs.state.downstream.subscribe();
         let ended = self.ended.token.clone();
         let peer = ctx.peer;
-        let listeners = self.state.listeners.clone();
+        let listeners = self.runs.state.listeners.clone();
         listeners.fetch_add(1, Ordering::AcqRel);
         metrics::gauge!("ptc_mcp_listeners").increment(1.0);
         tokio::spawn(async move {
@@ -228,7 +198,7 @@ impl ServerHandler for CodeMode {
     }
 
     async fn listen(&self, ctx: SubscriptionContext) -> Result<(), McpError> {
-        let mut changes = self.state.downstream.subscribe();
+        let mut changes = self.runs.state.downstream.subscribe();
         loop {
             tokio::select! {
                 _ = ctx.cancelled() => return Ok(()),

@@ -10,6 +10,7 @@ pub mod convert;
 pub mod downstream;
 mod handler;
 pub mod http_sessions;
+mod program;
 mod results;
 #[allow(deprecated)] // sampling (see `sampling`)
 mod run;

@@ -17,53 +17,19 @@ use serde_json::Value;
 use tokio::task::JoinSet;
 
 use super::approvals;
+use super::catalog::catalog;
 use super::catalog::idle_minutes;
-use super::handler::{CodeMode, Mode, elicits};
+use super::program::{HeldSession, Mode, Program, elicits, tenant_of};
 use super::results::{IMAGES, add_session, ended_result, failed_before_start, prefix_text, tail};
-use super::sampling::{LLM_QUERY, NO_SAMPLING, llm_query_def, sampled_answer, sampling_params};
-use super::state::tenant_of;
+use super::sampling::{self, LLM_QUERY, NO_SAMPLING, llm_query_def, sampled_answer, sampling_params};
+use super::state::McpState;
 use crate::core::auth::LOCAL_TENANT;
-use crate::core::runs::{self, DataDir, Launch, Run};
+use crate::core::runs::{self, DataDir, Launch};
 use crate::core::sessions::{LiveSession, OpenOptions, Sessions};
 use crate::core::{Error, ErrorKind};
 
 /// Printed output is sent as progress at most this often while a program runs.
 const PROGRESS_EVERY: Duration = Duration::from_millis(250);
-
-/// A connection's live session in the registry; closed when the MCP session ends.
-pub(super) struct HeldSession {
-    sessions: Arc<Sessions>,
-    tenant: String,
-    id: String,
-    live: LiveSession,
-}
-
-impl Drop for HeldSession {
-    fn drop(&mut self) {
-        self.sessions.close(&self.tenant, &self.id);
-    }
-}
-
-/// A program between two calls of its client (protocol 2026-07-28 sampling), or within one.
-pub(super) struct Program {
-    pub run: Run,
-    /// Downstream calls (and pre-2026 sampling requests) in flight; they keep running while
-    /// the execution is parked.
-    pub calls: JoinSet<ToolResult>,
-    pub started: Instant,
-    pub timeout_limit: Duration,
-    pub tenant: Option<String>,
-    /// llm_query calls the client was asked to sample for.
-    pub awaiting: Vec<String>,
-    /// Calls the client was asked to have its user approve (protocol 2026-07-28).
-    pub asked: Vec<String>,
-    /// The user's answers to approval requests in flight (before protocol 2026-07-28).
-    pub decisions: JoinSet<Decision>,
-    /// Said before the program's output (a new live session replaced one that ended).
-    notice: Option<String>,
-    /// The id of the session the program named (`session`), said after its output.
-    named: Option<String>,
-}
 
 /// How a program ended, or what its client's model must be asked before it can go on.
 enum Stop {
@@ -71,7 +37,17 @@ enum Stop {
     Park(InputRequests),
 }
 
-impl CodeMode {
+/// What one connection's programs run with: the front end's state and the connection's live
+/// session. Its handler (`CodeMode`) holds one and hands it each `execute_code`.
+#[derive(Clone)]
+pub(super) struct Runs {
+    pub state: Arc<McpState>,
+    /// This MCP session's live session, opened by its first `execute_code`; the lock also
+    /// runs its programs one after another. Dropped (and so closed) with the MCP session.
+    pub live: Arc<tokio::sync::Mutex<Option<HeldSession>>>,
+}
+
+impl Runs {
     /// `execute_code`: a new program, or (protocol 2026-07-28) the retry that carries the
     /// sampled answers to a parked one.
     pub(super) async fn execute(
@@ -81,13 +57,14 @@ impl CodeMode {
     ) -> Result<CallToolResponse, McpError> {
         let tenant = tenant_of(&ctx.extensions);
         if let Some(handle) = &request.request_state {
-            let program = self.retried(handle, &tenant, request.input_responses.unwrap_or_default()).await?;
+            let program =
+                sampling::retried(&self.state, handle, &tenant, request.input_responses.unwrap_or_default()).await?;
             return Ok(self.proceed(program, &ctx).await);
         }
         // Bad arguments are tool errors, not protocol errors, so that the model sees them and
         // can correct its call (as the MCP specification asks of input validation).
         let args = request.arguments.unwrap_or_default();
-        let mode = self.mode(&ctx);
+        let mode = Mode::of(&ctx, self.state.sessions.is_some());
         // Persistent: programs of this MCP session run one after another in its live session:
         // the lock is held until the program ends (or is parked for sampling).
         let mut held = match mode {
@@ -145,7 +122,7 @@ impl CodeMode {
         let limits =
             runs::limits(&state.core.engine, state.limits.clone(), timeout_ms).map_err(|e| e.message().to_string())?;
         let timeout_limit = limits.timeout;
-        let mut catalog = self.catalog(false, Mode::Fresh, tenant.as_deref(), elicits).await?;
+        let mut catalog = catalog(&self.state, false, Mode::Fresh, tenant.as_deref(), elicits).await?;
         catalog.defs.push(llm_query_def());
         let mut request =
             ExecutionRequest::new(code).with_tools(catalog.defs).with_limits(limits).with_runtime(state.runtime);
@@ -249,7 +226,7 @@ impl CodeMode {
     pub(super) async fn proceed(&self, mut program: Program, ctx: &RequestContext<RoleServer>) -> CallToolResponse {
         let end = match self.drive(&mut program, ctx).await {
             Stop::Ended(end) => end,
-            Stop::Park(asks) => return self.park(program, asks),
+            Stop::Park(asks) => return sampling::park(&self.state, program, asks),
         };
         // Calls still running downstream are abandoned (their futures dropped), and so are
         // questions to the user.

@@ -2,6 +2,8 @@
 //! server-to-client request before protocol 2026-07-28; from it on, the execution is parked
 //! (an `InputRequiredResult`) until the client retries the call with the answers.
 
+use std::sync::Arc;
+
 use rmcp::model::InputResponses;
 
 use ptc_engine::{ToolDef, ToolResult};
@@ -9,9 +11,9 @@ use rmcp::ErrorData as McpError;
 use rmcp::model::{CallToolResponse, CreateMessageRequestParams, InputRequests, InputRequiredResult, SamplingMessage};
 use serde_json::{Value, json};
 
-use super::handler::CodeMode;
+use super::program::Program;
 use super::results::failed_before_start;
-use super::run::Program;
+use super::state::McpState;
 use crate::core::token::random_hex;
 
 /// Executions parked at once for clients' sampling (each is also a paused execution the
@@ -67,91 +69,87 @@ pub(super) fn sampled_answer(id: String, result: Option<Value>) -> ToolResult {
     }
 }
 
-impl CodeMode {
-    /// The parked program a retried call names by `handle` (another tenant's is as unknown as
-    /// one that never existed, and stays parked), with the client's sampled answers
-    /// (`responses`) handed to it.
-    pub(super) async fn retried(
-        &self,
-        handle: &str,
-        tenant: &Option<String>,
-        mut responses: InputResponses,
-    ) -> Result<Program, McpError> {
-        let parked = {
-            let mut parked = self.state.parked.lock().unwrap();
-            match parked.get(handle) {
-                Some(program) if &program.tenant == tenant => parked.remove(handle),
-                _ => None,
-            }
-        };
-        let Some(mut program) = parked else {
-            return Err(McpError::invalid_params(
-                "this execution is no longer waiting (it ended, timed out, or was already resumed); run the program again",
-                None,
-            ));
-        };
-        let answers = program.awaiting.drain(..).map(|id| {
-            let answer = responses.remove(&id);
-            sampled_answer(id, answer)
-        });
-        let _ = program.run.execution.submit(answers.collect());
-        for id in std::mem::take(&mut program.asked) {
-            let answer = responses.remove(&id);
-            super::approvals::decide(&program.run.execution, super::approvals::decision(id, answer)).await;
+/// The parked program a retried call names by `handle` (another tenant's is as unknown as
+/// one that never existed, and stays parked), with the client's sampled answers
+/// (`responses`) handed to it.
+pub(super) async fn retried(
+    state: &McpState,
+    handle: &str,
+    tenant: &Option<String>,
+    mut responses: InputResponses,
+) -> Result<Program, McpError> {
+    let parked = {
+        let mut parked = state.parked.lock().unwrap();
+        match parked.get(handle) {
+            Some(program) if &program.tenant == tenant => parked.remove(handle),
+            _ => None,
         }
-        Ok(program)
+    };
+    let Some(mut program) = parked else {
+        return Err(McpError::invalid_params(
+            "this execution is no longer waiting (it ended, timed out, or was already resumed); run the program again",
+            None,
+        ));
+    };
+    let answers = program.awaiting.drain(..).map(|id| {
+        let answer = responses.remove(&id);
+        sampled_answer(id, answer)
+    });
+    let _ = program.run.execution.submit(answers.collect());
+    for id in std::mem::take(&mut program.asked) {
+        let answer = responses.remove(&id);
+        super::approvals::decide(&program.run.execution, super::approvals::decision(id, answer)).await;
     }
+    Ok(program)
+}
 
-    /// Keeps the paused execution for the client's retry and asks the client for `asks`.
-    pub(super) fn park(&self, mut run: Program, asks: InputRequests) -> CallToolResponse {
-        let mut parked = self.state.parked.lock().unwrap();
-        // Executions that ended early (cancelled, shut down) do not count against the cap.
-        parked.retain(|_, r| !r.run.execution.control().is_finished());
-        let mine = parked.values().filter(|r| r.tenant == run.tenant).count();
-        let full = if mine >= MAX_PARKED_PER_TENANT {
-            Some(format!(
-                "{mine} executions of this key already wait for their clients to answer llm_query or approve a call (the limit)"
-            ))
-        } else if parked.len() >= MAX_PARKED {
-            Some(format!(
-                "{MAX_PARKED} executions already wait for their clients to answer llm_query or approve a call"
-            ))
-        } else {
-            None
-        };
-        if let Some(full) = full {
-            drop(parked);
-            run.run.execution.cancel();
-            return failed_before_start(format!(
-                "{full}; answer or cancel those first, or try again later (this program was not run to its end)"
-            ))
-            .into();
-        }
-        let handle = random_hex::<16>();
-        // A client that never comes back: at the deadline the engine has failed the
-        // execution; drop it then, with its tenant slot and its calls in flight.
-        let deadline = tokio::time::Instant::from_std(run.started + run.timeout_limit);
-        let (state, key) = (self.state.clone(), handle.clone());
-        tokio::spawn(async move {
-            tokio::time::sleep_until(deadline).await;
-            state.parked.lock().unwrap().remove(&key);
-        });
-        // The program's downstream calls go on meanwhile, and their results reach it as they
-        // come: a call waiting for the user holds up only what awaits it.
-        let (mut calls, control) = (std::mem::take(&mut run.calls), run.run.execution.control());
-        tokio::spawn(async move {
-            while !calls.is_empty() {
-                tokio::select! {
-                    Some(done) = calls.join_next() => {
-                        if let Ok(result) = done {
-                            let _ = control.submit(vec![result]);
-                        }
-                    }
-                    _ = tokio::time::sleep_until(deadline) => break,
-                }
-            }
-        });
-        parked.insert(handle.clone(), run);
-        InputRequiredResult::new(Some(asks), Some(handle)).into()
+/// Keeps the paused execution for the client's retry and asks the client for `asks`.
+pub(super) fn park(state: &Arc<McpState>, mut run: Program, asks: InputRequests) -> CallToolResponse {
+    let mut parked = state.parked.lock().unwrap();
+    // Executions that ended early (cancelled, shut down) do not count against the cap.
+    parked.retain(|_, r| !r.run.execution.control().is_finished());
+    let mine = parked.values().filter(|r| r.tenant == run.tenant).count();
+    let full = if mine >= MAX_PARKED_PER_TENANT {
+        Some(format!(
+            "{mine} executions of this key already wait for their clients to answer llm_query or approve a call (the limit)"
+        ))
+    } else if parked.len() >= MAX_PARKED {
+        Some(format!("{MAX_PARKED} executions already wait for their clients to answer llm_query or approve a call"))
+    } else {
+        None
+    };
+    if let Some(full) = full {
+        drop(parked);
+        run.run.execution.cancel();
+        return failed_before_start(format!(
+            "{full}; answer or cancel those first, or try again later (this program was not run to its end)"
+        ))
+        .into();
     }
+    let handle = random_hex::<16>();
+    // A client that never comes back: at the deadline the engine has failed the
+    // execution; drop it then, with its tenant slot and its calls in flight.
+    let deadline = tokio::time::Instant::from_std(run.started + run.timeout_limit);
+    let (state, key) = (state.clone(), handle.clone());
+    tokio::spawn(async move {
+        tokio::time::sleep_until(deadline).await;
+        state.parked.lock().unwrap().remove(&key);
+    });
+    // The program's downstream calls go on meanwhile, and their results reach it as they
+    // come: a call waiting for the user holds up only what awaits it.
+    let (mut calls, control) = (std::mem::take(&mut run.calls), run.run.execution.control());
+    tokio::spawn(async move {
+        while !calls.is_empty() {
+            tokio::select! {
+                Some(done) = calls.join_next() => {
+                    if let Ok(result) = done {
+                        let _ = control.submit(vec![result]);
+                    }
+                }
+                _ = tokio::time::sleep_until(deadline) => break,
+            }
+        }
+    });
+    parked.insert(handle.clone(), run);
+    InputRequiredResult::new(Some(asks), Some(handle)).into()
 }

@@ -9,9 +9,9 @@ use std::sync::{Arc, Mutex};
 use ptc_engine::{Limits, Runtime, ToolDef, ToolDescription};
 use rmcp::model::{JsonObject, Tool};
 
-use super::catalog::tool_def;
+use super::convert::tool_def;
 use super::downstream::Downstream;
-use super::run::Program;
+use super::program::Program;
 use crate::core::Core;
 use crate::core::sessions::Sessions;
 
@@ -173,11 +173,6 @@ const DESCRIBED_TENANTS: usize = 256;
 pub(super) struct Described {
     defs: Vec<ToolDef>,
     by_tenant: HashMap<Option<String>, (u64, Arc<ToolDescription>)>,
-}
-
-/// The tenant an MCP request runs for (HTTP; `None` on stdio).
-pub(super) fn tenant_of(extensions: &rmcp::model::Extensions) -> Option<String> {
-    extensions.get::<axum::http::request::Parts>().and_then(|p| p.extensions.get::<McpTenant>()).map(|t| t.0.clone())
 }
 
 /// A downstream tool's input schema, and why it cannot be used (`None`: it can).
