@@ -17,7 +17,7 @@ from fastmcp import Client, FastMCP
 from fastmcp.experimental.transforms.code_mode import CodeMode, MontySandboxProvider
 
 from ptc_engine import Limits, Sandbox, Tool
-from ptc_engine._client import _wire
+from ptc_engine._wire import tool as _wire
 from ptc_engine._proto import sandbox_pb2 as pb
 from ptc_engine._proto import sandbox_pb2_grpc as pb_grpc
 from ptc_engine.integrations.fastmcp import PtcSandboxProvider

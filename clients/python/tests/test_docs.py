@@ -14,7 +14,7 @@ HERE = pathlib.Path(__file__).resolve().parent.parent
 
 EXPECTED = {
     "README.md": ["Cairo 87.8\n", "{'city': 'Cairo', 'temp': 31}\n", "2 ['get_weather', 'get_weather', 'convert']\n",
-                  "2\n[1, 2, 3]\n{'out.txt': b'2'}\nline 0\nline 1\nline 2\n"],
+                  "2\n[1, 2, 3]\n{'out.txt': b'2'}\nline 0\nline 1\nline 2\n", "42\nsorted: [1, 2, 3]\n"],
     "docs/fastmcp.md": ['{"A1":9.5}\n'],
     "docs/pydantic-ai.md": ["The program returned {'output': 'checked 3\\n', 'result': 'Cairo'}\n"],
     "docs/agent-framework.md": ['Cairo in F: 87.8\n\n{"difference": 27}\n'],

@@ -379,7 +379,7 @@ def test_a_sandbox_used_under_many_asyncio_runs_keeps_no_dead_channels(url, key)
     sb = Sandbox(url, api_key=key)
     for i in range(3):
         assert asyncio.run(sb.run(f"return {i}")).return_value == i
-    assert len(sb._stubs) == 1
+    assert sb._transport.channels() == 1
 
 
 async def test_text_the_wire_cannot_carry_is_escaped_not_a_crash(sb):
@@ -402,18 +402,18 @@ async def test_an_execute_whose_refusal_grpcio_lost_is_made_again(monkeypatch):
     # grpcio then reports its own INTERNAL error instead of the server's status. The client
     # makes the call again (nothing ran) to learn the real status, and the last attempt
     # reports whatever it gets.
-    from ptc_engine import _client
+    from ptc_engine import _run
     from ptc_engine._proto import sandbox_pb2 as pb
 
     tries = []
 
-    async def once(self, start, tools, on_output, on_event, may_retry, on_approval=None):
+    async def once(transport, start, tools, on_output, on_event, on_approval, *, may_retry):
         tries.append(may_retry)
         if len(tries) < 3:
-            raise _client._RefusalLost()
+            raise _run.RefusalLost()
         return "the real answer"
 
-    monkeypatch.setattr(_client.Sandbox, "_execute_once", once)
+    monkeypatch.setattr(_run, "execute_once", once)
     async with Sandbox("http://127.0.0.1:9") as sb:
-        assert await sb._execute(pb.Start(code="pass"), [], None, None) == "the real answer"
+        assert await _run.execute(sb._transport, pb.Start(code="pass"), [], {}) == "the real answer"
     assert tries == [True, True, False]

@@ -14,22 +14,6 @@ sandbox, its tool calls answered by your Python functions.
 Integrations with agent frameworks' code modes are in `ptc_engine.integrations`.
 """
 
-from ._client import (
-    ApprovalRequest,
-    Approve,
-    Call,
-    DescribedTool,
-    Description,
-    Event,
-    Deny,
-    Finished,
-    Limits,
-    Output,
-    Sandbox,
-    Session,
-    Snapshot,
-    ToolCalls,
-)
 from ._errors import (
     AuthenticationError,
     Cancelled,
@@ -55,7 +39,24 @@ from ._errors import (
     ToolCallLimit,
 )
 from ._result import Result, Stats, ToolCallRecord
+from ._sandbox import Sandbox, Session
 from ._tools import Tool, ToolFailure, tool
+from ._types import (
+    ApprovalRequest,
+    Approve,
+    Call,
+    DescribedTool,
+    Description,
+    Deny,
+    Event,
+    Finished,
+    Limits,
+    Output,
+    RunOptions,
+    SessionRunOptions,
+    Snapshot,
+    ToolCalls,
+)
 
 __all__ = [
     "ApprovalRequest",
@@ -85,12 +86,14 @@ __all__ = [
     "PythonError",
     "Result",
     "RoundTripLimit",
+    "RunOptions",
     "Sandbox",
     "ServerBusy",
     "ServerUnavailable",
     "Session",
     "SessionBusy",
     "SessionNotFound",
+    "SessionRunOptions",
     "Shutdown",
     "Snapshot",
     "Stats",

@@ -1,5 +1,7 @@
 """What can go wrong, one exception type per case, each message saying what happened and what
-to do, in words a model can act on (`str(e)`).
+to do, in words a model can act on (`str(e)`); and which of them the server's answers become:
+a gRPC status (`from_rpc_error`, the only place that reads status codes) or a program's failure
+(`for_failure`).
 
 Two families: `ExecutionError`, when the program ran and failed (one subclass per failure
 kind, with the program's output, traceback and call log in `.result`); and the rest, when the
@@ -9,14 +11,31 @@ request itself was refused or could not be sent (`ServerUnavailable`, `Authentic
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import grpc
 
 if TYPE_CHECKING:
     from ._result import Result
 
 
 class PtcError(Exception):
-    """Every error of this package."""
+    """Every error of this package.
+
+    Attributes:
+        message: What happened and what to do (also `str(e)`).
+        status: The name of the gRPC status the server answered with (`"UNAVAILABLE"`,
+            `"NOT_FOUND"`, ...); `None` when the error did not come from one (a program that
+            failed, a request this client refused before sending it).
+        request_id: The `request_id=` of the run that failed; `None` without one (and for
+            calls that are not runs).
+    """
+
+    def __init__(self, message: str = "", *, status: str | None = None, request_id: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.request_id = request_id
 
 
 class InvalidToolError(PtcError, ValueError):
@@ -55,14 +74,20 @@ class DuplicateRequest(PtcError):
 
 
 class ExecutionError(PtcError):
-    """The program ran and failed. `kind` is the server's failure kind; `result` holds what it
-    printed, its traceback, its tool calls and its stats up to the failure."""
+    """The program ran and failed.
+
+    Attributes:
+        kind: The server's failure kind (`"python_error"`, `"timeout"`, ...).
+        result: What the program printed, its traceback, its tool calls and its stats up to
+            the failure.
+        message, request_id: as for every `PtcError`; `status` is `None` (the server reported
+            the failure in the run's stream, not as a gRPC status).
+    """
 
     kind = "internal"
 
-    def __init__(self, message: str, result: Result) -> None:
-        super().__init__(message)
-        self.message = message
+    def __init__(self, message: str, result: Result, *, request_id: str | None = None) -> None:
+        super().__init__(message, request_id=request_id)
         self.result = result
 
     @property
@@ -159,3 +184,71 @@ EXECUTION_ERRORS: dict[str, type[ExecutionError]] = {
         InternalError,
     )
 }
+
+
+# What the program's author (a model, mostly) can do about a limit, after the server's message
+# (which says only which limit). The caller's remedy, a larger `Limits(...)`, is in the docs.
+_HINTS = {
+    "round_trips": "each tool call awaited on its own is a round; gather independent calls with "
+    "asyncio.gather so that they share one",
+    "tool_calls": "make fewer tool calls: filter or batch the inputs first",
+    "timeout": "the deadline counts the time tools take too; do less in one program, or split the work",
+    "memory": "hold less data at once: process it in parts and keep only what is needed",
+    "fuel": "the program used its CPU budget; do less computation in one program",
+}
+
+
+def for_failure(
+    kind: str, message: str, traceback: str, result: Result, *, request_id: str | None = None
+) -> ExecutionError:
+    """The error of a program that failed with the server's failure `kind` and `message`."""
+    cls = EXECUTION_ERRORS.get(kind, InternalError)
+    if kind in _HINTS:
+        message = f"{message}: {_HINTS[kind]}"
+    if traceback and traceback not in message:
+        message = f"{message}\n{traceback}"
+    return cls(message, result, request_id=request_id)
+
+
+def is_lost_refusal(e: Any) -> bool:
+    """Whether `e` (a `grpc.aio.AioRpcError`) is grpcio's "Internal error from Core": what a
+    client that is still sending `Start` reports when the server has already ended the call (a
+    refused key, a full tenant), instead of the server's status. Nothing ran (the server never
+    read `Start`), so the call can be made again to learn the real status; seen once in a CI run."""
+    return bool(e.code() == grpc.StatusCode.INTERNAL and (e.details() or "") == "Internal error from Core")
+
+
+# The statuses the server answers with, and what each means here (see the proto's `Sandbox`).
+_BY_STATUS: dict[Any, type[PtcError]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidRequest,
+    grpc.StatusCode.FAILED_PRECONDITION: InvalidRequest,
+    grpc.StatusCode.OUT_OF_RANGE: InvalidRequest,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: ServerBusy,
+    grpc.StatusCode.NOT_FOUND: SessionNotFound,
+    grpc.StatusCode.ABORTED: SessionBusy,
+    grpc.StatusCode.ALREADY_EXISTS: DuplicateRequest,
+}
+
+
+def from_rpc_error(e: Any, url: str, keyed: bool, request_id: str | None = None) -> PtcError:
+    """`e` (a `grpc.aio.AioRpcError` from the server at `url`) as this package's error;
+    `keyed`: whether the call carried an API key; `request_id`: the run's, if it had one."""
+    code, details = e.code(), e.details() or ""
+    cls: type[PtcError]
+    if code == grpc.StatusCode.UNAVAILABLE:
+        cls, message = ServerUnavailable, (
+            f"cannot reach the ptc-engine server at {url} ({details}): start it (`ptc-engine serve`) or check "
+            "the address and port"
+        )
+    elif code == grpc.StatusCode.UNAUTHENTICATED:
+        what = "refused the API key" if keyed else "wants an API key and none was sent"
+        cls, message = AuthenticationError, (
+            f"the server at {url} {what} ({details}): set one of its keys (`--api-keys tenant:key`) in the "
+            "environment variable PTC_ENGINE_API_KEY, which Sandbox() and every integration read, or pass it "
+            "as Sandbox(url, api_key=...) (`api_key=` in each integration)"
+        )
+    elif code in _BY_STATUS:
+        cls, message = _BY_STATUS[code], details
+    else:
+        cls, message = PtcError, f"{code.name}: {details}"
+    return cls(message, status=code.name, request_id=request_id)

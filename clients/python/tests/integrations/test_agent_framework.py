@@ -5,6 +5,7 @@ runs it, the provider's tools run on the host, and the result comes back to the 
 
 import asyncio
 import json
+import typing
 
 from agent_framework import Agent, BaseChatClient, ChatResponse, Content, FunctionInvocationLayer, Message, tool
 
@@ -134,3 +135,12 @@ async def test_what_the_model_sees_and_what_you_see(url, key, caplog):
     await Agent(client=client, context_providers=[provider]).run("go")
     (said,) = client.results
     assert said.startswith("Error: Function failed. Exception: cannot reach the ptc-engine server at http://127.0.0.1:9"), said
+
+
+def test_the_frameworks_private_names_the_integration_uses_are_there(private_api):
+    # ptc_engine.integrations.agent_framework imports these from `agent_framework._tools`.
+    api = private_api("agent-framework-core", "ptc_engine.integrations.agent_framework")
+    modes = set(typing.get_args(api.get("agent_framework._tools", "ApprovalMode")))
+    if not {"always_require", "never_require"} <= modes:
+        api.fail("agent_framework._tools.ApprovalMode", f"no longer has always_require and never_require ({modes})")
+    api.takes(api.get("agent_framework._tools", "normalize_tools"), "agent_framework._tools.normalize_tools", "tools")

@@ -168,3 +168,43 @@ async def test_what_the_model_sees_and_what_you_see(url, key):
     with pytest.raises(ServerUnavailable, match="cannot reach the ptc-engine server at http://127.0.0.1:9"):
         await agent_with(model, "http://127.0.0.1:9", key).run("go")
     assert seen["returns"] == []
+
+
+def test_the_harness_private_names_the_integration_uses_are_there(private_api):
+    # ptc_engine.integrations.pydantic_ai subclasses the harness' toolset and replaces its
+    # `_execute_code` (the harness has no executor interface), reaching into its private modules.
+    api = private_api("pydantic-ai-harness", "ptc_engine.integrations.pydantic_ai")
+    toolset = "pydantic_ai_harness.code_mode._toolset"
+    tail = api.get(toolset, "_RUN_CODE_DESCRIPTION_TAIL")
+    if not isinstance(tail, str) or "\n" not in tail:
+        api.fail(f"{toolset}._RUN_CODE_DESCRIPTION_TAIL", "is no longer text of several lines (its first is dropped)")
+    run_code_tool = api.get(toolset, "_RunCodeTool")
+    api.has(run_code_tool, f"{toolset}._RunCodeTool", "tool_def", "callable_defs", "sanitized_to_original", "wrapped_tools")
+    api.takes(api.get(toolset, "_get_sigs_and_conflicting"), f"{toolset}._get_sigs_and_conflicting", "callable_defs")
+    execution = api.get(toolset, "RunCodeExecution")
+    api.has(
+        execution,
+        f"{toolset}.RunCodeExecution",
+        "capture",
+        "budget_exhausted",
+        "nested_calls",
+        "nested_returns",
+        "usage_limit_exceeded",
+    )
+    api.takes(execution.next_tool_call_id, f"{toolset}.RunCodeExecution.next_tool_call_id", "max_tool_calls")
+    api.takes(execution.finish, f"{toolset}.RunCodeExecution.finish", "call_part", "outcome")
+    api.has(api.get(toolset, "NestedCallOutcome"), f"{toolset}.NestedCallOutcome", "content", "error")
+    api.takes(api.get(toolset, "global_mode_is_sequential"), f"{toolset}.global_mode_is_sequential", "get_mode")
+    api.takes(api.get(toolset, "run_nested_call"), f"{toolset}.run_nested_call", "tool_manager", "call_part")
+    api.takes(
+        api.get(toolset, "_describe_started_calls"), f"{toolset}._describe_started_calls", "calls", "returns"
+    )
+    api.takes(api.get(toolset, "_model_safe_result"), f"{toolset}._model_safe_result", "value")
+    api.has(api.get(toolset, "_TOOL_RETURN_CONTENT_TA"), f"{toolset}._TOOL_RETURN_CONTENT_TA", "validate_python")
+    if not isinstance(api.get("pydantic_ai_harness.code_mode._parts", "RUN_CODE_TOOL_NAME"), str):
+        api.fail("pydantic_ai_harness.code_mode._parts.RUN_CODE_TOOL_NAME", "is no longer a tool name")
+    code_mode_toolset = api.get("pydantic_ai_harness.code_mode", "CodeModeToolset")
+    where = "pydantic_ai_harness.code_mode.CodeModeToolset"
+    api.has(code_mode_toolset, where, "_execute_code", "_as_run_code_tool")
+    api.takes(code_mode_toolset._execute_code, f"{where}._execute_code", "code", "ctx", "tool", "execution")
+    api.takes(code_mode_toolset._as_run_code_tool, f"{where}._as_run_code_tool", "tool")

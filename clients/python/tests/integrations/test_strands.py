@@ -192,3 +192,18 @@ def test_the_strands_page_runs_as_written():
     docs = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(docs)
     docs.run_page("docs/strands.md")
+
+
+def test_the_frameworks_private_names_the_integration_uses_are_there(private_api):
+    # ptc_engine.integrations.strands runs each of a program's calls with the agent's own
+    # executor (`ToolExecutor._stream`, as a direct call does) and refuses interrupts in them.
+    api = private_api("strands-agents", "ptc_engine.integrations.strands")
+    executor = api.get("strands.tools.executors._executor", "ToolExecutor")
+    where = "strands.tools.executors._executor.ToolExecutor"
+    api.has(executor, where, "_stream")
+    api.takes(executor._stream, f"{where}._stream", "agent", "tool_use", "tool_results", "invocation_state")
+    if not isinstance(api.get("strands.types._events", "ToolInterruptEvent"), type):
+        api.fail("strands.types._events.ToolInterruptEvent", "is no longer a class")
+    agent = Agent(model=Scripted())
+    api.has(agent, "strands.Agent()", "_interrupt_state")
+    api.has(agent._interrupt_state, "strands.Agent()._interrupt_state", "deactivate")

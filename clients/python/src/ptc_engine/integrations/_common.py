@@ -10,7 +10,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from .._client import Limits, Sandbox
+from .. import Limits, Sandbox
 from .._tools import ToolFailure
 
 # The server's default is 20 rounds; the frameworks budget tool calls, not rounds (FastMCP 50

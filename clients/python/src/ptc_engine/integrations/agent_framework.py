@@ -26,7 +26,7 @@ from typing import Any
 from agent_framework import AgentSession, Content, ContextProvider, FunctionTool, SessionContext
 from agent_framework._tools import ApprovalMode, normalize_tools
 
-from .._client import Limits, Sandbox
+from .. import Limits, Sandbox
 from .._errors import ExecutionError
 from .._result import Result
 from .._tools import Tool, ToolFailure

@@ -23,7 +23,7 @@ from typing import Any
 
 from fastmcp.exceptions import ToolError
 
-from .._client import Limits, Sandbox
+from .. import Limits, Sandbox
 from .._errors import ExecutionError
 from .._tools import Tool
 from ._common import checked_timeout, limits_with_rounds, passing_messages, sandbox_of

@@ -26,7 +26,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
-from .._client import Limits, Sandbox
+from .. import Limits, Sandbox
 from .._errors import ExecutionError
 from .._tools import Tool, ToolFailure
 from ._common import checked_timeout, limits_with_rounds, sandbox_of

@@ -40,7 +40,7 @@ from pydantic_ai_harness.code_mode import CodeMode, CodeModeToolset
 from pydantic_ai_harness.code_mode import _toolset as harness
 from pydantic_ai_harness.code_mode._parts import RUN_CODE_TOOL_NAME
 
-from .._client import Limits, Sandbox, Session
+from .. import Limits, Sandbox, Session
 from .._errors import ExecutionError, PtcError, SessionNotFound
 from .._tools import Tool, ToolFailure
 from ._common import checked_timeout, limits_with_rounds, sandbox_of

@@ -36,7 +36,7 @@ from strands.tools.executors._executor import ToolExecutor
 from strands.types._events import ToolInterruptEvent
 from strands.types.tools import AgentTool, ToolContext, ToolResult, ToolUse
 
-from .._client import Event, Limits, Output, Sandbox, Session
+from .. import Event, Limits, Output, Sandbox, Session
 from .._errors import ExecutionError, ExecutionTimeout, ProgramExit, PtcError, PythonError, SessionNotFound
 from .._tools import Tool, ToolFailure
 from ._common import checked_timeout, limits_with_rounds, sandbox_of

@@ -1,0 +1,190 @@
+"""One run: its `Execute` stream, from the `Start` sent to the result or error read; each
+round's tool calls answered and each held call decided by tasks of their own (so the calls of
+one round run concurrently), all cancelled, with the stream, when the run ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+
+import grpc
+import grpc.aio
+
+from . import _wire
+from ._errors import InternalError, InvalidRequest, PtcError, is_lost_refusal
+from ._proto import sandbox_pb2 as pb
+from ._result import Result
+from ._tools import Tool, ToolFailure
+from ._transport import Transport
+from ._types import (
+    ApprovalHandler,
+    ApprovalRequest,
+    Call,
+    Deny,
+    Event,
+    EventHandler,
+    Finished,
+    Output,
+    OutputHandler,
+    SessionRunOptions,
+    Verdict,
+)
+
+Send = Callable[[pb.ClientMessage], Awaitable[None]]
+
+REFUSAL_ATTEMPTS = 3
+"""How many times an `Execute` refused at once is made again to learn why (`is_lost_refusal`)."""
+
+
+class RefusalLost(Exception):
+    """An `Execute` the server refused before it started was reported as grpcio's own error."""
+
+
+async def execute(transport: Transport, start: pb.Start, tools: Sequence[Tool], options: SessionRunOptions) -> Result:
+    """Runs `start` on `transport`'s server, answering its calls with `tools`; its `Result`, or
+    the `PtcError` it ended with."""
+    on_approval = options.get("on_approval")
+    asking = [t.name for t in tools if t.requires_approval]
+    if asking and on_approval is None:
+        raise InvalidRequest(
+            f"tools {asking} need the user's approval for each call: pass on_approval= to decide them",
+            request_id=start.request_id or None,
+        )
+    for attempt in range(REFUSAL_ATTEMPTS):
+        try:
+            return await execute_once(
+                transport,
+                start,
+                tools,
+                options.get("on_output"),
+                options.get("on_event"),
+                on_approval,
+                may_retry=attempt + 1 < REFUSAL_ATTEMPTS,
+            )
+        except RefusalLost:
+            continue
+    raise AssertionError("unreachable: the last attempt raises")
+
+
+async def execute_once(
+    transport: Transport,
+    start: pb.Start,
+    tools: Sequence[Tool],
+    on_output: OutputHandler | None,
+    on_event: EventHandler | None,
+    on_approval: ApprovalHandler | None,
+    *,
+    may_retry: bool,
+) -> Result:
+    """One `Execute` call; `RefusalLost` if `may_retry` and grpcio lost the server's refusal."""
+    by_name = {(t.namespace or None, t.name): t for t in tools}
+    request_id = start.request_id or None
+    call = transport.execute()
+    writing = asyncio.Lock()
+    answering: set[asyncio.Task[None]] = set()
+    execution_id = ""
+
+    async def send(message: pb.ClientMessage) -> None:
+        # grpc.aio allows one write at a time; the answering tasks write whenever they finish.
+        async with writing:
+            await call.write(message)
+
+    async def emit(event: Event) -> None:
+        returned = [on_event(event) if on_event else None]
+        if on_output is not None and isinstance(event, Output):
+            returned.append(on_output(event))
+        for r in returned:
+            if inspect.isawaitable(r):
+                await r
+
+    def spawn(job: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(job)
+        answering.add(task)
+        task.add_done_callback(answering.discard)
+
+    try:
+        try:
+            await send(pb.ClientMessage(start=start))
+        except asyncio.InvalidStateError:
+            pass  # The server ended the call already: reading it says why.
+        while True:
+            message = await call.read()
+            if message is grpc.aio.EOF:
+                raise InternalError(
+                    "the server ended the execution's stream without its result",
+                    Result(execution_id=execution_id),
+                    request_id=request_id,
+                )
+            kind = message.WhichOneof("message")
+            if kind == "started":
+                execution_id = message.started.execution_id
+            elif kind == "tool_calls":
+                batch = _wire.tool_calls(message.tool_calls)
+                await emit(batch)
+                for c in batch.calls:
+                    spawn(_answer(by_name, c, send))
+                if on_approval is not None:
+                    for asked in batch.approvals:
+                        spawn(_decide(on_approval, asked, send))
+            elif kind == "output":
+                await emit(_wire.output(message.output))
+            elif kind == "completed":
+                result = _wire.completed(message.completed, execution_id)
+                await emit(Finished(result))
+                return result
+            elif kind == "failed":
+                raise _wire.failure(message.failed, execution_id, request_id)
+            elif kind == "error":
+                # The server refused results this client sent (a bug here, not the program's).
+                raise PtcError(
+                    f"the server refused a message: {message.error.code}: {message.error.message}",
+                    request_id=request_id,
+                )
+    except grpc.aio.AioRpcError as e:
+        if may_retry and not execution_id and is_lost_refusal(e):
+            raise RefusalLost() from None
+        raise transport.error(e, request_id) from None
+    finally:
+        for task in answering:
+            task.cancel()
+        # Ends the stream; before the end that cancels the execution on the server.
+        call.cancel()
+
+
+async def _answer(tools: Mapping[tuple[str | None, str], Tool], call: Call, send: Send) -> None:
+    """Runs one call with its tool and sends the result, or the error the program gets."""
+    tool = tools.get((call.namespace, call.name))
+    try:
+        if tool is None:
+            raise LookupError(f"this client has no tool {call.name!r}")
+        arguments = call.input if isinstance(call.input, dict) else {}
+        answer = _wire.tool_result(call.id, result_json=await tool.call(arguments))
+    except asyncio.CancelledError:
+        raise
+    except ToolFailure as e:
+        answer = _wire.tool_result(call.id, error=str(e))
+    except Exception as e:
+        answer = _wire.tool_result(call.id, error=f"{type(e).__name__}: {e}")
+    try:
+        await send(answer)
+    except (grpc.aio.AioRpcError, asyncio.InvalidStateError, RuntimeError):
+        pass  # the execution ended meanwhile
+
+
+async def _decide(on_approval: ApprovalHandler, request: ApprovalRequest, send: Send) -> None:
+    """Asks `on_approval` about one held call and sends its answer; a callback that fails
+    denies the call, saying so."""
+    verdict: Verdict
+    try:
+        answered = on_approval(request)
+        verdict = await answered if inspect.isawaitable(answered) else answered
+    except asyncio.CancelledError:
+        raise
+    except Exception as e:
+        verdict = Deny(f"asking the user failed ({type(e).__name__}: {e})")
+    try:
+        await send(_wire.decision(request.call.id, verdict))
+    except (grpc.aio.AioRpcError, asyncio.InvalidStateError, RuntimeError):
+        pass  # the execution ended meanwhile
