@@ -16,7 +16,7 @@ use crate::config::{Ceilings, Limits};
 use crate::error::HostTrap;
 use crate::events::{ApprovalRequest, Event, FailureKind, ToolCall, ToolCallRecord, ToolResult};
 use crate::exchange::{Announce, Drained, Exchange, Waited};
-use crate::hibernation::{Parked, Sleeper};
+use crate::hibernation::parked::{Parked, Sleeper};
 use crate::journal::{Journal, RecordedCall, RecordedResult, Recorder, Replayed};
 use crate::output::Output;
 use crate::request::label;

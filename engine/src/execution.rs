@@ -14,11 +14,11 @@ use crate::error::{Error, ErrorKind, HostTrap, Result};
 use crate::events::{Completion, Decision, Event, Failure, FailureKind, OutputStream, Stats, ToolResult, Verdict};
 use crate::exchange::Exchange;
 use crate::guest::{Guest, Pre};
-use crate::hibernation::{Asleep, Hibernation};
 use crate::host::HostState;
 use crate::journal::{Journal, JournalTake, Recorder};
 use crate::output::Output;
 use crate::schema::Schemas;
+use crate::sleep::{Asleep, Hibernation};
 use crate::tool_lists::GuestTools;
 use crate::warm::Refill;
 

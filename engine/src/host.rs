@@ -5,8 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use wasmtime::component::ResourceTable;
-use wasmtime_wasi::p1::WasiP1Ctx;
-use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi::{WasiCtxView, WasiView};
 
 use crate::bindings::{self, ptc::sandbox::host as wit};
 use crate::broker::Broker;
@@ -14,7 +13,7 @@ use crate::clock::Monotonic;
 use crate::limiter::Limiter;
 use crate::net::{self, NetSide};
 use crate::output::Output;
-use crate::wiring::Wiring;
+use crate::wiring::{Wasi, Wiring};
 
 pub(crate) struct HostState {
     pub(crate) wasi: Wasi,
@@ -60,26 +59,6 @@ pub(crate) struct TurnState {
     pub(crate) max_frame: Option<usize>,
 }
 
-/// WASI as each runtime links it: preview 2 for the component, preview 1 for the data
-/// runtime's core module. A store only ever sees its own kind (each runtime's linker links one).
-pub(crate) enum Wasi {
-    P2 { ctx: WasiCtx, table: ResourceTable },
-    P1(WasiP1Ctx),
-}
-
-impl Wasi {
-    pub(crate) fn p2(ctx: WasiCtx) -> Self {
-        Wasi::P2 { ctx, table: ResourceTable::new() }
-    }
-
-    pub(crate) fn p1(&mut self) -> &mut WasiP1Ctx {
-        match self {
-            Wasi::P1(ctx) => ctx,
-            Wasi::P2 { .. } => unreachable!("preview 1 is linked only for the data runtime, whose stores have it"),
-        }
-    }
-}
-
 impl HostState {
     pub(crate) fn output(&self) -> &Output {
         &self.broker.output
@@ -100,7 +79,7 @@ impl HostState {
         let primed_handles = match wasi {
             Wasi::P2 { .. } => 2 + usize::from(preopened),
             // Preview 1 takes all at the first call: stdin, stdout, stderr, and the preopens.
-            Wasi::P1(_) => 3 + crate::data::PREOPENS,
+            Wasi::P1(_) => 3 + crate::data::files::PREOPENS,
         };
         HostState {
             wasi,

@@ -45,6 +45,7 @@ mod request;
 mod schema;
 mod session;
 mod shares;
+mod sleep;
 mod stores;
 mod tool_lists;
 mod warm;

@@ -29,10 +29,11 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::events::Event;
 use crate::execution::{Job, Start, run};
 use crate::guest::Guest;
-use crate::hibernation::{Hibernation, Sleeper};
+use crate::hibernation::parked::Sleeper;
 use crate::host::HostState;
 use crate::output::Output;
 use crate::request::Runtime;
+use crate::sleep::Hibernation;
 use crate::tool_lists::LastTools;
 
 /// How to open a live session: `SessionRequest::new()` and the `with_*` methods.

@@ -18,7 +18,8 @@ use crate::error::{Error, Result};
 use crate::events::Event;
 use crate::exchange::Exchange;
 use crate::guest::{Guest, Pre};
-use crate::hibernation::{Image, Images, Parked};
+use crate::hibernation::parked::Parked;
+use crate::hibernation::{Image, Images};
 use crate::host::HostState;
 use crate::journal::Recorder;
 use crate::limiter::Limiter;
@@ -321,7 +322,7 @@ impl Stores {
         let (wiring, wasi, monotonic) = match self.data.clone().filter(|_| runtime == Runtime::PythonData) {
             // Never journaled (python-data's snapshots differ from server to server).
             Some(data) => {
-                let (wiring, wasi, clock) = Wiring::data(data, &output, data_dir, monotonic_from)?;
+                let (wiring, wasi, clock) = Wiring::data(data.artifacts(), &output, data_dir, monotonic_from)?;
                 (wiring, wasi, Some(clock))
             }
             None => Wiring::component(&output, data_dir, journal, monotonic_from)?,

@@ -13,13 +13,14 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::p1::WasiP1Ctx;
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder};
 
 use crate::clock::Monotonic;
-use crate::data::DataRuntime;
+use crate::data::files;
 use crate::error::{Error, Result};
 use crate::events::OutputStream;
-use crate::host::Wasi;
 use crate::journal::Recorder;
 use crate::output::Output;
 use crate::request::DATA_DIR;
@@ -35,7 +36,7 @@ enum Kind {
     /// The component's: its clocks and random sources are a journal's, or its own clock.
     Component { journal: Option<Arc<Recorder>>, monotonic: Option<Monotonic> },
     /// The data runtime's: its preopens, and its own clock.
-    Data { runtime: Arc<DataRuntime>, monotonic: Monotonic },
+    Data { artifacts: Arc<Path>, monotonic: Monotonic },
 }
 
 /// `/mnt/data` on the host, and which directory it was when the execution got it.
@@ -65,6 +66,26 @@ impl DataDir {
     }
 }
 
+/// WASI as each runtime links it: preview 2 for the component, preview 1 for the data
+/// runtime's core module. A store only ever sees its own kind (each runtime's linker links one).
+pub(crate) enum Wasi {
+    P2 { ctx: WasiCtx, table: ResourceTable },
+    P1(WasiP1Ctx),
+}
+
+impl Wasi {
+    pub(crate) fn p2(ctx: WasiCtx) -> Self {
+        Wasi::P2 { ctx, table: ResourceTable::new() }
+    }
+
+    pub(crate) fn p1(&mut self) -> &mut WasiP1Ctx {
+        match self {
+            Wasi::P1(ctx) => ctx,
+            Wasi::P2 { .. } => unreachable!("preview 1 is linked only for the data runtime, whose stores have it"),
+        }
+    }
+}
+
 impl Wiring {
     /// The component's context: stdout and stderr to `output`, `data_dir` as `/mnt/data`, the
     /// journal's clocks and random sources, or a monotonic clock reading `monotonic_from` now.
@@ -85,14 +106,14 @@ impl Wiring {
 
     /// The data runtime's context, with its clock reading `monotonic_from` now.
     pub(crate) fn data(
-        runtime: Arc<DataRuntime>,
+        artifacts: Arc<Path>,
         output: &Output,
         data_dir: Option<&Path>,
         monotonic_from: u64,
     ) -> Result<(Wiring, Wasi, Monotonic)> {
         let monotonic = Monotonic::continuing(monotonic_from);
         let dir = data_dir.map(DataDir::of).transpose()?;
-        let wiring = Wiring { output: output.clone(), dir, kind: Kind::Data { runtime, monotonic } };
+        let wiring = Wiring { output: output.clone(), dir, kind: Kind::Data { artifacts, monotonic } };
         let wasi = wiring.wire()?;
         Ok((wiring, wasi, monotonic))
     }
@@ -140,7 +161,9 @@ impl Wiring {
                 }
                 Ok(Wasi::p2(wasi.build()))
             }
-            Kind::Data { runtime, monotonic } => Ok(Wasi::P1(runtime.wasi(&self.output, path, *monotonic)?)),
+            Kind::Data { artifacts, monotonic } => {
+                Ok(Wasi::P1(files::wasi(artifacts, &self.output, path, *monotonic)?))
+            }
         }
     }
 }

@@ -1,10 +1,15 @@
-//! The directories every python-data store preopens, in the order its snapshot recorded them.
+//! The WASI context of a python-data store: the directories it preopens, in the order its
+//! snapshot recorded them, its output and its clock.
 
 use std::path::Path;
 
+use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
+use crate::clock::Monotonic;
 use crate::error::{Error, Result};
+use crate::events::OutputStream;
+use crate::output::Output;
 use crate::request::DATA_DIR;
 
 /// Where the guest finds the standard library zip (`python315.zip`), and matplotlib's data
@@ -32,4 +37,20 @@ pub(super) fn preopens(
     open(wasi, &artifacts.join("mpl-data"), MPL_DATA_DIR, FsPerms::ReadOnly)?;
     open(wasi, tmp, "/tmp", tmp_perms)?;
     open(wasi, data, DATA_DIR, data_perms)
+}
+
+/// The WASI context of one store of the runtime whose files are in `artifacts`: output
+/// captured, the preopens of the snapshot, in its order, and the monotonic clock the host
+/// reads (a thaw continues it).
+pub(crate) fn wasi(artifacts: &Path, output: &Output, data_dir: Option<&Path>, clock: Monotonic) -> Result<WasiP1Ctx> {
+    let mut wasi = WasiCtxBuilder::new();
+    wasi.stdout(output.sink(OutputStream::Stdout)).stderr(output.sink(OutputStream::Stderr)).args(&["python"]);
+    wasi.monotonic_clock(clock);
+    let empty = artifacts.join("empty");
+    let data = match data_dir {
+        Some(dir) => (dir, FsPerms::ReadWrite),
+        None => (empty.as_path(), FsPerms::ReadOnly),
+    };
+    preopens(&mut wasi, artifacts, (&empty, FsPerms::ReadOnly), data)?;
+    Ok(wasi.build_p1())
 }

@@ -23,27 +23,21 @@
 
 mod cache;
 mod door;
-mod files;
+pub(crate) mod files;
 mod init;
 pub(crate) mod instance;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::sync::Arc;
 
 use wasmtime::{Caller, Engine, InstancePre, Linker, Store};
-use wasmtime_wasi::p1::WasiP1Ctx;
-use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
-use crate::clock::Monotonic;
 use crate::config::EngineConfig;
 use crate::error::{Error, Result};
-use crate::events::OutputStream;
 use crate::host::HostState;
-use crate::output::Output;
 use crate::wasm;
 use cache::{compile, load_or_make};
 use door::door;
-pub(crate) use files::PREOPENS;
-use files::preopens;
 use init::pre_initialise;
 use instance::DataInstance;
 
@@ -51,7 +45,7 @@ use instance::DataInstance;
 pub(crate) struct DataRuntime {
     pub(crate) engine: Engine,
     pre: InstancePre<HostState>,
-    artifacts: PathBuf,
+    artifacts: Arc<Path>,
 }
 
 impl DataRuntime {
@@ -78,22 +72,12 @@ impl DataRuntime {
             )
             .map_err(|e| Error::engine("linking the door", e))?;
         let pre = linker.instantiate_pre(&module).map_err(|e| Error::engine("pre-instantiating python-data", e))?;
-        Ok(DataRuntime { engine, pre, artifacts: artifacts.to_path_buf() })
+        Ok(DataRuntime { engine, pre, artifacts: Arc::from(artifacts) })
     }
 
-    /// The WASI context of one store: output captured, the preopens of the snapshot, in its
-    /// order, and the monotonic clock the host reads (a thaw continues it).
-    pub(crate) fn wasi(&self, output: &Output, data_dir: Option<&Path>, clock: Monotonic) -> Result<WasiP1Ctx> {
-        let mut wasi = WasiCtxBuilder::new();
-        wasi.stdout(output.sink(OutputStream::Stdout)).stderr(output.sink(OutputStream::Stderr)).args(&["python"]);
-        wasi.monotonic_clock(clock);
-        let empty = self.artifacts.join("empty");
-        let data = match data_dir {
-            Some(dir) => (dir, FsPerms::ReadWrite),
-            None => (empty.as_path(), FsPerms::ReadOnly),
-        };
-        preopens(&mut wasi, &self.artifacts, (&empty, FsPerms::ReadOnly), data)?;
-        Ok(wasi.build_p1())
+    /// Where its standard library and matplotlib's data are, which every store preopens.
+    pub(crate) fn artifacts(&self) -> Arc<Path> {
+        self.artifacts.clone()
     }
 
     pub(crate) async fn instantiate(&self, store: &mut Store<HostState>) -> wasmtime::Result<DataInstance> {

@@ -13,10 +13,11 @@ use super::{Engine, session_spec, wit_tools};
 use crate::broker::Progress;
 use crate::error::{Error, ErrorKind, Result};
 use crate::execution::{Control, Execution, Job, Start, drive};
-use crate::hibernation::{Asleep, Binding, Image, sealed};
+use crate::hibernation::{Binding, Image, sealed};
 use crate::host::HostState;
 use crate::request::{ExecutionRequest, Runtime};
 use crate::session::{self, Session, SessionCore, SessionRequest};
+use crate::sleep::Asleep;
 use crate::stores::{HostSide, StoreSpec};
 use crate::tool_lists::GuestTools;
 

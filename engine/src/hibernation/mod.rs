@@ -17,31 +17,27 @@
 //! (probe 2 in the doc), pinned with wasmtime `=48.0.8`: recheck it on every upgrade. The data
 //! runtime exports its memory, and its WASI descriptors are the host's own.
 
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Mutex;
+use std::time::Instant;
 
 use sha2::{Digest, Sha256};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use wasmtime::component::__internal::{LowerContext, wasmtime_environ};
 use wasmtime::component::Instance;
 use wasmtime::{AsContextMut, Memory, Store};
 use wasmtime_environ::component::{CanonicalOptionsDataModel, OptionsIndex};
 
-use crate::broker::Progress;
 use crate::guest::Guest;
 use crate::host::HostState;
 use crate::request::Runtime;
-use crate::stores::Stores;
 
 mod delta;
 mod kept;
 pub(crate) mod pagemap;
-mod parked;
+pub(crate) mod parked;
 pub(crate) mod sealed;
 
 use delta::{Delta, Unpacked};
 pub(crate) use kept::{Images, Kept};
-pub(crate) use parked::{Parked, Sleeper};
 pub(crate) use sealed::{Binding, Body};
 pub use sealed::{Hibernated, Keeper};
 
@@ -95,6 +91,11 @@ impl Pages<'_> {
 }
 
 impl Image {
+    /// Bytes of a fresh instance's memory.
+    pub(crate) fn memory_len(&self) -> usize {
+        self.len
+    }
+
     /// Reads a fresh instance's memory of the component, built from bytes whose SHA-256 is
     /// `build`.
     pub(crate) fn of(store: &mut Store<HostState>, instance: Instance, build: [u8; 32]) -> Image {
@@ -203,6 +204,16 @@ pub(crate) struct Frozen {
 }
 
 impl Frozen {
+    /// Bytes of the linear memory it was frozen from.
+    pub(crate) fn memory_len(&self) -> usize {
+        self.len
+    }
+
+    /// Indices of the 4 KiB pages that differ from the image, ascending.
+    pub(crate) fn pages(&self) -> &[u32] {
+        &self.pages
+    }
+
     /// What it takes at rest, about.
     pub(crate) fn size(&self) -> u64 {
         (self.packed.len() + self.pages.len() * 4) as u64
@@ -212,7 +223,12 @@ impl Frozen {
 /// Takes a hibernated instance's pages, or says why it cannot be hibernated (it then stays
 /// live, and goes on where it is). `portable`: its image may be thawed by another process,
 /// which gives the guest only the handles every instance starts with.
-async fn freeze(store: &mut Store<HostState>, guest: &Guest, image: &Image, portable: bool) -> Result<Frozen, String> {
+pub(crate) async fn freeze(
+    store: &mut Store<HostState>,
+    guest: &Guest,
+    image: &Image,
+    portable: bool,
+) -> Result<Frozen, String> {
     let linear = Linear::of(guest, image);
     let handles = store.data_mut().wasi_handles();
     let primed = store.data().primed_handles;
@@ -273,7 +289,12 @@ async fn freeze(store: &mut Store<HostState>, guest: &Guest, image: &Image, port
 /// handles, at the same indices), grows the memory to the hibernated size, then writes every
 /// page that differs from the target, the image XOR the kept pages (priming's own writes
 /// included).
-async fn thaw(store: &mut Store<HostState>, guest: &Guest, image: &Image, frozen: Frozen) -> wasmtime::Result<()> {
+pub(crate) async fn thaw(
+    store: &mut Store<HostState>,
+    guest: &Guest,
+    image: &Image,
+    frozen: Frozen,
+) -> wasmtime::Result<()> {
     let linear = Linear::of(guest, image);
     let t0 = Instant::now();
     let len = |store: &mut Store<HostState>| linear.with(store, |m| m.len());
@@ -355,237 +376,4 @@ async fn thaw(store: &mut Store<HostState>, guest: &Guest, image: &Image, frozen
     }
     tracing::debug!(?primed, ?inflated, written = ?t0.elapsed(), "thaw phases");
     Ok(())
-}
-
-/// What an execution or a live session needs to hibernate: the engine's stores (the image,
-/// warm instances, the component) and its execution slots, one of which it gives back while
-/// it sleeps.
-pub(crate) struct Hibernation {
-    pub(crate) stores: Arc<Stores>,
-    pub(crate) slots: Arc<Semaphore>,
-    /// The execution's (or session's) slot, while it has one.
-    pub(crate) permit: Mutex<Option<OwnedSemaphorePermit>>,
-    /// Where its sealed image goes at each hibernation, if anywhere.
-    pub(crate) sealing: Option<Sealing>,
-}
-
-/// Where a hibernating execution's sealed image goes, and what it is bound to.
-pub(crate) struct Sealing {
-    pub(crate) keeper: Arc<dyn Keeper>,
-    pub(crate) key: Arc<[u8]>,
-    pub(crate) tenant: Option<String>,
-    pub(crate) execution: Arc<str>,
-    /// When the execution started (its stats' wall time counts from there).
-    pub(crate) started: Instant,
-    /// The fuel it started with.
-    pub(crate) fuel: Option<u64>,
-}
-
-impl Sealing {
-    /// What the sealed image of an execution hibernated as `frozen`, against `image`, holds.
-    fn body(&self, store: &Store<HostState>, image: &Image, frozen: &Frozen, fuel: Option<u64>) -> Body {
-        let data = store.data();
-        let broker = &data.broker;
-        let Progress { rounds, calls, log, log_room, timer } = broker.kept();
-        let exchange = broker.exchange.pending_calls();
-        let (stdout, stderr, truncated) = broker.output.kept();
-        Body {
-            tenant: self.tenant.clone(),
-            runtime: image.build,
-            execution: self.execution.to_string(),
-            round: rounds,
-            frozen: frozen.clone(),
-            host: sealed::Host {
-                fuel,
-                fuel_initial: self.fuel,
-                monotonic: data.monotonic_now(),
-                elapsed_ms: self.started.elapsed().as_millis() as u64,
-                timer_ms: timer.map(|t| t.as_millis() as u64),
-                rounds,
-                calls,
-                log,
-                log_room: log_room as u64,
-                exchange,
-                suffix: broker.suffix.clone(),
-                stdout,
-                stderr,
-                truncated,
-                peak_memory: data.limiter.peak,
-                requests: data.net.made(),
-            },
-        }
-    }
-
-    /// The image of `body`, sealed.
-    async fn seal(&self, body: Body) -> Result<Hibernated, String> {
-        let (round, asking) = (body.round, !body.host.exchange.held.is_empty());
-        // The output and call log it carries may be megabytes: sealed off the async workers.
-        let key = self.key.clone();
-        let bytes = tokio::task::spawn_blocking(move || sealed::seal(&key, &body))
-            .await
-            .map_err(|e| format!("sealing failed: {e}"))?;
-        Ok(Hibernated { execution_id: self.execution.to_string(), tenant: self.tenant.clone(), round, asking, bytes })
-    }
-}
-
-/// A hibernated instance, and what its store had besides.
-pub(crate) struct Asleep {
-    kept: Kept,
-    /// Bytes of its linear memory.
-    len: usize,
-    image: Arc<Image>,
-    fuel: Option<u64>,
-}
-
-impl Asleep {
-    /// A sealed image's instance, to thaw on this engine: kept in memory (and charged to
-    /// `claim`), since its thaw follows.
-    pub(crate) async fn opened(
-        stores: &Stores,
-        frozen: Frozen,
-        image: Arc<Image>,
-        fuel: Option<u64>,
-        claim: &mut crate::shares::MemoryClaim,
-    ) -> Result<Self, String> {
-        let len = frozen.len;
-        let tenant = claim.tenant().map(str::to_string);
-        let kept = stores.images.keep(tenant.as_deref(), frozen, claim, true).await?;
-        Ok(Asleep { kept, len, image, fuel })
-    }
-
-    /// What it takes at rest, about.
-    pub(crate) fn size(&self) -> u64 {
-        self.kept.size()
-    }
-
-    /// The memory its thaw grows past the image's.
-    pub(crate) fn grown(&self) -> u64 {
-        self.len.saturating_sub(self.image.len) as u64
-    }
-}
-
-impl Hibernation {
-    /// The program returned `hibernated`: hibernates it, waits until an answer arrives or its
-    /// next timer is due, and thaws it into another instance, which it returns. A program
-    /// that cannot be hibernated is returned as it is, and is not asked again. The deadline
-    /// and cancellation still end it meanwhile (the driver races this).
-    pub(crate) async fn sleep(&self, store: &mut Store<HostState>, guest: Guest) -> wasmtime::Result<Guest> {
-        let asleep = match self.freeze(store, guest).await {
-            Ok(asleep) => asleep,
-            Err(guest) => {
-                store.data_mut().broker.hibernate_after = None;
-                return Ok(guest);
-            }
-        };
-        // A parked program holds no run slot of its tenant; the wait took it back to unwind.
-        store.data().broker.run_slot.release();
-        self.wake(store, asleep).await
-    }
-
-    /// Waits until an answer arrives for the hibernated program in `store`, or its next timer
-    /// is due, then takes its tenant's run slot and thaws it.
-    pub(crate) async fn wake(&self, store: &mut Store<HostState>, asleep: Asleep) -> wasmtime::Result<Guest> {
-        let due = store.data().broker.next_timer();
-        store.data().broker.exchange.clone().arrival(due).await;
-        store.data().broker.run_slot.acquire().await;
-        self.thaw(store, asleep).await
-    }
-
-    /// Keeps the instance's pages, frees it (its store is replaced by one without an
-    /// instance, holding the same host state) and gives its execution slot back; or, when
-    /// it cannot be hibernated, says why in the log and hands the instance back.
-    pub(crate) async fn freeze(&self, store: &mut Store<HostState>, guest: Guest) -> Result<Asleep, Guest> {
-        let started = Instant::now();
-        let runtime = guest.runtime();
-        let placeholder = self.stores.placeholder().map_err(|e| e.to_string());
-        let frozen = match (self.stores.image(runtime).await, placeholder) {
-            (Ok(image), Ok(placeholder)) => freeze(store, &guest, &image, self.sealing.is_some()).await.map(|frozen| {
-                if runtime == Runtime::Python {
-                    self.stores.hot.learn(&frozen.pages);
-                }
-                (frozen, image, placeholder)
-            }),
-            (Err(e), _) => Err(e.to_string()),
-            (_, Err(why)) => Err(why),
-        };
-        let (frozen, image, placeholder) = match frozen {
-            Ok(frozen) => frozen,
-            Err(why) => {
-                tracing::debug!(%why, "not hibernating; the instance stays live");
-                return Err(guest);
-            }
-        };
-        let fuel = store.get_fuel().ok();
-        let len = frozen.len;
-        // Kept elsewhere first: if that fails (a store that is down), it stays live here.
-        if let Some(sealing) = &self.sealing {
-            let body = sealing.body(store, &image, &frozen, fuel);
-            let kept = match sealing.seal(body).await {
-                Ok(image) => sealing.keeper.keep(image).await,
-                Err(why) => Err(why),
-            };
-            if let Err(why) = kept {
-                tracing::warn!(%why, "not hibernating: its image could not be kept; the instance stays live");
-                metrics::counter!("ptc_hibernate_keep_failures_total").increment(1);
-                return Err(guest);
-            }
-        }
-        // Here, within the bounds on images (`kept.rs`); in memory, its pages count against its
-        // memory claim while it sleeps.
-        let data = store.data_mut();
-        let tenant = data.limiter.claim.tenant().map(str::to_string);
-        let frozen = match self.stores.images.keep(tenant.as_deref(), frozen, &mut data.limiter.claim, false).await {
-            Ok(kept) => kept,
-            Err(why) => {
-                tracing::debug!(%why, "not hibernating; the instance stays live");
-                metrics::counter!("ptc_hibernate_refused_total").increment(1);
-                return Err(guest);
-            }
-        };
-        let host = std::mem::replace(store.data_mut(), placeholder);
-        drop(guest);
-        // The old store goes, and the instance with it. Arming the new one only sets the fuel
-        // read from the old, which cannot fail.
-        *store = self.stores.bare_store(host, runtime, fuel).expect("arming a store as the last one was");
-        let size = frozen.size();
-        store.data_mut().asleep(&self.stores.hibernated, size);
-        drop(self.permit.lock().unwrap_or_else(|e| e.into_inner()).take());
-        tracing::debug!(bytes = size, on_disk = !frozen.in_memory(), elapsed = ?started.elapsed(), "hibernated");
-        metrics::histogram!("ptc_hibernate_seconds").record(started.elapsed().as_secs_f64());
-        Ok(Asleep { kept: frozen, len, image, fuel })
-    }
-
-    /// Takes an execution slot again, and thaws the instance into a warm (or new) one.
-    pub(crate) async fn thaw(&self, store: &mut Store<HostState>, asleep: Asleep) -> wasmtime::Result<Guest> {
-        let permit = self
-            .stores
-            .parked
-            .slot(&self.slots, true, Duration::ZERO)
-            .await
-            .ok_or_else(|| wasmtime::Error::msg("the engine's execution slots were closed"))?;
-        *self.permit.lock().unwrap_or_else(|e| e.into_inner()) = Some(permit);
-        let started = Instant::now();
-        store.data_mut().rewire().map_err(wasmtime::Error::msg)?;
-        let warm = match asleep.image.runtime {
-            Runtime::Python => self.stores.move_to_warm(store, asleep.fuel).map_err(wasmtime::Error::msg)?,
-            Runtime::PythonData => None,
-        };
-        let guest = match warm {
-            Some(guest) => guest,
-            None => {
-                self.stores.pre(asleep.image.runtime).map_err(wasmtime::Error::msg)?.instantiate(&mut *store).await?
-            }
-        };
-        let instantiated = started.elapsed();
-        let (size, in_memory) = (asleep.kept.size(), asleep.kept.in_memory());
-        let frozen = asleep.kept.take().await.map_err(wasmtime::Error::msg)?;
-        if in_memory {
-            store.data_mut().limiter.claim.shrink(size);
-        }
-        thaw(store, &guest, &asleep.image, frozen).await?;
-        store.data_mut().awake();
-        tracing::debug!(?instantiated, elapsed = ?started.elapsed(), "thawed");
-        metrics::histogram!("ptc_thaw_seconds").record(started.elapsed().as_secs_f64());
-        Ok(guest)
-    }
 }
