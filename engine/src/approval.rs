@@ -2,7 +2,7 @@
 //! ids every call gets.
 //!
 //! A call of such a tool is handed out held: it reaches the client in `ToolCalls.approvals`,
-//! and the exchange refuses a result for it until [`crate::Control::decide`] has answered it.
+//! and the exchange refuses a result for it until [`crate::execution::Control::decide`] has answered it.
 //! Approved, it goes out again as an ordinary call (with the input the person approved,
 //! checked against the tool's schema again); denied, the program gets a `ToolError` saying
 //! so. The program's other calls of the same round go on meanwhile. Decisions are journaled,

@@ -99,11 +99,11 @@ pub struct Ceilings {
     /// string). Default 1 MiB.
     pub max_call_log_bytes: usize,
     /// Bytes of a journaled execution's journal (clock readings, tool calls and results; see
-    /// [`crate::Journal`]). Past it the journal is dropped and the execution can no longer be
-    /// replayed ([`crate::JournalTake::lost`]); it runs on. Default 16 MiB.
+    /// [`crate::journal::Journal`]). Past it the journal is dropped and the execution can no longer be
+    /// replayed ([`crate::journal::JournalTake::lost`]); it runs on. Default 16 MiB.
     pub max_journal_bytes: usize,
-    /// Bytes of a sealed hibernated execution ([`crate::Hibernated`]) that
-    /// [`crate::Engine::thaw`] accepts; one that would be larger is not sealed, and its
+    /// Bytes of a sealed hibernated execution ([`crate::keeper::Hibernated`]) that
+    /// [`crate::engine::Engine::thaw`] accepts; one that would be larger is not sealed, and its
     /// execution stays live. Default 64 MiB.
     pub max_hibernated_bytes: usize,
 }
@@ -179,7 +179,7 @@ pub enum WhenBusy {
     /// Wait for a slot (the caller can still give up by dropping the future).
     #[default]
     Queue,
-    /// Refuse at once with [`crate::ErrorKind::Busy`].
+    /// Refuse at once with [`crate::error::ErrorKind::Busy`].
     Refuse,
 }
 
@@ -194,13 +194,13 @@ pub struct EngineConfig {
     /// milliseconds, compiling ~8 s. A file there is loaded as native code, so the directory
     /// is created with mode 0700 and used only while it is this user's, not a link, and not
     /// writable by others (otherwise a warning, and the component is compiled in memory).
-    /// Default `None`: compile at every [`crate::Engine::new`], cache nothing.
+    /// Default `None`: compile at every [`crate::engine::Engine::new`], cache nothing.
     pub cache_dir: Option<PathBuf>,
-    /// The data-science runtime ([`crate::Runtime::PythonData`]): the directory of its unpacked
+    /// The data-science runtime ([`crate::request::Runtime::PythonData`]): the directory of its unpacked
     /// artifacts ([`python_data_artifacts`] is the one this build fetched). Its first start
     /// pre-initialises and compiles it (~75 s on two cores; a start with other engine settings
     /// compiles the cached snapshot, ~37 s); with `cache_dir` later starts load it in ~0.1 s. Default `None`: executions asking for it get
-    /// [`crate::ErrorKind::InvalidRequest`].
+    /// [`crate::error::ErrorKind::InvalidRequest`].
     pub python_data: Option<PathBuf>,
     /// Executions (and live sessions) with an instance at once: running, or paused and not
     /// hibernated; a start that finds them all taken first asks the longest-waiting one to
@@ -232,7 +232,7 @@ pub struct EngineConfig {
     /// image they share (see `shares.rs`). Default: 3/4 of the machine's memory (16 GiB where
     /// it cannot be read).
     pub memory_budget: u64,
-    /// The same for all executions of one tenant ([`crate::ExecutionRequest::tenant`]) together.
+    /// The same for all executions of one tenant ([`crate::request::ExecutionRequest::tenant`]) together.
     /// Default: none (only the engine's budget).
     pub tenant_memory_budget: Option<u64>,
     /// Executions of one tenant that *run* (not paused) at once; the rest queue, in order.
@@ -260,17 +260,17 @@ pub struct EngineConfig {
     /// Bytes the images in `hibernated_dir` may take together. Default 16 GiB.
     pub hibernated_disk: u64,
     /// Bytes the images of one tenant's executions may take, in memory and on disk
-    /// together; a tenant past it starts nothing new ([`crate::ErrorKind::Busy`]) until some
+    /// together; a tenant past it starts nothing new ([`crate::error::ErrorKind::Busy`]) until some
     /// of its paused executions end, and its executions that pause meanwhile stay live.
     /// Default `None`; `ptc-engine serve` sets a quarter of the two bounds above when it has
     /// API keys (tenants).
     pub tenant_hibernated: Option<u64>,
     /// Shows the shape its results had (field names and types, never values) in the signature
-    /// of a tool that declares none ([`crate::ToolDef::returns`]), per tenant, once a call of
+    /// of a tool that declares none ([`crate::request::ToolDef::returns`]), per tenant, once a call of
     /// it returned (`observed.rs`). Default true.
     pub observe_result_shapes: bool,
-    /// Seals the images of hibernated executions handed to a [`crate::Keeper`], and checks
-    /// those [`crate::Engine::thaw`] is given: engines that thaw each other's images must
+    /// Seals the images of hibernated executions handed to a [`crate::keeper::Keeper`], and checks
+    /// those [`crate::engine::Engine::thaw`] is given: engines that thaw each other's images must
     /// share it (the server derives it from its token secret). `None`: a random key of this
     /// engine's own, so that only it can thaw what it sealed.
     pub seal_key: Option<Vec<u8>>,

@@ -1,7 +1,7 @@
 //! The error type at the library's boundary: one struct with a machine-readable kind.
 //!
 //! These are errors of a *request* (refused before or beside an execution). How an execution
-//! itself ends badly is a [`crate::FailureKind`] inside a `Failed` event instead.
+//! itself ends badly is a [`crate::events::FailureKind`] inside a `Failed` event instead.
 
 use std::fmt;
 
@@ -82,7 +82,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Why the host ended an instance by trapping it: raised as the `wasmtime::Error` of a host
 /// import or of the memory limiter, and downcast by the driver (as wasmtime-wasi does with
-/// `I32Exit`) into the execution's [`crate::FailureKind`] and message.
+/// `I32Exit`) into the execution's [`crate::events::FailureKind`] and message.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{message}")]
 pub(crate) struct HostTrap {

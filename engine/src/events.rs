@@ -9,8 +9,8 @@ pub enum Event {
     /// `round` counts the batches handed out so far (1 for the first).
     ///
     /// `approvals` are calls of tools that need a person's approval
-    /// ([`crate::ToolDef::with_approval`]): each is held, not to be run, until
-    /// [`crate::Control::decide`] answers it; the program's other calls go on meanwhile. A call
+    /// ([`crate::request::ToolDef::with_approval`]): each is held, not to be run, until
+    /// [`crate::execution::Control::decide`] answers it; the program's other calls go on meanwhile. A call
     /// approved later comes again in a `ToolCalls` of its own round, in `calls`, with the input
     /// it was approved with.
     ToolCalls {
@@ -60,7 +60,7 @@ pub struct ApprovalRequest {
     pub reason: Option<String>,
 }
 
-/// A person's answer to an [`ApprovalRequest`]: [`crate::Control::decide`].
+/// A person's answer to an [`ApprovalRequest`]: [`crate::execution::Control::decide`].
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Decision {
     /// The held call's id.

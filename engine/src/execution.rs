@@ -74,7 +74,7 @@ pub struct Control {
     pub(crate) id: Arc<str>,
     pub(crate) exchange: Arc<Exchange>,
     pub(crate) cancel: CancellationToken,
-    /// A journaled execution's recorder ([`crate::ExecutionRequest::journal`]).
+    /// A journaled execution's recorder ([`crate::request::ExecutionRequest::journal`]).
     pub(crate) journal: Option<Arc<Recorder>>,
     /// The tools' compiled input schemas, which approved inputs that were changed must fit.
     pub(crate) schemas: Arc<Schemas>,
@@ -104,7 +104,7 @@ impl Control {
         self.exchange.submit(results)
     }
 
-    /// A person's decisions on calls held for approval ([`crate::Event::ToolCalls`]'s
+    /// A person's decisions on calls held for approval ([`crate::events::Event::ToolCalls`]'s
     /// `approvals`): approved ones go out again as calls (a `ToolCalls` event of their round),
     /// with the arguments they were approved with, which must fit the tool's schema; a denied
     /// one raises `ToolError("denied by the user: <reason>")` in the program.
@@ -171,7 +171,7 @@ impl Control {
         Ok(())
     }
 
-    /// Ids of the calls handed out in rounds up to `round` (of [`crate::Event::ToolCalls`])
+    /// Ids of the calls handed out in rounds up to `round` (of [`crate::events::Event::ToolCalls`])
     /// that may be answered now and are not, oldest round first.
     pub fn pending_through(&self, round: u32) -> Vec<String> {
         self.exchange.pending_through(round, false)
@@ -211,7 +211,7 @@ impl Control {
 
     /// What a journaled execution recorded since the last take (all of it, the first time):
     /// call it at each pause and keep the entries, in order, after those of the request's
-    /// [`crate::Journal`]. `None` for an execution that is not journaled.
+    /// [`crate::journal::Journal`]. `None` for an execution that is not journaled.
     pub fn take_journal(&self) -> Option<JournalTake> {
         self.journal.as_ref().map(|j| j.take())
     }

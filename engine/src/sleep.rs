@@ -11,8 +11,9 @@ use wasmtime::Store;
 
 use crate::broker::Progress;
 use crate::guest::Guest;
-use crate::hibernation::{self as pages, Body, Frozen, Hibernated, Image, Keeper, Kept, sealed};
+use crate::hibernation::{self as pages, Body, Frozen, Image, Kept, sealed};
 use crate::host::HostState;
+use crate::keeper::{Hibernated, Keeper};
 use crate::request::Runtime;
 use crate::shares::MemoryClaim;
 use crate::stores::Stores;

@@ -39,9 +39,9 @@ struct Opened {
 }
 
 impl Engine {
-    /// Thaws execution `id` from its sealed image: what its [`crate::Keeper`] was given when
+    /// Thaws execution `id` from its sealed image: what its [`crate::keeper::Keeper`] was given when
     /// it hibernated, here or on another engine with the same component and
-    /// [`crate::EngineConfig::seal_key`]. It goes on exactly where it stopped, waiting for the
+    /// [`crate::config::EngineConfig::seal_key`]. It goes on exactly where it stopped, waiting for the
     /// same tool calls, and the returned [`Execution`] (with the same id) takes their results;
     /// nothing is run again. `request` gives what the image does not hold: the tools, the
     /// limits (its timeout should be what remains of the first deadline), the tenant (the
@@ -121,14 +121,14 @@ impl Engine {
         Ok(Execution::new(control, side.events_rx))
     }
 
-    /// Thaws live session `id` from its sealed image: what its [`crate::Keeper`]
+    /// Thaws live session `id` from its sealed image: what its [`crate::keeper::Keeper`]
     /// ([`SessionRequest::keeper`]) was given when it last hibernated, here or on another
-    /// engine with the same runtime and [`crate::EngineConfig::seal_key`]. Its next program
+    /// engine with the same runtime and [`crate::config::EngineConfig::seal_key`]. Its next program
     /// finds the globals, imports and random state its earlier ones left. `request` gives what
     /// the image does not hold: the limits, idle timeout, tenant (the image's own),
     /// `/mnt/data` and runtime (the image's own), and a keeper for its next hibernation;
     /// `restore` is not used. It hibernates again once idle for
-    /// [`crate::EngineConfig::hibernate_after`] (1 s when unset: it came from an image, and
+    /// [`crate::config::EngineConfig::hibernate_after`] (1 s when unset: it came from an image, and
     /// goes back to one). A refused image is an [`ErrorKind::InvalidRequest`] saying why, as
     /// [`Engine::thaw`]'s.
     pub async fn thaw_session(&self, id: &str, image: &[u8], request: SessionRequest) -> Result<Session> {

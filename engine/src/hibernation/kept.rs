@@ -3,13 +3,13 @@
 //! of images in the server's memory, bounded only by the memory budget that every running
 //! program shares (3/4 of the machine), so one tenant's paused programs could starve every
 //! tenant's running ones. Now:
-//! - **in memory**, all images together take at most [`crate::EngineConfig::hibernated_memory`]
+//! - **in memory**, all images together take at most [`crate::config::EngineConfig::hibernated_memory`]
 //!   (and are charged to the memory budget, as before, while they are there);
 //! - **on disk**, past that: one file per image in a directory of this engine's own under
-//!   [`crate::EngineConfig::hibernated_disk`], bounded in total, read back and removed at the
+//!   [`crate::config::EngineConfig::hibernated_disk`], bounded in total, read back and removed at the
 //!   thaw (~1 ms more for a 45 KiB image);
 //! - **per tenant**, memory and disk together take at most
-//!   [`crate::EngineConfig::tenant_hibernated`]; a tenant past it starts nothing new
+//!   [`crate::config::EngineConfig::tenant_hibernated`]; a tenant past it starts nothing new
 //!   (`Engine::start` says why) until some of its paused executions end.
 //!
 //! An image that fits nowhere is not kept: its execution stays live, as one that cannot be

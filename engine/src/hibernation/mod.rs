@@ -39,7 +39,6 @@ pub(crate) mod sealed;
 use delta::{Delta, Unpacked};
 pub(crate) use kept::{Images, Kept};
 pub(crate) use sealed::{Binding, Body};
-pub use sealed::{Hibernated, Keeper};
 
 const PAGE: usize = 4096;
 

@@ -1,18 +1,15 @@
 //! A hibernated execution as bytes another server can thaw: its pages (`Frozen`) and the
 //! host state that lived beside the instance (tool exchange, call log, output, fuel, the
 //! monotonic clock's reading), sealed with an HMAC-SHA256 under the engine's
-//! [`crate::EngineConfig::seal_key`] and bound to its tenant, its runtime's digest and its
-//! execution id. An execution whose request has a [`Keeper`] hands it these bytes at each
-//! hibernation; [`crate::Engine::thaw`] takes them back.
+//! [`crate::config::EngineConfig::seal_key`] and bound to its tenant, its runtime's digest and its
+//! execution id. An execution whose request has a [`crate::keeper::Keeper`] hands it these bytes at each
+//! hibernation; [`crate::engine::Engine::thaw`] takes them back.
 //!
 //! The layout: `PTCH`, a version byte, the body (postcard), and the 32-byte MAC of all that
 //! precedes it. Opening checks, in this order, that a refusal names the first thing wrong:
 //! the size bound, the format, the MAC (altered, or sealed under another key), then the
 //! binding (another tenant, another runtime version, another execution). Sizes and offsets
 //! inside are checked again against the runtime's memory at the thaw (`thaw` in `mod.rs`).
-
-use std::future::Future;
-use std::pin::Pin;
 
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
@@ -26,34 +23,6 @@ const MAGIC: &[u8; 4] = b"PTCH";
 /// the outbound requests it made are kept (a thaw elsewhere went on counting from 0).
 const VERSION: u8 = 4;
 const MAC_LEN: usize = 32;
-
-/// A hibernated execution, sealed, as its request's [`Keeper`] receives it.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct Hibernated {
-    pub execution_id: String,
-    pub tenant: Option<String>,
-    /// The round of tool calls it waits on ([`crate::Event::ToolCalls`]'s `round`).
-    pub round: u32,
-    /// Some of its calls wait for a person's decision ([`crate::Control::decide`]).
-    pub asking: bool,
-    /// The sealed bytes, for [`crate::Engine::thaw`].
-    pub bytes: Vec<u8>,
-}
-
-/// Where an execution's sealed image goes when it hibernates (a cluster's shared store, a
-/// disk): [`crate::ExecutionRequest::keeper`]. When `keep` fails, the execution does not
-/// hibernate and stays live where it is: a store that is down loses nothing.
-pub trait Keeper: Send + Sync + std::fmt::Debug {
-    fn keep(&self, image: Hibernated) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>>;
-
-    /// A live session thawed from its last image is about to run a command: from now on the
-    /// image no longer holds all of it, so a keeper that others thaw from must stop them
-    /// (until the next `keep`). A failure is logged; the command runs.
-    fn thawed(&self) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>> {
-        Box::pin(async { Ok(()) })
-    }
-}
 
 /// What a thaw on any server needs besides the request.
 #[derive(Serialize, Deserialize)]
