@@ -5,35 +5,32 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use wasmtime::Store;
 use wasmtime::component::{HasSelf, Linker};
 
 use crate::approval::NeedApproval;
-use crate::bindings::{self, Sandbox, SandboxPre};
-use crate::broker::Next;
-use crate::config::{ComponentSource, EngineConfig, Limits, MIB, WhenBusy};
+use crate::bindings::{Sandbox, SandboxPre};
+use crate::config::{ComponentSource, EngineConfig, MIB, WhenBusy};
 use crate::data::DataRuntime;
 use crate::error::{Error, ErrorKind, Result};
 use crate::execution::{Control, Execution, Job, Start, drive};
-use crate::guest::Pre;
 use crate::host::HostState;
 use crate::journal::Recorder;
 use crate::keeper::Keeper;
 use crate::net::NetSide;
-use crate::observed::ObservedShapes;
-use crate::request::{ExecutionRequest, Runtime, ToolDef, check_tools_size};
+use crate::request::{ExecutionRequest, Runtime};
 use crate::schema::SchemaCache;
-use crate::session::{self, Restored, Session, SessionCore, SessionRequest};
 use crate::shares::Shares;
 use crate::sleep::{Hibernation, Sealing};
 use crate::stores::{StoreSpec, Stores};
-use crate::tool_lists::{self, GuestTools};
+use crate::tool_lists::{GuestTools, wit_tools};
 use crate::warm::Refill;
 use crate::wasm::{EpochTicker, build_engine};
 
+mod describe;
+mod sessions;
 mod thaw;
 
 /// How long a start refused when busy ([`WhenBusy::Refuse`]) waits for the slot of a program
@@ -354,224 +351,6 @@ impl Engine {
         Ok(Execution::new(control, host.events_rx))
     }
 
-    /// Opens a live session (see [`Session`]): instantiates the sandbox and, with
-    /// [`SessionRequest::restore`], rebuilds a snapshot's state in it. The session holds an
-    /// execution slot (see [`WhenBusy`]) and its memory until it ends.
-    pub async fn open_session(&self, request: SessionRequest) -> Result<(Session, Restored)> {
-        let inner = &self.inner;
-        let limits = self.session_limits(&request)?;
-        self.check_images(request.tenant.as_deref())?;
-        let pre = inner.stores.pre(request.runtime)?;
-        let permit = self.acquire().await?;
-        let (mut store, warm, host) = inner.stores.new_instance(&session_spec(&request, &limits))?;
-        let shared = SessionCore::new(new_id().into(), request.tenant.clone(), host.output);
-        let budget = session::Budget { timeout: limits.timeout, fuel: inner.stores.fuel(&limits) };
-        let sandbox = match warm {
-            Some(sandbox) => {
-                self.warm_up();
-                sandbox
-            }
-            None => {
-                session::guest_call(&mut store, budget, &inner.shutdown, "instantiating", |store| {
-                    Box::pin(async move { pre.instantiate(store).await })
-                })
-                .await?
-            }
-        };
-        let mut restored = Restored::default();
-        if let Some(data) = &request.restore {
-            let sandbox = &sandbox;
-            let r = session::guest_call(&mut store, budget, &inner.shutdown, "restoring the snapshot", |store| {
-                Box::pin(async move { sandbox.restore(store, data).await })
-            })
-            .await?
-            .map_err(|e| Error::invalid(format!("the snapshot could not be restored: {e}")))?;
-            restored.kept = r.kept;
-            restored.dropped =
-                r.dropped.into_iter().map(|d| session::Dropped { name: d.name, reason: d.reason }).collect();
-        }
-        let sealing =
-            self.sealing(request.keeper.as_ref(), request.tenant.as_ref(), &shared.id, Instant::now(), budget.fuel);
-        let slot = match inner.config.hibernate_after {
-            Some(after) => (None, Some((self.hibernation(Some(permit), sealing), after))),
-            None => (Some(permit), None),
-        };
-        let session = self.serve_session(&request, limits, shared, budget, store, Start::Fresh(Some(sandbox)), slot);
-        Ok((session, restored))
-    }
-
-    /// The limits of a session `request` opens, once the engine takes sessions and they and
-    /// its idle timeout are within bounds.
-    fn session_limits(&self, request: &SessionRequest) -> Result<Limits> {
-        let inner = &self.inner;
-        self.check_accepting()?;
-        let limits = request.limits.clone().unwrap_or_else(|| inner.config.default_limits.clone());
-        inner.config.ceilings.check(&limits, inner.config.fuel)?;
-        if request.idle_timeout.is_zero() {
-            return Err(Error::invalid("idle_timeout must be at least 1 ms"));
-        }
-        Ok(limits)
-    }
-
-    /// Starts a session's task: `first` is its instance or its hibernated memory; `slot`, its
-    /// execution slot, or the hibernation that holds it (with how long it idles first).
-    #[allow(clippy::too_many_arguments)]
-    fn serve_session(
-        &self,
-        request: &SessionRequest,
-        limits: Limits,
-        shared: Arc<SessionCore>,
-        budget: session::Budget,
-        store: Store<HostState>,
-        first: Start,
-        (permit, hibernation): (Option<OwnedSemaphorePermit>, Option<(Hibernation, Duration)>),
-    ) -> Session {
-        let inner = &self.inner;
-        let (tx, commands) = mpsc::unbounded_channel();
-        let serve = session::Serve {
-            shared: shared.clone(),
-            commands,
-            idle_timeout: request.idle_timeout,
-            budget,
-            closing: inner.closing.clone(),
-            shutdown: inner.shutdown.clone(),
-            _permit: permit,
-            hibernation,
-        };
-        let span = tracing::info_span!("session", id = %shared.id);
-        inner.drivers.spawn(tracing::Instrument::instrument(session::serve(serve, store, first), span));
-        session::handle(shared, tx, limits, request.runtime)
-    }
-
-    /// Runs a program in a live session, with the globals the session's earlier programs left.
-    /// `request.tenant` and `data_dir` are the session's (the request's are ignored), and so
-    /// is the memory limit; the other limits are the request's, or the session's defaults.
-    pub async fn execute_in(&self, session: &Session, request: ExecutionRequest) -> Result<Execution> {
-        let inner = &self.inner;
-        self.check_accepting()?;
-        let mut limits = request.limits.clone().unwrap_or_else(|| session.limits().clone());
-        limits.max_memory_bytes = session.limits().max_memory_bytes;
-        inner.config.ceilings.check(&limits, inner.config.fuel)?;
-        request.check_program_size(&inner.config.ceilings)?;
-        if request.journal.is_some() {
-            return Err(Error::invalid(
-                "an execution in a live session cannot be journaled: it depends on what the session's earlier programs left",
-            ));
-        }
-        // The same tools as the session's last program: checked then, and held by its instance.
-        let fingerprint = tool_lists::fingerprint(&request.tools, self.result_shapes_version(session.tenant()));
-        let last = &session.core().last_tools;
-        let (schemas, list) = match last.same(fingerprint) {
-            Some(same) => same,
-            None => {
-                check_tools_size(&request.tools, &inner.config.ceilings)?;
-                let schemas = inner.schemas.compiled(session.tenant(), &request.tools).await?;
-                (schemas.clone(), last.keep(fingerprint, &schemas))
-            }
-        };
-        session.claim()?;
-        let started = Instant::now();
-        let (events_tx, events_rx) = mpsc::unbounded_channel();
-        let exchange = inner.stores.exchange(&limits, session.tenant());
-        let cancel = session.cancel_token();
-        let fuel = inner.stores.fuel(&limits);
-        let output = session.output();
-        let need_approval = NeedApproval::of(&request.tools);
-        let (given, observed, tenant) =
-            (request.tools, inner.stores.observed.clone(), session.tenant().map(str::to_string));
-        let make = move || wit_tools(&given, observed.as_deref(), tenant.as_deref());
-        let job = Job {
-            pre: Pre::Component(inner.stores.pre.clone()),
-            tools: GuestTools::Numbered { list, make: Box::new(make) },
-            code: request.code,
-            deadline: tokio::time::Instant::from_std(started + limits.timeout),
-            timeout: limits.timeout,
-            fuel,
-            output: output.clone(),
-            events: events_tx.clone(),
-            cancel: cancel.clone(),
-            shutdown: inner.shutdown.clone(),
-            started,
-            _permit: None,
-            hibernation: None,
-            refill: None,
-            running: inner.running.clone(),
-        };
-        let ceilings = inner.config.ceilings.clone();
-        let install_exchange = exchange.clone();
-        let id: Arc<str> = request.id.clone().unwrap_or_else(new_id).into();
-        let (install_id, control_schemas) = (id.clone(), schemas.clone());
-        let net = NetSide::new(request.network.clone(), Some(tokio::time::Instant::from_std(started + limits.timeout)));
-        let install = move |store: &mut Store<HostState>| {
-            output.reset(limits.max_output_bytes, events_tx.clone());
-            store.data_mut().net = net;
-            let next = Next { id: &install_id, schemas, need_approval, limits: &limits, ceilings: &ceilings };
-            store.data_mut().broker.reset(install_exchange, events_tx, next);
-            store.set_epoch_deadline(1);
-            if let Some(fuel) = fuel {
-                let _ = store.set_fuel(fuel);
-            }
-        };
-        session.send(session::Command::Execute(Box::new(job), Box::new(install)))?;
-        let control = Control { id, exchange, cancel, journal: None, schemas: control_schemas };
-        Ok(Execution::new(control, events_rx))
-    }
-
-    /// Normalised Python names, one-line signatures and a `.pyi` stub for `tools`, as the
-    /// sandbox itself computes them. Takes an execution slot like any run and, for a `tenant`,
-    /// one of its run slots while the guest renders (rendering is bounded in the guest, see
-    /// `shapes.py`, and by the default deadline).
-    pub async fn describe_tools(&self, tools: &[ToolDef], tenant: Option<&str>) -> Result<ToolDescription> {
-        check_tools_size(tools, &self.inner.config.ceilings)?;
-        let _permit = self.acquire().await?;
-        let limits = self.inner.config.default_limits.clone();
-        let spec = StoreSpec {
-            limits: &limits,
-            schemas: None,
-            data_dir: None,
-            tenant,
-            runtime: Runtime::Python,
-            journal: None,
-            monotonic_from: 0,
-        };
-        let (mut store, _host) = self.inner.stores.new_store(&spec)?;
-        store.epoch_deadline_async_yield_and_update(1);
-        let run_slot = store.data().broker.run_slot.clone();
-        run_slot.acquire().await;
-        let described = tokio::time::timeout(limits.timeout, async {
-            let sandbox = self
-                .inner
-                .stores
-                .pre
-                .instantiate_async(&mut store)
-                .await
-                .map_err(|e| Error::engine("instantiating", e))?;
-            sandbox
-                .call_describe_tools(&mut store, &wit_tools(tools, self.inner.stores.observed.as_deref(), tenant))
-                .await
-                .map_err(|e| Error::engine("describing tools", e))?
-                .map_err(Error::invalid)
-        })
-        .await
-        .map_err(|_| Error::engine("describing tools", format!("timed out after {} ms", limits.timeout.as_millis())));
-        run_slot.release();
-        let described = described??;
-        Ok(ToolDescription {
-            tools: described
-                .tools
-                .into_iter()
-                .zip(tools)
-                .map(|(t, def)| DescribedTool {
-                    name: t.name,
-                    namespace: def.namespace.clone(),
-                    python_name: t.python_name,
-                    signature: t.signature,
-                })
-                .collect(),
-            stub: described.stub,
-        })
-    }
-
     /// Changes whenever the result shapes `tenant` has observed change: a rendering of its tools
     /// ([`Engine::describe_tools`]) made before is stale.
     pub fn result_shapes_version(&self, tenant: Option<&str>) -> u64 {
@@ -689,48 +468,6 @@ impl Engine {
         let hot = own_pages.then(|| self.inner.stores.hot.clone());
         Refill::new(hot, move || async move { engine.fill_warm().await })
     }
-}
-
-/// What the store of a session `request` opens is made for.
-fn session_spec<'a>(request: &'a SessionRequest, limits: &'a Limits) -> StoreSpec<'a> {
-    StoreSpec {
-        limits,
-        schemas: None,
-        data_dir: request.data_dir.as_deref(),
-        tenant: request.tenant.as_deref(),
-        runtime: request.runtime,
-        journal: None,
-        monotonic_from: 0,
-    }
-}
-
-/// `tools` as the guest takes them, each with what it returns: declared, or the shape its
-/// results had for `tenant` when `observed` keeps them.
-fn wit_tools(tools: &[ToolDef], observed: Option<&ObservedShapes>, tenant: Option<&str>) -> Vec<bindings::ToolDef> {
-    tools
-        .iter()
-        .map(|t| {
-            let namespace = t.namespace.clone().unwrap_or_default();
-            let (returns, observed) = match (&t.returns, observed) {
-                (Some(declared), _) => (declared.to_string(), false),
-                (None, Some(shapes)) => {
-                    let label = crate::request::label(&namespace, &t.name);
-                    shapes
-                        .shape(tenant.unwrap_or_default(), &label)
-                        .map_or((String::new(), false), |s| (s.to_string(), true))
-                }
-                (None, None) => (String::new(), false),
-            };
-            bindings::ToolDef {
-                name: t.name.clone(),
-                description: crate::approval::guest_description(t),
-                parameters: crate::approval::guest_parameters(t).map(|p| p.to_string()).unwrap_or_default(),
-                namespace,
-                returns,
-                observed,
-            }
-        })
-        .collect()
 }
 
 /// 128 bits from the OS's random source, as hex.

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::bindings;
+use crate::observed::ObservedShapes;
 use crate::request::ToolDef;
 use crate::schema::Schemas;
 
@@ -106,4 +107,37 @@ pub(crate) fn fingerprint(tools: &[ToolDef], shapes: u64) -> u64 {
         schema(&t.returns, &mut h);
     }
     h.finish()
+}
+
+/// `tools` as the guest takes them, each with what it returns: declared, or the shape its
+/// results had for `tenant` when `observed` keeps them.
+pub(crate) fn wit_tools(
+    tools: &[ToolDef],
+    observed: Option<&ObservedShapes>,
+    tenant: Option<&str>,
+) -> Vec<bindings::ToolDef> {
+    tools
+        .iter()
+        .map(|t| {
+            let namespace = t.namespace.clone().unwrap_or_default();
+            let (returns, observed) = match (&t.returns, observed) {
+                (Some(declared), _) => (declared.to_string(), false),
+                (None, Some(shapes)) => {
+                    let label = crate::request::label(&namespace, &t.name);
+                    shapes
+                        .shape(tenant.unwrap_or_default(), &label)
+                        .map_or((String::new(), false), |s| (s.to_string(), true))
+                }
+                (None, None) => (String::new(), false),
+            };
+            bindings::ToolDef {
+                name: t.name.clone(),
+                description: crate::approval::guest_description(t),
+                parameters: crate::approval::guest_parameters(t).map(|p| p.to_string()).unwrap_or_default(),
+                namespace,
+                returns,
+                observed,
+            }
+        })
+        .collect()
 }

@@ -103,27 +103,7 @@ pub(super) async fn door(
             Some(job) => job.into_bytes(),
             None => return Ok(HOST_FAULT),
         },
-        Frame::Wait { calls, timeout_ms } => {
-            let calls = calls
-                .into_iter()
-                .map(|(id, name, input, namespace)| wit::ToolCall { id, name, input, namespace })
-                .collect();
-            let broker = &mut caller.data_mut().broker;
-            match broker.wait_for_tools(calls, timeout_ms).await? {
-                wit::WaitAnswer::Results(results) => {
-                    let rows: Vec<(String, bool, String)> = results
-                        .into_iter()
-                        .map(|r| match r.outcome {
-                            wit::ToolOutcome::Ok(json) => (r.id, true, json),
-                            wit::ToolOutcome::Error(message) => (r.id, false, message),
-                        })
-                        .collect();
-                    serde_json::to_vec(&rows)?
-                }
-                // The guest unwinds its loop, and its turn reports `hibernated`.
-                wit::WaitAnswer::Hibernate => br#"{"hibernate":true}"#.to_vec(),
-            }
-        }
+        Frame::Wait { calls, timeout_ms } => wait(caller, calls, timeout_ms).await?,
         Frame::Done { outcome } => {
             caller.data_mut().turn.outcome = Some(outcome.into());
             b"{}".to_vec()
@@ -133,20 +113,17 @@ pub(super) async fn door(
             b"{}".to_vec()
         }
         Frame::Http { method, url, headers, body, timeout_ms } => {
-            use base64::Engine as _;
-            let b64 = &base64::engine::general_purpose::STANDARD;
-            let Ok(body) = b64.decode(body) else { return Ok(HOST_FAULT) };
-            let timeout = timeout_ms.map(std::time::Duration::from_millis);
-            let request = crate::net::Request { method, url, headers, body, timeout };
-            let answer = match caller.data_mut().fetch(request).await {
-                Ok(r) => serde_json::json!({
-                    "status": r.status, "reason": r.reason, "headers": r.headers, "body": b64.encode(&r.body),
-                }),
-                Err(crate::net::Failure::Refused(m)) => serde_json::json!({"error": "refused", "message": m}),
-                Err(crate::net::Failure::Failed(m)) => serde_json::json!({"error": "failed", "message": m}),
-                Err(crate::net::Failure::TimedOut(m)) => serde_json::json!({"error": "timed-out", "message": m}),
+            let Some(reply) = http(
+                caller,
+                crate::net::Request { method, url, headers, body: Vec::new(), timeout: None },
+                body,
+                timeout_ms,
+            )
+            .await?
+            else {
+                return Ok(HOST_FAULT);
             };
-            serde_json::to_vec(&answer)?
+            reply
         }
     };
     let Some(alloc) = caller.get_export("host_alloc").and_then(Extern::into_func) else {
@@ -163,4 +140,54 @@ pub(super) async fn door(
     data[out_ptr..out_ptr + 4].copy_from_slice(&(at as u32).to_le_bytes());
     data[out_len..out_len + 4].copy_from_slice(&(reply.len() as u32).to_le_bytes());
     Ok(0)
+}
+
+/// A `Wait` frame: the batch of calls handed to the broker, and its answer as the guest reads
+/// it (rows of results, or the word to hibernate).
+async fn wait(
+    caller: &mut Caller<'_, HostState>,
+    calls: Vec<(String, String, String, String)>,
+    timeout_ms: Option<u64>,
+) -> wasmtime::Result<Vec<u8>> {
+    let calls =
+        calls.into_iter().map(|(id, name, input, namespace)| wit::ToolCall { id, name, input, namespace }).collect();
+    let broker = &mut caller.data_mut().broker;
+    Ok(match broker.wait_for_tools(calls, timeout_ms).await? {
+        wit::WaitAnswer::Results(results) => {
+            let rows: Vec<(String, bool, String)> = results
+                .into_iter()
+                .map(|r| match r.outcome {
+                    wit::ToolOutcome::Ok(json) => (r.id, true, json),
+                    wit::ToolOutcome::Error(message) => (r.id, false, message),
+                })
+                .collect();
+            serde_json::to_vec(&rows)?
+        }
+        // The guest unwinds its loop, and its turn reports `hibernated`.
+        wit::WaitAnswer::Hibernate => br#"{"hibernate":true}"#.to_vec(),
+    })
+}
+
+/// An `Http` frame: the request (its body base64 in the frame) through the host's fetch, and
+/// the answer or the refusal as the guest reads it; `None` for a body that is not base64.
+async fn http(
+    caller: &mut Caller<'_, HostState>,
+    mut request: crate::net::Request,
+    body: String,
+    timeout_ms: Option<u64>,
+) -> wasmtime::Result<Option<Vec<u8>>> {
+    use base64::Engine as _;
+    let b64 = &base64::engine::general_purpose::STANDARD;
+    let Ok(body) = b64.decode(body) else { return Ok(None) };
+    request.body = body;
+    request.timeout = timeout_ms.map(std::time::Duration::from_millis);
+    let answer = match caller.data_mut().fetch(request).await {
+        Ok(r) => serde_json::json!({
+            "status": r.status, "reason": r.reason, "headers": r.headers, "body": b64.encode(&r.body),
+        }),
+        Err(crate::net::Failure::Refused(m)) => serde_json::json!({"error": "refused", "message": m}),
+        Err(crate::net::Failure::Failed(m)) => serde_json::json!({"error": "failed", "message": m}),
+        Err(crate::net::Failure::TimedOut(m)) => serde_json::json!({"error": "timed-out", "message": m}),
+    };
+    Ok(Some(serde_json::to_vec(&answer)?))
 }

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use wasmtime::Store;
 
-use super::{Engine, session_spec, wit_tools};
+use super::Engine;
+use super::sessions::session_spec;
 use crate::broker::Progress;
 use crate::error::{Error, ErrorKind, Result};
 use crate::execution::{Control, Execution, Job, Start, drive};
@@ -19,7 +20,7 @@ use crate::request::{ExecutionRequest, Runtime};
 use crate::session::{self, Session, SessionCore, SessionRequest};
 use crate::sleep::Asleep;
 use crate::stores::{HostSide, StoreSpec};
-use crate::tool_lists::GuestTools;
+use crate::tool_lists::{GuestTools, wit_tools};
 
 /// What a sealed image is of, as a refusal names it.
 #[derive(Clone, Copy)]

@@ -284,22 +284,10 @@ pub(crate) async fn freeze(
     Ok(Frozen { len, pages, packed, handles })
 }
 
-/// Makes a fresh instance's memory the hibernated one's: primes the component (the same
-/// handles, at the same indices), grows the memory to the hibernated size, then writes every
-/// page that differs from the target, the image XOR the kept pages (priming's own writes
-/// included).
-pub(crate) async fn thaw(
-    store: &mut Store<HostState>,
-    guest: &Guest,
-    image: &Image,
-    frozen: Frozen,
-) -> wasmtime::Result<()> {
-    let linear = Linear::of(guest, image);
-    let t0 = Instant::now();
+/// Primes a fresh instance (the same WASI handles, at the same indices) and grows its memory
+/// to the hibernated size.
+async fn prime(store: &mut Store<HostState>, guest: &Guest, linear: &Linear, frozen: &Frozen) -> wasmtime::Result<()> {
     let len = |store: &mut Store<HostState>| linear.with(store, |m| m.len());
-    // Its growth was kept charged while it slept: it is charged anew as the memory grows now.
-    let grown = frozen.len.saturating_sub(image.len) as u64;
-    store.data_mut().limiter.claim.shrink(grown);
     match guest {
         Guest::Component(sandbox, _) => {
             // Priming also grows memory to the hibernated size: twice at most, since the first
@@ -331,8 +319,27 @@ pub(crate) async fn thaw(
             }
         }
     }
+    Ok(())
+}
+
+/// Makes a fresh instance's memory the hibernated one's: primes the component (the same
+/// handles, at the same indices), grows the memory to the hibernated size, then writes every
+/// page that differs from the target, the image XOR the kept pages (priming's own writes
+/// included).
+pub(crate) async fn thaw(
+    store: &mut Store<HostState>,
+    guest: &Guest,
+    image: &Image,
+    frozen: Frozen,
+) -> wasmtime::Result<()> {
+    let linear = Linear::of(guest, image);
+    let t0 = Instant::now();
+    // Its growth was kept charged while it slept: it is charged anew as the memory grows now.
+    let grown = frozen.len.saturating_sub(image.len) as u64;
+    store.data_mut().limiter.claim.shrink(grown);
+    prime(store, guest, &linear, &frozen).await?;
     let primed = t0.elapsed();
-    let len = len(store);
+    let len = linear.with(store, |m| m.len());
     let total = frozen.len / PAGE;
     let ordered = frozen.pages.windows(2).all(|w| w[0] < w[1]);
     if len < frozen.len || !ordered || frozen.pages.last().is_some_and(|&p| p as usize >= total) {

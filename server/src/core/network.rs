@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use ptc_engine::{Network, NetworkPolicy};
 
-use super::{Error, ErrorKind};
+use super::error::{Error, ErrorKind};
 
 /// The policy file as written: tenant name (or `"*"`) → policy.
 #[derive(Debug, Clone, Default, PartialEq)]

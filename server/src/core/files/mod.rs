@@ -23,18 +23,19 @@ mod scan;
 mod transfer;
 
 use paths::*;
-use scan::{INLINE_WALK_ENTRIES, Kind, entry_of, walk};
-pub use scan::{Scan, ScanEntry};
+use paths::{Kind, entry_of};
+use scan::{INLINE_WALK_ENTRIES, walk};
+pub use scan::{Scan, ScanEntry, Usage};
 
 use std::collections::{HashMap, HashSet};
 use std::io::{self, Read, Write};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use cap_fs_ext::{DirExt, FollowSymlinks, MetadataExt, OpenOptionsFollowExt};
+use cap_fs_ext::{DirExt, FollowSymlinks, OpenOptionsFollowExt};
 use cap_std::ambient_authority;
-use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt};
+use cap_std::fs::{Dir, OpenOptions};
 use sha2::{Digest, Sha256};
 
 #[derive(Debug, Clone)]
@@ -97,19 +98,6 @@ impl FilesError {
 
 fn io_error(context: &str) -> impl FnOnce(io::Error) -> FilesError + '_ {
     move |e| FilesError::Io(format!("{context}: {e}"))
-}
-
-/// Bytes and entries.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Usage {
-    pub bytes: u64,
-    pub files: u64,
-}
-
-impl Usage {
-    fn add(self, other: Usage) -> Usage {
-        Usage { bytes: self.bytes.saturating_add(other.bytes), files: self.files.saturating_add(other.files) }
-    }
 }
 
 /// One session's directory, beneath the tenant's, beneath the files root. It holds no

@@ -3,7 +3,12 @@
 //! opened from a directory handle, never by joining paths, and refused if it is a link; files
 //! are opened for reading only if they are regular files with one link.
 
-use super::*;
+use std::io;
+use std::path::{Component, Path, PathBuf};
+use std::time::SystemTime;
+
+use cap_fs_ext::{DirExt, FollowSymlinks, MetadataExt, OpenOptionsFollowExt};
+use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt};
 
 /// Linux's "too many levels of symbolic links": what opening a link with `O_NOFOLLOW` gives
 /// (`io::ErrorKind::FilesystemLoop` is not stable yet).
@@ -74,4 +79,38 @@ pub(super) fn open_regular(dir: &Dir, rel: &Path) -> Option<(cap_std::fs::File, 
     // The metadata of the opened file, not of the name: nothing can be swapped in between.
     let meta = file.metadata().ok()?;
     (entry_of(&meta).kind == Kind::File).then(|| (file, meta.len()))
+}
+
+/// What an entry is, as the host treats it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    Dir,
+    /// A regular file with a single link: the only thing the host reads, copies or returns.
+    File,
+    /// Links, hard-linked files, FIFOs, sockets, devices: counted, never followed or copied.
+    Other,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Scanned {
+    pub(super) kind: Kind,
+    pub(super) size: u64,
+    pub(super) modified: Option<SystemTime>,
+}
+
+/// What `meta` says an entry is: only a regular file with one link is a file.
+pub(super) fn entry_of(meta: &cap_std::fs::Metadata) -> Scanned {
+    let ft = meta.file_type();
+    let kind = if ft.is_dir() {
+        Kind::Dir
+    } else if ft.is_file() && meta.nlink() == 1 {
+        Kind::File
+    } else {
+        Kind::Other
+    };
+    Scanned {
+        kind,
+        size: if kind == Kind::Dir { 0 } else { meta.len() },
+        modified: meta.modified().ok().map(|t| t.into_std()),
+    }
 }

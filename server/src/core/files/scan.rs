@@ -1,22 +1,26 @@
 //! Walking one session directory: what it holds (`Scan`, bounded), as entries that can be
 //! kept in a journal (`ScanEntry`) and compared after a run to find what the run changed.
 
-use super::*;
+use std::collections::HashMap;
+use std::io;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Kind {
-    Dir,
-    /// A regular file with a single link: the only thing the host reads, copies or returns.
-    File,
-    /// Links, hard-linked files, FIFOs, sockets, devices: counted, never followed or copied.
-    Other,
+use cap_std::fs::Dir;
+
+use super::paths::{Kind, Scanned, entry_of, open_dir_beneath};
+
+/// Bytes and entries.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub bytes: u64,
+    pub files: u64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Scanned {
-    pub(super) kind: Kind,
-    pub(super) size: u64,
-    pub(super) modified: Option<SystemTime>,
+impl Usage {
+    pub(super) fn add(self, other: Usage) -> Usage {
+        Usage { bytes: self.bytes.saturating_add(other.bytes), files: self.files.saturating_add(other.files) }
+    }
 }
 
 /// One entry of a [`Scan`], as a journal keeps it (`Scan::export`, `FileStore::rewind`).
@@ -72,22 +76,6 @@ impl Scan {
                     .map(|d| d.as_nanos() as u64),
             })
             .collect()
-    }
-}
-
-pub(super) fn entry_of(meta: &cap_std::fs::Metadata) -> Scanned {
-    let ft = meta.file_type();
-    let kind = if ft.is_dir() {
-        Kind::Dir
-    } else if ft.is_file() && meta.nlink() == 1 {
-        Kind::File
-    } else {
-        Kind::Other
-    };
-    Scanned {
-        kind,
-        size: if kind == Kind::Dir { 0 } else { meta.len() },
-        modified: meta.modified().ok().map(|t| t.into_std()),
     }
 }
 

@@ -12,7 +12,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::HttpState;
+use super::state::HttpState;
 use crate::core::auth::presented_key;
 use crate::core::files::FilesError;
 use crate::core::tenants::Refusal;

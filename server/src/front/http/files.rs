@@ -29,8 +29,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 
-use super::HttpState;
 use super::api::{ApiError, Tenant};
+use super::state::HttpState;
 use crate::core::files::{FilesError, Listed, SessionDir};
 
 /// `POST /upload`: one file, into a new session.

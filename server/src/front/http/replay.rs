@@ -13,20 +13,22 @@ use std::time::Duration;
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use ptc_engine::{Entry, ExecutionRequest, Journal, Runtime};
+use ptc_engine::{Entry, ExecutionRequest, Journal, Limits, Runtime};
 use serde_json::json;
 
 use super::api::{Answers, ApiError};
 use super::paused::{self, Paused};
-use super::{HttpState, Stop, advance, ended_response, resume};
+use super::resume::resume;
+use super::run::{Stop, advance, ended_response};
+use super::state::HttpState;
 use crate::cluster::JournalHeader;
 use crate::core::ErrorKind;
 use crate::core::runs::{DataDir, Launch, Thaw};
 use crate::core::token::{Claims, now_ms};
 
-/// Resumes an execution whose node is gone: runs its program again from the journal in the
-/// shared store (the recorded tool results answered at once, the calls checked against the
-/// record) up to the round the token resumes, then hands it the client's results.
+/// Resumes an execution whose node is gone, from what the shared store kept of it: thaws its
+/// sealed image when it hibernated at the token's round, or else runs its program again from
+/// the journal ([`run_again`]); either way it is then handed the client's results.
 pub(super) async fn replay(
     state: &HttpState,
     tenant: String,
@@ -51,13 +53,25 @@ pub(super) async fn replay(
         let _ = cluster.store.forget(&claims.execution_id).await;
         return Ok(lost_response(&header.session_id, NOT_KEPT));
     };
+    run_again(state, tenant, claims, header, journal, answers).await
+}
+
+/// Runs the program of the execution `claims` resumes again from its `journal` (the recorded
+/// tool results answered at once, the calls checked against the record) up to the token's
+/// round, and resumes it there with the client's `answers`. A run that stops anywhere else
+/// diverged from the first, and is lost; one that ends is answered as ended.
+async fn run_again(
+    state: &HttpState,
+    tenant: String,
+    claims: Claims,
+    header: JournalHeader,
+    journal: Journal,
+    answers: Answers,
+) -> Result<Response, ApiError> {
+    let cluster = &state.cluster;
     let started = std::time::Instant::now();
     let admitted = state.core.admit(Some(&tenant), None)?;
-    let engine = &state.core.engine;
-    // The first run's deadline holds; the engine's shortest timeout is its floor.
-    let remaining = header.expires_at_ms.saturating_sub(now_ms());
-    let timeout = Duration::from_millis(remaining).max(engine.config().ceilings.min_timeout);
-    let limits = engine.config().default_limits.clone().with_timeout(timeout);
+    let limits = limits_until(state, header.expires_at_ms);
     let runtime = runtime_of(&header)?;
     // Its first run's id: the same calls get the same ids (a client may have run some).
     let mut request = ExecutionRequest::new(header.code)
@@ -69,7 +83,7 @@ pub(super) async fn replay(
         .with_runtime(runtime)
         .with_journal(journal);
     request.network = state.core.networks.for_run(Some(&tenant), &header.network_allow)?;
-    request.keeper = super::keeper(state, &tenant, header.expires_at_ms, true, &Arc::default());
+    request.keeper = super::run::keeper(state, &tenant, header.expires_at_ms, true, &Arc::default());
     let dir = DataDir::Rewound { id: header.session_id.clone(), before: header.files };
     let mut run = match state.core.start(admitted, Launch { request, dir, thaw: None }).await {
         Ok(run) => run,
@@ -156,10 +170,7 @@ async fn thaw(
     let started = std::time::Instant::now();
     let runtime = runtime_of(header)?;
     let admitted = state.core.admit(Some(tenant), None)?;
-    let engine = &state.core.engine;
-    let remaining = header.expires_at_ms.saturating_sub(now_ms());
-    let timeout = Duration::from_millis(remaining).max(engine.config().ceilings.min_timeout);
-    let limits = engine.config().default_limits.clone().with_timeout(timeout);
+    let limits = limits_until(state, header.expires_at_ms);
     let mut request = ExecutionRequest::new(String::new())
         .with_tools(header.tools.clone())
         .with_limits(limits)
@@ -169,7 +180,7 @@ async fn thaw(
     request.network = state.core.networks.for_run(Some(tenant), &header.network_allow)?;
     let disk_header = Arc::new(OnceLock::new());
     let _ = disk_header.set(serde_json::to_vec(header).expect("a header serialises"));
-    request.keeper = super::keeper(state, tenant, header.expires_at_ms, true, &disk_header);
+    request.keeper = super::run::keeper(state, tenant, header.expires_at_ms, true, &disk_header);
     if state.cluster.durable() {
         // It has no journal here (the one in the store is of the run before the image): its
         // image is what carries it on, so it hibernates as soon as it waits again, a few ms
@@ -273,6 +284,15 @@ fn lost_response(session_id: &str, why: &str) -> Response {
         "stdout": "", "stderr": stderr,
     }))
     .into_response()
+}
+
+/// The limits of an execution carried on here: the first run's deadline (`expires_at_ms`)
+/// holds; the engine's shortest timeout is its floor.
+fn limits_until(state: &HttpState, expires_at_ms: u64) -> Limits {
+    let engine = &state.core.engine;
+    let remaining = expires_at_ms.saturating_sub(now_ms());
+    let timeout = Duration::from_millis(remaining).max(engine.config().ceilings.min_timeout);
+    engine.config().default_limits.clone().with_timeout(timeout)
 }
 
 /// The runtime a stored execution ran in.

@@ -24,7 +24,7 @@ use rmcp::transport::streamable_http_server::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use tokio_util::sync::CancellationToken;
 
-use super::McpTenant;
+use super::program::McpTenant;
 
 const SESSION_HEADER: &str = "mcp-session-id";
 

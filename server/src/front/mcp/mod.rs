@@ -36,7 +36,8 @@ pub use config::McpConfig;
 pub use downstream::Downstream;
 pub use handler::CodeMode;
 pub use http_sessions::{McpLimits, McpSessions};
-pub use state::{DISCOVERY_ABOVE, McpState, McpTenant};
+pub use program::McpTenant;
+pub use state::{DISCOVERY_ABOVE, McpState};
 
 /// Serves one MCP client on stdin/stdout until it disconnects; the downstream servers are
 /// stopped when it does.

@@ -12,9 +12,12 @@ use rmcp::model::ProtocolVersion;
 use rmcp::service::RequestContext;
 use tokio::task::JoinSet;
 
-use super::McpTenant;
 use crate::core::runs::Run;
 use crate::core::sessions::{LiveSession, Sessions};
+
+/// The tenant an authenticated HTTP request runs for (put there by the `/mcp` route's auth).
+#[derive(Debug, Clone)]
+pub struct McpTenant(pub String);
 
 /// How the programs of one connection keep state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,10 +15,6 @@ use super::program::Program;
 use crate::core::Core;
 use crate::core::sessions::Sessions;
 
-/// The tenant an authenticated HTTP request runs for (put there by the `/mcp` route's auth).
-#[derive(Debug, Clone)]
-pub struct McpTenant(pub String);
-
 /// What every connection of the front end shares.
 pub struct McpState {
     /// The core; on stdio, where one client owns the server, its requests name no tenant, so

@@ -18,7 +18,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -27,9 +27,7 @@ use wasmtime::Store;
 use crate::config::Limits;
 use crate::error::{Error, ErrorKind, Result};
 use crate::events::Event;
-use crate::execution::{Job, Start, run};
-use crate::guest::Guest;
-use crate::hibernation::parked::Sleeper;
+use crate::execution::Job;
 use crate::host::HostState;
 use crate::output::Output;
 use crate::request::Runtime;
@@ -382,231 +380,10 @@ pub(crate) struct Serve {
     pub(crate) hibernation: Option<(Hibernation, Duration)>,
 }
 
-/// The session's task: runs its commands one at a time until something ends it; dropping the
-/// store on return frees the instance. `first`: its instance, or (thawed from a sealed image)
-/// its hibernated memory, thawed at its first command.
-pub(crate) async fn serve(mut serve: Serve, mut store: Store<HostState>, first: Start) {
-    metrics::gauge!("ptc_sessions_open").increment(1.0);
-    let (mut sandbox, mut asleep) = match first {
-        Start::Fresh(sandbox) => (sandbox, None),
-        Start::Asleep(asleep) => (None, Some(asleep)),
-    };
-    let mut idle_since = tokio::time::Instant::now();
-    // Rung when a start finds no free slot and this session has been idle longest.
-    let wake = Arc::new(tokio::sync::Notify::new());
-    // False once it declined: it would again. Its `Hibernation` is kept, holding its slot.
-    let mut may_hibernate = true;
-    let reason = loop {
-        let hibernate = serve.hibernation.as_ref().filter(|_| may_hibernate && asleep.is_none() && sandbox.is_some());
-        let hibernate_at = idle_since + hibernate.map_or(Duration::ZERO, |(_, after)| *after);
-        let listed =
-            hibernate.map(|(h, _)| h.stores.parked.list(idle_since.into_std(), Sleeper::Session(wake.clone())));
-        let hibernate_now = async {
-            tokio::select! {
-                () = tokio::time::sleep_until(hibernate_at) => {}
-                () = wake.notified() => {}
-            }
-        };
-        let command = tokio::select! {
-            biased;
-            _ = serve.shared.ended.cancelled() => break None,
-            _ = serve.shutdown.cancelled() => break Some("the server is shutting down".to_string()),
-            _ = serve.closing.cancelled() => {
-                // Its keeper takes its image first, so that another engine can carry it on.
-                let kept = match (&serve.hibernation, sandbox.take()) {
-                    (Some((hibernation, _)), _) if hibernation.sealing.is_none() => false,
-                    (Some(_), None) => asleep.is_some(),
-                    (Some((hibernation, _)), Some(guest)) => hibernation.freeze(&mut store, guest).await.is_ok(),
-                    (None, _) => false,
-                };
-                serve.shared.kept.store(kept, Ordering::Release);
-                break Some("the server is shutting down".to_string());
-            }
-            _ = tokio::time::sleep_until(idle_since + serve.idle_timeout) => {
-                break Some(format!("idle for {} s", serve.idle_timeout.as_secs()));
-            }
-            command = serve.commands.recv() => match command {
-                Some(command) => command,
-                None => break Some("closed".to_string()),
-            },
-            () = hibernate_now, if hibernate.is_some() => {
-                let (hibernation, _) = hibernate.expect("checked");
-                let guest = sandbox.take().expect("checked");
-                match hibernation.freeze(&mut store, guest).await {
-                    Ok(frozen) => asleep = Some(frozen),
-                    Err(guest) => {
-                        sandbox = Some(guest);
-                        may_hibernate = false;
-                    }
-                }
-                continue;
-            }
-        };
-        // Busy now: not to be hibernated for a slot.
-        drop(listed);
-        if let (Some(frozen), Some((hibernation, _))) = (asleep.take(), &serve.hibernation) {
-            match hibernation.thaw(&mut store, frozen).await {
-                Ok(guest) => {
-                    sandbox = Some(guest);
-                    if let Some(sealing) = &hibernation.sealing
-                        && let Err(why) = sealing.keeper.thawed().await
-                    {
-                        tracing::warn!(%why, "its keeper could not set its last image aside; the command runs");
-                        metrics::counter!("ptc_hibernate_keep_failures_total").increment(1);
-                    }
-                }
-                Err(e) => {
-                    let reason = format!("thawing its hibernated instance failed: {e:#}");
-                    serve.shared.end(reason.clone());
-                    command.refuse(&reason);
-                    break None;
-                }
-            }
-        }
-        match command {
-            Command::Execute(job, install) => {
-                install(&mut store);
-                // Closing the session cancels the execution too: its token is a child of the
-                // session's.
-                let (event, kept) = run(&job, &mut store, Start::Fresh(sandbox.take()), true).await;
-                store.data().broker.run_slot.release();
-                let ending = match (&event, &kept) {
-                    (_, Some(_)) => None,
-                    (Event::Failed(f), None) => {
-                        Some(format!("its execution ended with {}: {}", f.kind.as_str(), f.message))
-                    }
-                    _ => Some("its instance stopped".into()),
-                };
-                sandbox = kept;
-                if let Some(reason) = ending {
-                    // Ended before the client hears of it, so a new execution is refused for
-                    // the real reason, not as busy.
-                    serve.shared.end(reason);
-                }
-                serve.shared.busy.store(false, Ordering::Release);
-                let _ = job.events.send(event);
-                if sandbox.is_none() {
-                    break None;
-                }
-                idle_since = tokio::time::Instant::now();
-            }
-            Command::Snapshot { max_bytes, reply } => {
-                let instance = sandbox.as_ref().expect("a live session has its instance");
-                let result = take_snapshot(&serve, &mut store, instance, max_bytes).await;
-                // A trap stopped the instance: the session ends before the client hears why.
-                let stopped = match &result {
-                    Err(e) if matches!(e.kind(), ErrorKind::Engine | ErrorKind::Limit) => {
-                        serve.shared.end(format!("taking its snapshot stopped it: {}", e.message()));
-                        true
-                    }
-                    _ => false,
-                };
-                serve.shared.busy.store(false, Ordering::Release);
-                let _ = reply.send(result);
-                if stopped {
-                    break None;
-                }
-                idle_since = tokio::time::Instant::now();
-            }
-        }
-    };
-    if let Some(reason) = reason {
-        serve.shared.end(reason);
-    }
-    tracing::debug!(session = %serve.shared.id, reason = ?serve.shared.reason.lock().unwrap(), "session ended");
-    metrics::gauge!("ptc_sessions_open").decrement(1.0);
-}
+mod execute;
+mod guest_call;
+mod snapshot;
+mod task;
 
-async fn take_snapshot(
-    serve: &Serve,
-    store: &mut Store<HostState>,
-    sandbox: &Guest,
-    max_bytes: u64,
-) -> Result<SessionState> {
-    let started = Instant::now();
-    let state = guest_call(store, serve.budget, &serve.shutdown, "taking the snapshot", |store| {
-        Box::pin(async move { sandbox.snapshot(store, max_bytes).await })
-    })
-    .await?
-    .map_err(Error::invalid)?;
-    tracing::debug!(bytes = state.data.len(), elapsed = ?started.elapsed(), "session snapshot");
-    Ok(SessionState {
-        data: state.data,
-        kept: state.kept,
-        modules: state.modules,
-        dropped: state.dropped.into_iter().map(|d| Dropped { name: d.name, reason: d.reason }).collect(),
-    })
-}
-
-type GuestFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = wasmtime::Result<T>> + Send + 'a>>;
-
-/// The budget of work outside an execution (snapshot, restore): the session's own limits, as
-/// a program of it would have. Unlimited fuel once let a value's `__reduce__` loop for 8 s
-/// inside a snapshot on a server with fuel metering.
-#[derive(Clone, Copy)]
-pub(crate) struct Budget {
-    pub(crate) timeout: Duration,
-    /// The fuel each call starts with; `None` without fuel metering.
-    pub(crate) fuel: Option<u64>,
-}
-
-/// Calls into the live instance outside an execution (snapshot, restore): with a run slot, a
-/// fresh epoch deadline and the session's fuel, raced against its time limit and shutdown.
-/// Memory growth past the limit fails (a `MemoryError` the guest answers in words) instead of
-/// trapping. Running out of time or fuel is an [`ErrorKind::Limit`] error, any other trap an
-/// [`ErrorKind::Engine`] one; either way the instance cannot be used after it.
-pub(crate) async fn guest_call<'a, T>(
-    store: &'a mut Store<HostState>,
-    budget: Budget,
-    shutdown: &CancellationToken,
-    what: &str,
-    call: impl FnOnce(&'a mut Store<HostState>) -> GuestFuture<'a, T>,
-) -> Result<T> {
-    let run_slot = store.data().broker.run_slot.clone();
-    run_slot.acquire().await;
-    store.set_epoch_deadline(1);
-    if let Some(fuel) = budget.fuel {
-        let _ = store.set_fuel(fuel);
-    }
-    let soft = SoftLimit::on(store.data().limiter.soft());
-    let timeout = budget.timeout;
-    let result = tokio::select! {
-        biased;
-        _ = shutdown.cancelled() => Err(Error::new(ErrorKind::Unavailable, "the engine is shutting down")),
-        _ = tokio::time::sleep(timeout) => Err(Error::new(
-            ErrorKind::Limit,
-            format!("{what} did not finish within the session's time limit ({} ms)", timeout.as_millis()),
-        )),
-        r = call(store) => r.map_err(|trap| stopped(what, &trap)),
-    };
-    drop(soft);
-    run_slot.release();
-    result
-}
-
-/// The limiter's soft mode while a guest call lasts, turned off however the call ends.
-struct SoftLimit(Arc<std::sync::atomic::AtomicBool>);
-
-impl SoftLimit {
-    fn on(switch: Arc<std::sync::atomic::AtomicBool>) -> Self {
-        switch.store(true, Ordering::Relaxed);
-        SoftLimit(switch)
-    }
-}
-
-impl Drop for SoftLimit {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::Relaxed);
-    }
-}
-
-/// A trap of a guest call, in words.
-fn stopped(what: &str, trap: &wasmtime::Error) -> Error {
-    if let Some(wasmtime::Trap::OutOfFuel) = trap.downcast_ref::<wasmtime::Trap>() {
-        return Error::new(ErrorKind::Limit, format!("{what} ran out of the session's fuel"));
-    }
-    if let Some(crate::error::HostTrap { message, .. }) = trap.downcast_ref::<crate::error::HostTrap>() {
-        return Error::new(ErrorKind::Limit, format!("{what} stopped: {message}"));
-    }
-    Error::engine(what, trap)
-}
+pub(crate) use guest_call::{Budget, guest_call};
+pub(crate) use task::serve;

@@ -1,0 +1,65 @@
+//! Tools as the guest takes them, and as the model reads them: names, signatures and a stub
+//! rendered by the sandbox itself.
+
+use super::{DescribedTool, Engine, ToolDescription};
+use crate::error::{Error, Result};
+use crate::request::{Runtime, ToolDef, check_tools_size};
+use crate::stores::StoreSpec;
+use crate::tool_lists::wit_tools;
+
+impl Engine {
+    /// Normalised Python names, one-line signatures and a `.pyi` stub for `tools`, as the
+    /// sandbox itself computes them. Takes an execution slot like any run and, for a `tenant`,
+    /// one of its run slots while the guest renders (rendering is bounded in the guest, see
+    /// `shapes.py`, and by the default deadline).
+    pub async fn describe_tools(&self, tools: &[ToolDef], tenant: Option<&str>) -> Result<ToolDescription> {
+        check_tools_size(tools, &self.inner.config.ceilings)?;
+        let _permit = self.acquire().await?;
+        let limits = self.inner.config.default_limits.clone();
+        let spec = StoreSpec {
+            limits: &limits,
+            schemas: None,
+            data_dir: None,
+            tenant,
+            runtime: Runtime::Python,
+            journal: None,
+            monotonic_from: 0,
+        };
+        let (mut store, _host) = self.inner.stores.new_store(&spec)?;
+        store.epoch_deadline_async_yield_and_update(1);
+        let run_slot = store.data().broker.run_slot.clone();
+        run_slot.acquire().await;
+        let described = tokio::time::timeout(limits.timeout, async {
+            let sandbox = self
+                .inner
+                .stores
+                .pre
+                .instantiate_async(&mut store)
+                .await
+                .map_err(|e| Error::engine("instantiating", e))?;
+            sandbox
+                .call_describe_tools(&mut store, &wit_tools(tools, self.inner.stores.observed.as_deref(), tenant))
+                .await
+                .map_err(|e| Error::engine("describing tools", e))?
+                .map_err(Error::invalid)
+        })
+        .await
+        .map_err(|_| Error::engine("describing tools", format!("timed out after {} ms", limits.timeout.as_millis())));
+        run_slot.release();
+        let described = described??;
+        Ok(ToolDescription {
+            tools: described
+                .tools
+                .into_iter()
+                .zip(tools)
+                .map(|(t, def)| DescribedTool {
+                    name: t.name,
+                    namespace: def.namespace.clone(),
+                    python_name: t.python_name,
+                    signature: t.signature,
+                })
+                .collect(),
+            stub: described.stub,
+        })
+    }
+}

@@ -1,0 +1,201 @@
+//! The engine's live sessions: opening one (restoring a snapshot into it), the task that
+//! serves it, and an execution in it.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{OwnedSemaphorePermit, mpsc};
+use wasmtime::Store;
+
+use super::{Engine, new_id};
+use crate::approval::NeedApproval;
+use crate::broker::Next;
+use crate::config::Limits;
+use crate::error::{Error, Result};
+use crate::execution::{Control, Execution, Job, Start};
+use crate::guest::Pre;
+use crate::host::HostState;
+use crate::net::NetSide;
+use crate::request::{ExecutionRequest, check_tools_size};
+use crate::session::{self, Restored, Session, SessionCore, SessionRequest};
+use crate::sleep::Hibernation;
+use crate::stores::StoreSpec;
+use crate::tool_lists::{self, GuestTools, wit_tools};
+
+impl Engine {
+    /// Opens a live session (see [`Session`]): instantiates the sandbox and, with
+    /// [`SessionRequest::restore`], rebuilds a snapshot's state in it. The session holds an
+    /// execution slot (see [`crate::config::WhenBusy`]) and its memory until it ends.
+    pub async fn open_session(&self, request: SessionRequest) -> Result<(Session, Restored)> {
+        let inner = &self.inner;
+        let limits = self.session_limits(&request)?;
+        self.check_images(request.tenant.as_deref())?;
+        let pre = inner.stores.pre(request.runtime)?;
+        let permit = self.acquire().await?;
+        let (mut store, warm, host) = inner.stores.new_instance(&session_spec(&request, &limits))?;
+        let shared = SessionCore::new(new_id().into(), request.tenant.clone(), host.output);
+        let budget = session::Budget { timeout: limits.timeout, fuel: inner.stores.fuel(&limits) };
+        let sandbox = match warm {
+            Some(sandbox) => {
+                self.warm_up();
+                sandbox
+            }
+            None => {
+                session::guest_call(&mut store, budget, &inner.shutdown, "instantiating", |store| {
+                    Box::pin(async move { pre.instantiate(store).await })
+                })
+                .await?
+            }
+        };
+        let mut restored = Restored::default();
+        if let Some(data) = &request.restore {
+            let sandbox = &sandbox;
+            let r = session::guest_call(&mut store, budget, &inner.shutdown, "restoring the snapshot", |store| {
+                Box::pin(async move { sandbox.restore(store, data).await })
+            })
+            .await?
+            .map_err(|e| Error::invalid(format!("the snapshot could not be restored: {e}")))?;
+            restored.kept = r.kept;
+            restored.dropped =
+                r.dropped.into_iter().map(|d| session::Dropped { name: d.name, reason: d.reason }).collect();
+        }
+        let sealing =
+            self.sealing(request.keeper.as_ref(), request.tenant.as_ref(), &shared.id, Instant::now(), budget.fuel);
+        let slot = match inner.config.hibernate_after {
+            Some(after) => (None, Some((self.hibernation(Some(permit), sealing), after))),
+            None => (Some(permit), None),
+        };
+        let session = self.serve_session(&request, limits, shared, budget, store, Start::Fresh(Some(sandbox)), slot);
+        Ok((session, restored))
+    }
+
+    /// The limits of a session `request` opens, once the engine takes sessions and they and
+    /// its idle timeout are within bounds.
+    pub(super) fn session_limits(&self, request: &SessionRequest) -> Result<Limits> {
+        let inner = &self.inner;
+        self.check_accepting()?;
+        let limits = request.limits.clone().unwrap_or_else(|| inner.config.default_limits.clone());
+        inner.config.ceilings.check(&limits, inner.config.fuel)?;
+        if request.idle_timeout.is_zero() {
+            return Err(Error::invalid("idle_timeout must be at least 1 ms"));
+        }
+        Ok(limits)
+    }
+
+    /// Starts a session's task: `first` is its instance or its hibernated memory; `slot`, its
+    /// execution slot, or the hibernation that holds it (with how long it idles first).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn serve_session(
+        &self,
+        request: &SessionRequest,
+        limits: Limits,
+        shared: Arc<SessionCore>,
+        budget: session::Budget,
+        store: Store<HostState>,
+        first: Start,
+        (permit, hibernation): (Option<OwnedSemaphorePermit>, Option<(Hibernation, Duration)>),
+    ) -> Session {
+        let inner = &self.inner;
+        let (tx, commands) = mpsc::unbounded_channel();
+        let serve = session::Serve {
+            shared: shared.clone(),
+            commands,
+            idle_timeout: request.idle_timeout,
+            budget,
+            closing: inner.closing.clone(),
+            shutdown: inner.shutdown.clone(),
+            _permit: permit,
+            hibernation,
+        };
+        let span = tracing::info_span!("session", id = %shared.id);
+        inner.drivers.spawn(tracing::Instrument::instrument(session::serve(serve, store, first), span));
+        session::handle(shared, tx, limits, request.runtime)
+    }
+
+    /// Runs a program in a live session, with the globals the session's earlier programs left.
+    /// `request.tenant` and `data_dir` are the session's (the request's are ignored), and so
+    /// is the memory limit; the other limits are the request's, or the session's defaults.
+    pub async fn execute_in(&self, session: &Session, request: ExecutionRequest) -> Result<Execution> {
+        let inner = &self.inner;
+        self.check_accepting()?;
+        let mut limits = request.limits.clone().unwrap_or_else(|| session.limits().clone());
+        limits.max_memory_bytes = session.limits().max_memory_bytes;
+        inner.config.ceilings.check(&limits, inner.config.fuel)?;
+        request.check_program_size(&inner.config.ceilings)?;
+        if request.journal.is_some() {
+            return Err(Error::invalid(
+                "an execution in a live session cannot be journaled: it depends on what the session's earlier programs left",
+            ));
+        }
+        // The same tools as the session's last program: checked then, and held by its instance.
+        let fingerprint = tool_lists::fingerprint(&request.tools, self.result_shapes_version(session.tenant()));
+        let last = &session.core().last_tools;
+        let (schemas, list) = match last.same(fingerprint) {
+            Some(same) => same,
+            None => {
+                check_tools_size(&request.tools, &inner.config.ceilings)?;
+                let schemas = inner.schemas.compiled(session.tenant(), &request.tools).await?;
+                (schemas.clone(), last.keep(fingerprint, &schemas))
+            }
+        };
+        session.claim()?;
+        let started = Instant::now();
+        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        let exchange = inner.stores.exchange(&limits, session.tenant());
+        let cancel = session.cancel_token();
+        let fuel = inner.stores.fuel(&limits);
+        let output = session.output();
+        let need_approval = NeedApproval::of(&request.tools);
+        let (given, observed, tenant) =
+            (request.tools, inner.stores.observed.clone(), session.tenant().map(str::to_string));
+        let make = move || wit_tools(&given, observed.as_deref(), tenant.as_deref());
+        let job = Job {
+            pre: Pre::Component(inner.stores.pre.clone()),
+            tools: GuestTools::Numbered { list, make: Box::new(make) },
+            code: request.code,
+            deadline: tokio::time::Instant::from_std(started + limits.timeout),
+            timeout: limits.timeout,
+            fuel,
+            output: output.clone(),
+            events: events_tx.clone(),
+            cancel: cancel.clone(),
+            shutdown: inner.shutdown.clone(),
+            started,
+            _permit: None,
+            hibernation: None,
+            refill: None,
+            running: inner.running.clone(),
+        };
+        let ceilings = inner.config.ceilings.clone();
+        let install_exchange = exchange.clone();
+        let id: Arc<str> = request.id.clone().unwrap_or_else(new_id).into();
+        let (install_id, control_schemas) = (id.clone(), schemas.clone());
+        let net = NetSide::new(request.network.clone(), Some(tokio::time::Instant::from_std(started + limits.timeout)));
+        let install = move |store: &mut Store<HostState>| {
+            output.reset(limits.max_output_bytes, events_tx.clone());
+            store.data_mut().net = net;
+            let next = Next { id: &install_id, schemas, need_approval, limits: &limits, ceilings: &ceilings };
+            store.data_mut().broker.reset(install_exchange, events_tx, next);
+            store.set_epoch_deadline(1);
+            if let Some(fuel) = fuel {
+                let _ = store.set_fuel(fuel);
+            }
+        };
+        session.send(session::Command::Execute(Box::new(job), Box::new(install)))?;
+        let control = Control { id, exchange, cancel, journal: None, schemas: control_schemas };
+        Ok(Execution::new(control, events_rx))
+    }
+}
+
+/// What the store of a session `request` opens is made for.
+pub(super) fn session_spec<'a>(request: &'a SessionRequest, limits: &'a Limits) -> StoreSpec<'a> {
+    StoreSpec {
+        limits,
+        schemas: None,
+        data_dir: request.data_dir.as_deref(),
+        tenant: request.tenant.as_deref(),
+        runtime: request.runtime,
+        journal: None,
+        monotonic_from: 0,
+    }
+}

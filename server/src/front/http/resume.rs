@@ -1,0 +1,152 @@
+//! A continuation resumes its execution: the client's results and decisions checked against
+//! the calls waiting for them, the round claimed (once, across the cluster), the execution
+//! adopted as this node's, and the answers handed to it.
+
+use super::api::{Answers, ApiError, DecisionSpec, ToolResultSpec};
+use super::paused::{self, Paused};
+use super::run::{advance, answer};
+use super::state::HttpState;
+use crate::core::Error;
+use crate::core::token::{Claims, now_ms};
+use axum::response::Response;
+use ptc_engine::{Control, Decision, ErrorKind as EngineKind, Execution, ToolResult};
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// Resumes a paused execution held here with the client's results and decisions.
+pub(super) async fn resume(
+    state: &HttpState,
+    tenant: &str,
+    claims: &Claims,
+    slot: paused::Slot,
+    answers: Answers,
+) -> Result<Response, ApiError> {
+    // A second request racing on the same execution is a replay of the same token.
+    let Ok(mut guard) = slot.try_lock() else { return Err(ApiError::bad_request("Invalid continuation token")) };
+    let Some(paused) = guard.as_mut() else { return Err(ApiError::bad_request("Invalid continuation token")) };
+    if paused.round != claims.round || paused.tenant != tenant {
+        return Err(ApiError::bad_request("Invalid continuation token"));
+    }
+
+    // Everything is checked before anything is applied: a refused request leaves the paused
+    // execution exactly as it was.
+    let Answers { results, decisions } = answers;
+    let pending = paused.pending();
+    let held = paused.held();
+    let decided = decisions_for(&held, decisions)?;
+    let control = paused.run.execution.control();
+    // Checked (changed arguments against the tool's schema) before anything is applied.
+    let decided = control.check_decisions(decided).await.map_err(|e| ApiError::bad_request(e.message()))?;
+    let answers = results_for(&pending, results)?;
+    if paused.journaled {
+        claim_round(state, paused).await?;
+    }
+    if let Some(counter) = paused.adopted.take() {
+        adopt(state, paused, counter).await;
+    }
+    apply(&paused.run.execution, &control, &pending, answers, &decided)?;
+
+    let mut paused = guard.take().expect("checked above");
+    let stop = advance(&mut paused.run.execution).await;
+    state.paused.remove(&claims.execution_id);
+    drop(guard);
+    Ok(answer(state, paused, stop).await)
+}
+
+/// The client's decisions as the engine's, when they decide exactly the calls `held` for one
+/// (each once); otherwise the request is refused, naming the call.
+fn decisions_for(held: &[String], decisions: Vec<DecisionSpec>) -> Result<Vec<Decision>, ApiError> {
+    let mut decided = Vec::with_capacity(decisions.len());
+    for d in decisions {
+        if !held.contains(&d.call_id) {
+            return Err(ApiError::bad_request(format!(
+                "call_id {:?} in decisions does not wait for a decision: decide only the calls listed in approvals",
+                d.call_id
+            )));
+        }
+        if decided.iter().any(|x: &Decision| x.id == d.call_id) {
+            return Err(ApiError::bad_request(format!("call_id {:?} is decided twice", d.call_id)));
+        }
+        decided.push(d.into_decision());
+    }
+    let undecided: Vec<&str> =
+        held.iter().filter(|h| !decided.iter().any(|d| &d.id == *h)).map(String::as_str).collect();
+    if !undecided.is_empty() {
+        return Err(ApiError::bad_request(format!("Missing decisions for: {}", undecided.join(", "))));
+    }
+    Ok(decided)
+}
+
+/// The client's tool results by call id, when they answer exactly the `pending` calls (each
+/// once); otherwise the request is refused, naming the call.
+fn results_for(pending: &[String], results: Vec<ToolResultSpec>) -> Result<HashMap<String, ToolResult>, ApiError> {
+    let mut answers: HashMap<String, ToolResult> = HashMap::new();
+    for r in results {
+        let id = r.call_id.clone();
+        if !pending.contains(&id) {
+            return Err(ApiError::bad_request(format!(
+                "Unknown call_id {id:?}: it is not a pending tool call of this execution"
+            )));
+        }
+        if answers.insert(id.clone(), r.into_tool_result()).is_some() {
+            return Err(ApiError::bad_request(format!("call_id {id:?} is answered twice")));
+        }
+    }
+    let missing: Vec<&str> = pending.iter().filter(|p| !answers.contains_key(*p)).map(String::as_str).collect();
+    if !missing.is_empty() {
+        return Err(ApiError::bad_request(format!("Missing tool results for: {}", missing.join(", "))));
+    }
+    Ok(answers)
+}
+
+/// Claims the round of a journaled execution in the store: a token resumes once across the
+/// cluster, and another node may have replayed this round. A lost claim refuses the token.
+async fn claim_round(state: &HttpState, paused: &Paused) -> Result<(), ApiError> {
+    let ttl = Duration::from_millis(paused.expires_at_ms.saturating_sub(now_ms()).max(1));
+    let claimant = format!("{} {}", state.cluster.node, crate::core::token::random_hex::<8>());
+    match state.cluster.store.claim(&paused.id, paused.round, &claimant, ttl).await {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(ApiError::bad_request("Invalid continuation token")),
+        // The store cannot be reached from here: this node's lock on the paused execution
+        // makes the round single-use here. A node that does reach the store could still
+        // replay the same round from the journal saved before (docs/cluster.md: "Tokens resume once across nodes").
+        Err(e) => {
+            tracing::warn!("claiming a round: {e}; resuming it under this node's lock alone");
+            Ok(())
+        }
+    }
+}
+
+/// A continuation's round of an execution taken over here is claimed: it is this node's now
+/// (its owner in the store, and counted as a thaw or a replay of its tenant).
+async fn adopt(state: &HttpState, paused: &Paused, counter: &'static str) {
+    let cluster = &state.cluster;
+    let ttl = Duration::from_millis(paused.expires_at_ms.saturating_sub(now_ms()).max(1));
+    if let Err(e) = cluster.store.set_owner(&paused.id, &cluster.node, paused.round, ttl).await {
+        tracing::warn!("naming the new owner: {e}");
+    }
+    let _ = cluster.store.add_usage(&paused.tenant, counter, 1).await;
+}
+
+/// Hands the checked `answers` (in the order of the `pending` calls) and `decided` calls to
+/// the execution; one that has ended meanwhile is "Execution expired".
+fn apply(
+    execution: &Execution,
+    control: &Control,
+    pending: &[String],
+    mut answers: HashMap<String, ToolResult>,
+    decided: &[Decision],
+) -> Result<(), ApiError> {
+    let ordered: Vec<ToolResult> = pending.iter().filter_map(|p| answers.remove(p)).collect();
+    // Results first, then decisions: the program takes what arrived before it is told about
+    // approved calls, so that the next pause finds it blocked again.
+    let applied = match ordered.is_empty() {
+        true => Ok(()),
+        false => execution.submit(ordered),
+    }
+    .and_then(|()| if decided.is_empty() { Ok(()) } else { control.apply_decisions(decided) });
+    applied.map_err(|e| match e.kind() {
+        EngineKind::Finished => ApiError::bad_request("Execution expired"),
+        _ => Error::from(e).into(),
+    })
+}
