@@ -31,6 +31,20 @@ pub struct Web {
 
 impl Web {
     /// Both servers, on ports of 127.0.0.1 the system picks.
+    /// A network policy over these servers: `localhost` and 127.0.0.1 (listed as an address
+    /// the operator allows, since loopback is refused otherwise), both schemes, their ports,
+    /// GET, HEAD and POST, and their CA.
+    pub fn policy(&self) -> ptc_engine::NetworkPolicy {
+        let mut p = ptc_engine::NetworkPolicy::default();
+        p.allow = vec!["localhost".into(), "127.0.0.1".into()];
+        p.schemes = vec!["http".into(), "https".into()];
+        p.ports = vec![self.http.port(), self.https.port()];
+        p.methods = vec!["GET".into(), "HEAD".into(), "POST".into()];
+        p.allow_addresses = vec!["127.0.0.1/32".into()];
+        p.ca_files = vec![self.ca_file.clone()];
+        p
+    }
+
     pub async fn start() -> Web {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let app = {

@@ -66,25 +66,23 @@ async def test_errors_carry_the_grpc_status_and_the_runs_request_id(url, key, sb
     assert (refused.value.status, refused.value.request_id) == ("INVALID_ARGUMENT", "req-45-b")
     assert "unknown runtime" in refused.value.message
 
-    # The same request id while the first run still waits for a tool: ALREADY_EXISTS.
-    gate = asyncio.Event()
+    # The same request id while the first run still waits for a tool: ALREADY_EXISTS. The
+    # second is sent once the first is surely running (its tool was called): sent before, it
+    # could take the id first and refuse the other.
+    gate, called = asyncio.Event(), asyncio.Event()
 
     async def wait() -> str:
+        called.set()
         await gate.wait()
         return "done"
 
     first = asyncio.ensure_future(sb.run("print(await wait())", tools=[wait], request_id="req-45-c"))
     try:
-        for _ in range(100):
-            try:
-                await sb.run("pass", request_id="req-45-c")
-            except ptc_engine.DuplicateRequest as e:
-                assert (e.status, e.request_id) == ("ALREADY_EXISTS", "req-45-c")
-                assert "req-45-c" in e.message
-                break
-            await asyncio.sleep(0.05)  # the first run was not admitted yet
-        else:
-            pytest.fail("a second run with a running request id was not refused")
+        await asyncio.wait_for(called.wait(), 60)
+        with pytest.raises(ptc_engine.DuplicateRequest) as duplicate:
+            await sb.run("pass", request_id="req-45-c")
+        assert (duplicate.value.status, duplicate.value.request_id) == ("ALREADY_EXISTS", "req-45-c")
+        assert "req-45-c" in duplicate.value.message
     finally:
         gate.set()
     assert (await first).stdout == "done\n"

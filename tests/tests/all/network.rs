@@ -10,19 +10,6 @@ use ptc_engine::{ExecutionRequest, Limits, Network, NetworkPolicy, SecretSpec};
 use ptc_tests::web::Web;
 use ptc_tests::*;
 
-/// A policy over the test's servers: `localhost` and 127.0.0.1 (listed as an address the
-/// operator allows, since loopback is refused otherwise), both schemes, their ports.
-fn policy(web: &Web) -> NetworkPolicy {
-    let mut p = NetworkPolicy::default();
-    p.allow = vec!["localhost".into(), "127.0.0.1".into()];
-    p.schemes = vec!["http".into(), "https".into()];
-    p.ports = vec![web.http.port(), web.https.port()];
-    p.methods = vec!["GET".into(), "HEAD".into(), "POST".into()];
-    p.allow_addresses = vec!["127.0.0.1/32".into()];
-    p.ca_files = vec![web.ca_file.clone()];
-    p
-}
-
 fn network(p: &NetworkPolicy) -> Arc<Network> {
     Network::new(Some("acme"), p).expect("a valid policy")
 }
@@ -36,7 +23,7 @@ async fn run(code: &str, network: Option<Arc<Network>>) -> Run {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_program_reaches_allowed_hosts_with_the_standard_library() {
     let web = Web::start().await;
-    let net = network(&policy(&web));
+    let net = network(&web.policy());
     let code = format!(
         r#"
 import urllib.request, http.client, json
@@ -80,7 +67,7 @@ for url in [{list}]:
 #[tokio::test(flavor = "multi_thread")]
 async fn what_the_policy_does_not_name_is_refused_in_words_and_never_reached() {
     let web = Web::start().await;
-    let mut p = policy(&web);
+    let mut p = web.policy();
     p.allow = vec!["127.0.0.1".into()];
     p.schemes = vec!["http".into()];
     p.ports = vec![web.http.port()];
@@ -120,7 +107,7 @@ async fn what_the_policy_does_not_name_is_refused_in_words_and_never_reached() {
 #[tokio::test(flavor = "multi_thread")]
 async fn loopback_and_private_addresses_are_refused_unless_the_operator_lists_them() {
     let web = Web::start().await;
-    let mut p = policy(&web);
+    let mut p = web.policy();
     p.allow_addresses = vec![];
     let urls = [web.http_url("/hello"), web.https_url("/hello")];
     let out = run(&fetch_each(&urls), Some(network(&p))).await.completed().stdout;
@@ -143,7 +130,7 @@ async fn without_a_policy_every_request_is_refused_saying_there_is_no_network() 
 #[tokio::test(flavor = "multi_thread")]
 async fn sizes_counts_and_time_are_bounded() {
     let web = Web::start().await;
-    let mut p = policy(&web);
+    let mut p = web.policy();
     p.max_response_bytes = 100_000;
     p.max_request_bytes = 50_000;
     p.max_requests = 4;
@@ -186,7 +173,7 @@ print(go({small:?}))
 #[tokio::test(flavor = "multi_thread")]
 async fn a_tenants_requests_in_flight_are_bounded() {
     let web = Web::start().await;
-    let mut p = policy(&web);
+    let mut p = web.policy();
     p.max_concurrent = 1;
     let net = network(&p);
     let code =
@@ -201,7 +188,7 @@ async fn a_tenants_requests_in_flight_are_bounded() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_secret_is_used_for_its_hosts_scrubbed_from_echoes_and_never_seen() {
     let web = Web::start().await;
-    let mut p = policy(&web);
+    let mut p = web.policy();
     p.secrets = vec![SecretSpec::new("TOKEN", "s3cr3t-VALUE-42", &["localhost"])];
     let net = network(&p);
     let code = format!(
@@ -254,7 +241,7 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_journaled_execution_replays_its_requests_from_the_journal_without_making_them() {
     let web = Web::start().await;
-    let net = network(&policy(&web));
+    let net = network(&web.policy());
     let code = format!(
         "import urllib.request\nr = urllib.request.urlopen({:?}).read()\nx = await echo_tool(n=len(r))\nprint(r, x)",
         web.https_url("/hello")
@@ -286,7 +273,7 @@ async fn the_data_runtime_reads_a_csv_over_https_into_pandas() {
         web.https_url("/data.csv")
     );
     let mut request = ExecutionRequest::new(code).with_runtime(ptc_engine::Runtime::PythonData);
-    request.network = Some(network(&policy(&web)));
+    request.network = Some(network(&web.policy()));
     request.limits = Some(Limits::default().with_timeout(Duration::from_secs(60)));
     let done = drive(data_engine().start(request).await.unwrap(), echo).await.completed();
     assert_eq!(done.stdout, "35 ['Oslo', 'Cairo']\n");
@@ -322,7 +309,7 @@ async fn the_same_policy_holds_over_grpc_http_and_mcp_and_is_counted_per_tenant(
     assert!(installed.is_ok(), "another subscriber was installed first");
     let web = Web::start().await;
     let mut config = grpc::config(&["a:key-a", "b:key-b"]);
-    let mut a = policy(&web);
+    let mut a = web.policy();
     a.secrets = vec![SecretSpec::new("TOKEN", "s3cr3t-VALUE-44", &["localhost"])];
     config.network = ptc_server::core::network::NetworkPolicies([("a".to_string(), a)].into());
     config.mcp = ptc_server::front::mcp::McpConfig::default();
@@ -405,7 +392,7 @@ except Exception as e:\n        print(e.reason)",
 #[tokio::test(flavor = "multi_thread")]
 async fn a_secret_is_in_no_journal_and_no_hibernated_image() {
     let web = Web::start().await;
-    let mut p = policy(&web);
+    let mut p = web.policy();
     p.secrets = vec![SecretSpec::new("TOKEN", "s3cr3t-VALUE-43", &["localhost"])];
     let engine = engine_with(|c| c.hibernate_after = Some(Duration::from_millis(50)));
     let kept = Arc::new(crate::hibernation::Kept::default());
@@ -451,7 +438,7 @@ async fn a_reflected_secret_is_unreadable_in_every_listed_transform() {
     let web = Web::start().await;
     // A tenant of its own: the network metrics are the process's, and another test counts "a"'s.
     let mut config = grpc::config(&["reflected:key-r"]);
-    let mut a = policy(&web);
+    let mut a = web.policy();
     a.secrets = vec![SecretSpec::new("TOKEN", "s3cr3t-VALUE-45xyz", &["localhost"])];
     config.network = ptc_server::core::network::NetworkPolicies([("reflected".to_string(), a)].into());
     let server = grpc::serve(config).await;
@@ -520,7 +507,7 @@ for form in {forms:?}:
 #[tokio::test(flavor = "multi_thread")]
 async fn an_untrusted_certificate_names_the_policys_ca_files() {
     let web = Web::start().await;
-    let mut p = policy(&web);
+    let mut p = web.policy();
     p.ca_files = vec![];
     let out = run(&fetch_each(&[web.https_url("/hello")]), Some(network(&p))).await.completed().stdout;
     assert!(out.contains("certificate") && out.contains("under \"ca_files\""), "{out}");
@@ -533,7 +520,7 @@ async fn an_untrusted_certificate_names_the_policys_ca_files() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_thawed_execution_goes_on_counting_its_requests() {
     let web = Web::start().await;
-    let mut p = policy(&web);
+    let mut p = web.policy();
     p.max_requests = 2;
     let net = network(&p);
     let code = format!(

@@ -11,19 +11,6 @@ use ptc_tests::grpc;
 use ptc_tests::web::Web;
 use serde_json::json;
 
-/// The policy of `network.rs`: `localhost` and 127.0.0.1 (an address the operator lists),
-/// both schemes, the servers' ports.
-fn policy(web: &Web) -> NetworkPolicy {
-    let mut p = NetworkPolicy::default();
-    p.allow = vec!["localhost".into(), "127.0.0.1".into()];
-    p.schemes = vec!["http".into(), "https".into()];
-    p.ports = vec![web.http.port(), web.https.port()];
-    p.methods = vec!["GET".into(), "HEAD".into(), "POST".into()];
-    p.allow_addresses = vec!["127.0.0.1/32".into()];
-    p.ca_files = vec![web.ca_file.clone()];
-    p
-}
-
 /// A server where `tenant` (key `key-a`) has `policy` and tenant `b` (key `key-b`) none. The
 /// metrics are the process's, shared by every test of this binary: each test that counts has a
 /// tenant of its own.
@@ -65,7 +52,7 @@ async fn requests_counted(server: &RunningServer, tenant: &str, outcome: &str) -
 #[tokio::test(flavor = "multi_thread")]
 async fn requests_and_httpx_reach_allowed_hosts_through_the_hosts_fetch() {
     let web = Web::start().await;
-    let server = server("clients-ok", policy(&web)).await;
+    let server = server("clients-ok", web.policy()).await;
     let code = r#"
 import sys
 print("requests" in sys.modules, "httpx" in sys.modules, "urllib3" in sys.modules)
@@ -105,7 +92,7 @@ print(await main())
 #[tokio::test(flavor = "multi_thread")]
 async fn a_refused_host_raises_each_librarys_own_error_in_the_policys_words_once() {
     let web = Web::start().await;
-    let server = server("clients-refused", policy(&web)).await;
+    let server = server("clients-refused", web.policy()).await;
     let code = r#"
 import requests, httpx, urllib3
 calls = [
@@ -139,7 +126,7 @@ for name, call, kind in calls:
 #[tokio::test(flavor = "multi_thread")]
 async fn a_timeout_and_a_failure_keep_the_hosts_words_in_the_librarys_types() {
     let web = Web::start().await;
-    let mut p = policy(&web);
+    let mut p = web.policy();
     p.ports.push(1); // nothing listens there
     let server = server("clients-slow", p).await;
     let code = r#"
@@ -175,7 +162,7 @@ except httpx.ConnectError as e:
 #[tokio::test(flavor = "multi_thread")]
 async fn a_secrets_placeholder_in_a_header_is_filled_in_only_for_its_host() {
     let web = Web::start().await;
-    let mut p = policy(&web);
+    let mut p = web.policy();
     p.secrets = vec![SecretSpec::new("TOKEN", "s3cr3t-VALUE-51", &["localhost"])];
     let server = server("clients-secret", p).await;
     let code = r#"
@@ -212,7 +199,7 @@ for send in (lambda: requests.get("ELSEWHERE", headers={"Authorization": token})
 #[tokio::test(flavor = "multi_thread")]
 async fn urllibs_other_schemes_are_refused_in_words_not_with_a_missing_module() {
     let web = Web::start().await;
-    let server = server("clients-schemes", policy(&web)).await;
+    let server = server("clients-schemes", web.policy()).await;
     let code = r#"
 import urllib.request, urllib.error
 for url in ["ftp://example.org/file.txt", "file:///etc/passwd", "gopher://example.org/", "data:,still%20works"]:
@@ -241,7 +228,7 @@ for url in ["ftp://example.org/file.txt", "file:///etc/passwd", "gopher://exampl
 async fn the_data_runtime_has_requests_and_httpx_too() {
     let web = Web::start().await;
     let mut config = grpc::data_config(&["clients-data:key-a"]);
-    config.network = ptc_server::core::network::NetworkPolicies([("clients-data".to_string(), policy(&web))].into());
+    config.network = ptc_server::core::network::NetworkPolicies([("clients-data".to_string(), web.policy())].into());
     let server = grpc::serve(config).await;
     let code = r#"
 import io, sys
