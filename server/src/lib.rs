@@ -17,11 +17,10 @@ pub mod metrics;
 pub mod proto;
 
 /// The allocator the server's binaries use (`ptc-engine`, the density harness's child):
-/// jemalloc, with its background threads giving freed memory back. With glibc's malloc, a
-/// server that had held 2,000 paused programs with some state still held 270 MiB more than
-/// before them once they had all ended (a held-out run: 4,164 of 5,157 MiB after 20,000);
-/// with jemalloc 40 MiB a minute later, at the same memory per paused program and no lower
-/// throughput (`docs/benchmarks.md`, Density).
+/// jemalloc, with its background threads giving freed memory back. 60 s after 2,000 paused
+/// programs with some state had ended, a server held 363 MiB PSS with glibc's malloc, 203 with
+/// mimalloc and 134 with jemalloc (94 before them), at throughput within noise of glibc's (a
+/// held-out run saw glibc keep 4,164 of 5,157 MiB after 20,000; `docs/benchmarks.md`, Density).
 pub use tikv_jemallocator::Jemalloc as Allocator;
 
 use std::net::SocketAddr;

@@ -1,4 +1,4 @@
-//! Tools as the guest takes them, and as the model reads them: names, signatures and a stub
+//! Tools as the model reads them (`describe_tools`): names, one-line signatures and a stub,
 //! rendered by the sandbox itself.
 
 use super::{DescribedTool, Engine, ToolDescription};

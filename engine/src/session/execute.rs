@@ -1,13 +1,14 @@
 //! The `Execute` command: one program in the session's instance.
 
+use std::sync::atomic::Ordering;
+
+use wasmtime::Store;
+
+use super::{Install, Serve};
 use crate::events::Event;
 use crate::execution::{Job, Start, run};
 use crate::guest::Guest;
 use crate::host::HostState;
-use std::sync::atomic::Ordering;
-use wasmtime::Store;
-
-use super::{Install, Serve};
 
 /// Runs one execution in the session's instance; the instance if the session goes on.
 pub(super) async fn execute(

@@ -1,13 +1,15 @@
 //! Calls into a live instance outside an execution (a snapshot, a restore), within the
 //! session's budget.
 
-use crate::error::{Error, ErrorKind, Result};
-use crate::host::HostState;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+
 use tokio_util::sync::CancellationToken;
 use wasmtime::Store;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::host::HostState;
 
 /// What a guest call returns.
 type GuestFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = wasmtime::Result<T>> + Send + 'a>>;

@@ -1,15 +1,16 @@
 //! The `Snapshot` command: the session's globals taken out of its instance, within its budget.
 
-use crate::error::{Error, ErrorKind, Result};
-use crate::guest::Guest;
-use crate::host::HostState;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
+
 use tokio::sync::oneshot;
 use wasmtime::Store;
 
 use super::guest_call::guest_call;
 use super::{Dropped, Serve, SessionState};
+use crate::error::{Error, ErrorKind, Result};
+use crate::guest::Guest;
+use crate::host::HostState;
 
 /// Takes a snapshot of the session's instance for `reply`; the instance if the session goes on.
 pub(super) async fn snapshot(

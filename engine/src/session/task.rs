@@ -2,19 +2,20 @@
 //! time, hibernates when idle (and thaws for the next command), and ends when something ends
 //! the session.
 
-use crate::execution::Start;
-use crate::guest::Guest;
-use crate::hibernation::parked::Sleeper;
-use crate::host::HostState;
-use crate::sleep::{Asleep, Hibernation};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+
 use wasmtime::Store;
 
 use super::execute::execute;
 use super::snapshot::snapshot;
 use super::{Command, Serve};
+use crate::execution::Start;
+use crate::guest::Guest;
+use crate::hibernation::parked::Sleeper;
+use crate::host::HostState;
+use crate::sleep::{Asleep, Hibernation};
 
 /// The session's task: runs its commands one at a time until something ends it; dropping the
 /// store on return frees the instance. `first`: its instance, or (thawed from a sealed image)

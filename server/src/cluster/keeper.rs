@@ -14,7 +14,7 @@ use ptc_engine::{Hibernated, Keeper};
 use serde::{Deserialize, Serialize};
 
 use super::{Saving, Segment, Store};
-use crate::core::token::now_ms;
+use crate::core::token::ttl_until;
 
 /// Keeps one execution's images in the cluster's store, until its deadline.
 pub struct StoreKeeper {
@@ -35,7 +35,7 @@ impl std::fmt::Debug for StoreKeeper {
 impl Keeper for StoreKeeper {
     fn keep(&self, image: Hibernated) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>> {
         Box::pin(async move {
-            let ttl = Duration::from_millis(self.expires_at_ms.saturating_sub(now_ms()).max(1));
+            let ttl = ttl_until(self.expires_at_ms);
             let (id, round) = (&image.execution_id, crate::core::token::pause_of(image.round, image.asking));
             let kept = self.store.keep_image(id, &self.tenant, round, &image.bytes, &self.node, ttl).await;
             match kept {

@@ -120,6 +120,13 @@ impl Cluster {
         Cluster { node, peers, store, client, forward_key: hex::encode(forward_key) }
     }
 
+    /// Claims `round` of `key` for this node (a claimant of its own each time, so that a
+    /// second claim of the same round, here too, loses); `Ok(false)`: another claim won.
+    pub async fn claim(&self, key: &str, round: u32, ttl: Duration) -> store::StoreResult<bool> {
+        let claimant = format!("{} {}", self.node, crate::core::token::random_hex::<8>());
+        self.store.claim(key, round, &claimant, ttl).await
+    }
+
     /// Whether `headers` are those of a request another node of this cluster forwarded (then
     /// it is not forwarded again). A client cannot pass for a node: it lacks the key.
     pub fn forwarded(&self, headers: &HeaderMap) -> bool {

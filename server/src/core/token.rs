@@ -99,6 +99,12 @@ pub fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
+/// The time left until `expires_at_ms` (at least 1 ms): how long a store entry of something
+/// that expires then is kept.
+pub fn ttl_until(expires_at_ms: u64) -> std::time::Duration {
+    std::time::Duration::from_millis(expires_at_ms.saturating_sub(now_ms()).max(1))
+}
+
 /// `N` bytes from the OS's random source, as hex: ids and handles a client must not guess.
 pub fn random_hex<const N: usize>() -> String {
     let mut bytes = [0u8; N];

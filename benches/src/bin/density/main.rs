@@ -23,11 +23,12 @@ use tonic::transport::Channel;
 
 use procfs::Memory;
 use ptc_benches::grpc::{self, Exec};
+use report::{Step, Throughput, percentile};
 
-/// The server's own allocator, for the server this binary starts as its child.
+/// The server's own allocator, for the server this binary starts as its child (itself again,
+/// in `__serve` mode).
 #[global_allocator]
 static ALLOCATOR: ptc_server::Allocator = ptc_server::Allocator;
-use report::{Step, Throughput, percentile};
 
 #[derive(Parser, Debug)]
 #[command(name = "density", about = "How many paused executions one machine holds, and what each costs")]
@@ -94,8 +95,8 @@ struct Args {
     #[arg(long, default_value = "python")]
     runtime: String,
     /// What each paused execution holds: `await` (it only waits), or `state` (a program with
-    /// some state first: 200 records in a list and a dict, their JSON text, a compiled regex,
-    /// a class and an instance).
+    /// some state first: 60 records in a list and a dict, a JSON text of some of them, a
+    /// compiled regex, a class and an instance).
     #[arg(long, default_value = "await")]
     program: String,
     /// Read the server's memory this many seconds after the last execution of a step ended

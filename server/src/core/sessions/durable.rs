@@ -171,8 +171,7 @@ async fn load_record(cluster: &Cluster, record: &str, tenant: &str, id: &str) ->
 /// Claims the record's `round` for this node: of two nodes taking the session over at once,
 /// one wins and the other is told to try again.
 async fn claim_round(cluster: &Cluster, record: &str, round: u32, ttl: Duration, id: &str) -> Result<(), Error> {
-    let claimant = format!("{} {}", cluster.node, crate::core::token::random_hex::<8>());
-    match cluster.store.claim(record, round, &claimant, ttl).await {
+    match cluster.claim(record, round, ttl).await {
         Ok(true) => Ok(()),
         Ok(false) => Err(Error::new(
             ErrorKind::Busy,

@@ -2,16 +2,17 @@
 //! the calls waiting for them, the round claimed (once, across the cluster), the execution
 //! adopted as this node's, and the answers handed to it.
 
+use std::collections::HashMap;
+
+use axum::response::Response;
+use ptc_engine::{Control, Decision, ErrorKind as EngineKind, Execution, ToolResult};
+
 use super::api::{Answers, ApiError, DecisionSpec, ToolResultSpec};
 use super::paused::{self, Paused};
 use super::run::{advance, answer};
 use super::state::HttpState;
 use crate::core::Error;
-use crate::core::token::{Claims, now_ms};
-use axum::response::Response;
-use ptc_engine::{Control, Decision, ErrorKind as EngineKind, Execution, ToolResult};
-use std::collections::HashMap;
-use std::time::Duration;
+use crate::core::token::{Claims, ttl_until};
 
 /// Resumes a paused execution held here with the client's results and decisions.
 pub(super) async fn resume(
@@ -102,9 +103,7 @@ fn results_for(pending: &[String], results: Vec<ToolResultSpec>) -> Result<HashM
 /// Claims the round of a journaled execution in the store: a token resumes once across the
 /// cluster, and another node may have replayed this round. A lost claim refuses the token.
 async fn claim_round(state: &HttpState, paused: &Paused) -> Result<(), ApiError> {
-    let ttl = Duration::from_millis(paused.expires_at_ms.saturating_sub(now_ms()).max(1));
-    let claimant = format!("{} {}", state.cluster.node, crate::core::token::random_hex::<8>());
-    match state.cluster.store.claim(&paused.id, paused.round, &claimant, ttl).await {
+    match state.cluster.claim(&paused.id, paused.round, ttl_until(paused.expires_at_ms)).await {
         Ok(true) => Ok(()),
         Ok(false) => Err(ApiError::bad_request("Invalid continuation token")),
         // The store cannot be reached from here: this node's lock on the paused execution
@@ -121,7 +120,7 @@ async fn claim_round(state: &HttpState, paused: &Paused) -> Result<(), ApiError>
 /// (its owner in the store, and counted as a thaw or a replay of its tenant).
 async fn adopt(state: &HttpState, paused: &Paused, counter: &'static str) {
     let cluster = &state.cluster;
-    let ttl = Duration::from_millis(paused.expires_at_ms.saturating_sub(now_ms()).max(1));
+    let ttl = ttl_until(paused.expires_at_ms);
     if let Err(e) = cluster.store.set_owner(&paused.id, &cluster.node, paused.round, ttl).await {
         tracing::warn!("naming the new owner: {e}");
     }

@@ -2,6 +2,16 @@
 //! pause as the client sees it (a continuation token, the calls and the decisions asked for),
 //! and its end as LibreChat's result.
 
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use axum::Json;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use ptc_engine::{ApprovalRequest, Event, Execution, ExecutionRequest, FailureKind, Journal, ToolCall, ToolDef};
+use ptc_engine::{JournalTake, Runtime};
+use serde_json::json;
+
 use super::api::{ApiError, ApprovalOut, RunOptions, ToolCallOut};
 use super::paused::Paused;
 use super::state::{HttpState, REQUEST_ID_HEADER};
@@ -9,15 +19,8 @@ use crate::cluster::{JournalHeader, Saving, Segment, StoreKeeper};
 use crate::core::advice::{self, Advice};
 use crate::core::images::DiskKeeper;
 use crate::core::runs::{self, DataDir, Ending, Launch, Outcome, Run};
-use crate::core::token::{Claims, now_ms, pause_of};
-use axum::Json;
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
-use ptc_engine::{ApprovalRequest, Event, Execution, ExecutionRequest, FailureKind, Journal, ToolCall, ToolDef};
-use ptc_engine::{JournalTake, Runtime};
-use serde_json::json;
-use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use crate::core::token::{Claims, now_ms, pause_of, ttl_until};
+
 /// Where an execution stopped: paused for tools (at a pause, see [`pause_of`]: calls to run,
 /// and calls to decide on), or ended.
 pub(super) enum Stop {
@@ -227,7 +230,7 @@ pub(super) async fn pause(
     if paused.journaled
         && let Some(take) = take()
     {
-        let ttl = Duration::from_millis(paused.expires_at_ms.saturating_sub(now_ms()).max(1));
+        let ttl = ttl_until(paused.expires_at_ms);
         let saved = match take.lost {
             Some(why) => Err(why),
             None => {

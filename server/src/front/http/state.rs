@@ -1,6 +1,10 @@
 //! What every request of the HTTP API shares: the core, the file store, the token signer,
 //! the paused executions, this node's cluster and a single server's images on disk.
 
+use std::sync::Arc;
+
+use ptc_engine::Runtime;
+
 use super::conn::HttpLimits;
 use super::paused::Registry;
 use crate::cluster::Cluster;
@@ -8,8 +12,7 @@ use crate::core::Core;
 use crate::core::files::FileStore;
 use crate::core::images::DiskImages;
 use crate::core::token::Signer;
-use ptc_engine::Runtime;
-use std::sync::Arc;
+
 pub(super) const REQUEST_ID_HEADER: &str = "x-librechat-code-request-id";
 
 pub struct HttpState {
