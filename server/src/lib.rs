@@ -34,6 +34,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::core::Core;
 use crate::core::auth::ApiKeys;
+use crate::core::continuations::Continuations;
 use crate::core::tenants::{TenantLimits, Tenants};
 use crate::core::{files, sessions, token};
 use crate::front::http::conn;
@@ -176,6 +177,8 @@ pub struct RunningServer {
     pub downstream: Arc<mcp::Downstream>,
     /// HTTP requests in progress per tenant.
     pub requests: Arc<conn::RequestShares>,
+    /// This node, its peers and the store they share.
+    pub cluster: Arc<cluster::Cluster>,
     shutdown: CancellationToken,
     /// The listeners, the sweeper and the shutdown sequence.
     tasks: TaskTracker,
@@ -229,8 +232,8 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         })?),
         false => None,
     };
-    let http =
-        http::HttpState::new(core.clone(), signer, cluster, config.http_limits.clone(), config.http_runtime, images);
+    let continuations = Continuations::new(core.clone(), signer, cluster.clone(), images);
+    let http = http::HttpState::new(core.clone(), continuations, config.http_limits.clone(), config.http_runtime);
     let requests = conn::RequestShares::new(config.tenant_limits.max_requests, core.keys.clone());
 
     let shutdown = CancellationToken::new();
@@ -268,6 +271,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         mcp_sessions,
         downstream,
         requests,
+        cluster,
         shutdown,
         tasks,
     })
@@ -417,7 +421,7 @@ impl Stopping {
             engine.shutdown();
             engine.drained().await;
         }
-        http.clear();
+        http.continuations.clear();
         downstream.close().await;
         core.tasks.close();
         if tokio::time::timeout(FINAL_EVENTS_GRACE, core.tasks.wait()).await.is_err() {

@@ -1,10 +1,12 @@
 //! What the front ends share: the engine, who the callers are ([`auth`]) and what each
-//! tenant may hold ([`tenants`]), live sessions, session files, and the one path every run
+//! tenant may hold ([`tenants`]), live sessions, session files, runs that pause between
+//! requests ([`continuations`]), and the one path every run
 //! takes ([`runs`]), with one error type ([`error`]) and the words a model reads when its
 //! program fails ([`advice`]). Nothing here knows a wire format.
 
 pub mod advice;
 pub mod auth;
+pub mod continuations;
 pub mod error;
 pub mod files;
 pub mod images;

@@ -1,11 +1,13 @@
 //! The one place a run starts and ends, for every front end.
 //!
-//! **Start** ([`Core::admit`], then [`Core::start`]): the tenant is admitted (its caps, its
-//! request id) before anything is prepared for the run; then the run's
-//! `/mnt/data` is prepared (none, a directory of its own, the HTTP API's session directory,
-//! one put back for a replay or reopened for a thaw, or a live session's), the execution
-//! starts (fresh, thawed from its sealed image, or in the live session), its tenant slot is bound to it, and a watcher keeps the directory within the
-//! tenant's file quota while it runs.
+//! **Start** ([`Core::prepare`], then [`Core::start`]): what the request asks is checked in
+//! one order for every front end (its limits against the engine's ceilings, its network
+//! hosts against the tenant's policy) and the tenant admitted (its caps, its request id),
+//! all before anything is prepared for the run; then the run's `/mnt/data` is prepared (none,
+//! a directory of its own, the HTTP API's session directory, one put back for a replay or
+//! reopened for a thaw, or a live session's), the execution starts (fresh, thawed from its
+//! sealed image, or in the live session), its tenant slot is bound to it, and a watcher keeps
+//! the directory within the tenant's file quota while it runs.
 //!
 //! **End** ([`Run::end`]): the run's files are settled exactly once against the quota, and the
 //! program's end becomes an [`Ending`]: what it returned and the files it wrote, or, if it left
@@ -60,24 +62,40 @@ pub enum DataDir {
     Live(LiveSession, Vec<(String, Vec<u8>)>),
 }
 
-/// A run to start: the engine's request (its tenant is the one admitted) and where its files
-/// come from; with `thaw`, a hibernated execution to go on with instead of the request's code.
-pub struct Launch {
+/// What a front end asks of a run, checked by [`Core::prepare`] before anything is
+/// prepared for it.
+pub struct Start<'a> {
+    /// Whose run (none: a caller with no tenant, MCP on stdio, whom no caps bind).
+    pub tenant: Option<&'a str>,
+    /// The client's idempotency key within the tenant.
+    pub request_id: Option<&'a str>,
+    /// The limits to start from (the engine's defaults or a front end's own).
+    pub limits: Limits,
+    /// The deadline the request asked for, in milliseconds.
+    pub timeout_ms: Option<u64>,
+    /// Hosts that narrow the tenant's network policy.
+    pub network_allow: &'a [String],
+    /// The engine's request: code, tools, runtime (its tenant, limits and network are set here).
     pub request: ExecutionRequest,
-    pub dir: DataDir,
-    pub thaw: Option<Thaw>,
 }
 
-/// A hibernated execution's id and sealed image ([`Engine::thaw`]).
+/// A run checked and admitted ([`Core::prepare`]): the engine's request as it will start,
+/// and the tenant's place for it. Dropping it frees the place.
+pub struct Prepared {
+    pub request: ExecutionRequest,
+    admitted: Admitted,
+}
+
+/// A hibernated execution's id and sealed image ([`Engine::thaw`]), to go on with instead of
+/// the request's code.
 pub struct Thaw {
     pub id: String,
     pub image: Vec<u8>,
 }
 
 /// A tenant's place for one run, taken before anything is prepared for it (a live session
-/// opened, a directory made), so that a refused run leaves nothing behind; [`Core::start`]
-/// needs one. Dropping it frees the place.
-pub struct Admitted(Option<Admission>);
+/// opened, a directory made), so that a refused run leaves nothing behind.
+struct Admitted(Option<Admission>);
 
 /// A started run: the execution the front end drives, with its tenant slot and its files.
 pub struct Run {
@@ -127,9 +145,20 @@ pub struct Read {
 }
 
 impl Core {
-    /// Admits a run of `tenant` (none: a caller with no tenant, MCP on stdio, whom no caps
-    /// bind), with the client's `request_id` as an idempotency key within the tenant.
-    pub fn admit(&self, tenant: Option<&str>, request_id: Option<&str>) -> Result<Admitted, Error> {
+    /// Checks `start` (its limits, then its network hosts) and admits its tenant: the one
+    /// order every front end's run starts in, so that a refused run has prepared nothing.
+    pub fn prepare(&self, start: Start<'_>) -> Result<Prepared, Error> {
+        let Start { tenant, request_id, limits: base, timeout_ms, network_allow, mut request } = start;
+        request.limits = Some(limits(&self.engine, base, timeout_ms)?);
+        request.network = self.networks.for_run(tenant, network_allow)?;
+        request.tenant = tenant.map(str::to_owned);
+        let admitted = self.admit(tenant, request_id)?;
+        Ok(Prepared { request, admitted })
+    }
+
+    /// Admits a run of `tenant`, with the client's `request_id` as an idempotency key within
+    /// the tenant.
+    fn admit(&self, tenant: Option<&str>, request_id: Option<&str>) -> Result<Admitted, Error> {
         match tenant {
             Some(tenant) => {
                 let paused = self.engine.paused_executions_of(tenant);
@@ -142,9 +171,8 @@ impl Core {
     /// Prepares and starts an admitted run (see the module's header). Nothing is left behind
     /// when it is refused: the tenant's place is freed, and a directory of the run's own
     /// removed.
-    pub async fn start(&self, admitted: Admitted, launch: Launch) -> Result<Run, Error> {
-        let Launch { request, dir, thaw } = launch;
-        let Admitted(admission) = admitted;
+    pub async fn start(&self, prepared: Prepared, dir: DataDir, thaw: Option<Thaw>) -> Result<Run, Error> {
+        let Prepared { request, admitted: Admitted(admission) } = prepared;
         let (execution, files, live) = match dir {
             DataDir::Live(live, inputs) => {
                 let files = self.live_files(&live, inputs).await?;

@@ -12,7 +12,7 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
 use crate::core::auth::presented_key;
-use crate::core::runs::{self, DataDir, Ending, Launch, Outcome, Read, Run};
+use crate::core::runs::{DataDir, Ending, Outcome, Read, Run, Start};
 use crate::core::sessions::OpenOptions;
 use crate::core::{Core, Error, ErrorKind};
 use crate::proto::sandbox_server::SandboxServer;
@@ -109,16 +109,20 @@ impl SandboxService {
         let core = &self.core;
         let tools = proto::tool_defs(tenant, start.tools).map_err(Status::invalid_argument)?;
         let runtime: Runtime = start.runtime.parse().map_err(engine_status)?;
-        let defaults = &core.engine.config().default_limits;
-        let limits =
-            runs::limits(&core.engine, start.limits.unwrap_or_default().apply(defaults), None).map_err(status)?;
         let session_id = (!start.session_id.is_empty()).then_some(start.session_id);
-        let admitted = core.admit(Some(tenant), Some(&start.request_id)).map_err(status)?;
-        let mut request =
-            ExecutionRequest::new(start.code).with_tools(tools).with_limits(limits.clone()).with_tenant(tenant);
-        request.network = core.networks.for_run(Some(tenant), &start.network_allow).map_err(status)?;
-        request.runtime = runtime;
+        let mut request = ExecutionRequest::new(start.code).with_tools(tools).with_runtime(runtime);
         request.session_id = session_id.clone();
+        let prepared = core
+            .prepare(Start {
+                tenant: Some(tenant),
+                request_id: Some(&start.request_id),
+                limits: start.limits.unwrap_or_default().apply(&core.engine.config().default_limits),
+                timeout_ms: None,
+                network_allow: &start.network_allow,
+                request,
+            })
+            .map_err(status)?;
+        let limits = prepared.request.limits.clone().expect("prepared with limits");
         let inputs: Vec<(String, Vec<u8>)> = start.files.into_iter().map(|f| (f.name, f.content)).collect();
         let dir = match session_id {
             None if start.return_files || !inputs.is_empty() => DataDir::Own(inputs),
@@ -140,7 +144,7 @@ impl SandboxService {
                 DataDir::Live(live, inputs)
             }
         };
-        core.start(admitted, Launch { request, dir, thaw: None }).await.map_err(status)
+        core.start(prepared, dir, None).await.map_err(status)
     }
 
     fn tenant<T>(&self, request: &Request<T>) -> Result<String, Status> {

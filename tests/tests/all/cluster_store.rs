@@ -103,7 +103,7 @@ async fn with_redis_down_executions_answer_at_once_and_run_unjournaled_until_it_
     let files = std::env::temp_dir().join(format!("ptc-redis-down-{}", std::process::id()));
     let server = serve(node("n1", port, Peers::None, &files)).await;
     let addr = server.http_addr;
-    let store = server.http.cluster.store.clone();
+    let store = server.cluster.store.clone();
     drop(redis_process);
     for _ in 0..3 {
         let started = Instant::now();
@@ -134,7 +134,7 @@ async fn the_first_execution_after_redis_is_back_is_journaled_without_waiting_fo
     let files = std::env::temp_dir().join(format!("ptc-redis-back-{}", std::process::id()));
     let server = serve(node("n1", port, Peers::None, &files)).await;
     let addr = server.http_addr;
-    let store = server.http.cluster.store.clone();
+    let store = server.cluster.store.clone();
     drop(redis_process);
     let paused = begin(addr, "key-a", "print(await t())").await;
     answer(addr, "key-a", &paused).await;
@@ -255,7 +255,7 @@ async fn an_approval_pending_across_a_replay_keeps_its_call_id_and_is_asked_once
     assert_eq!(end.body["status"], "completed", "{}", end.text);
     let stdout = end.body["stdout"].as_str().unwrap();
     assert!(stdout.starts_with("1 removed 0."), "{stdout}");
-    let usage = n3.http.cluster.store.usage("a").await.unwrap();
+    let usage = n3.cluster.store.usage("a").await.unwrap();
     assert_eq!(usage.get("replays"), Some(&2), "{usage:?}");
     stop(n3).await;
     let _ = std::fs::remove_dir_all(files);
@@ -359,7 +359,7 @@ async fn a_continuation_sent_to_two_survivors_is_taken_over_by_one_and_the_other
     assert_eq!(end.body["stdout"], "3\n", "{}", end.text);
     let end = answer(lost.0.http_addr, "key-a", &next).await;
     assert_eq!(end.body["stdout"], "3\n", "{}", end.text);
-    let usage = n2.http.cluster.store.usage("a").await.unwrap();
+    let usage = n2.cluster.store.usage("a").await.unwrap();
     assert_eq!(usage.get("thaws"), Some(&2), "one thaw per execution: {usage:?}");
     stop(n2).await;
     stop(n3).await;
@@ -420,7 +420,7 @@ print('after', s, random.random(), list(squares), time.monotonic() >= t0, open('
     assert_eq!(stdout, reference);
     // The file was appended to once: nothing ran twice.
     assert!(stdout.starts_with("before ") && stdout.ends_with(" [4, 9, 16] True 0+\n"), "{stdout}");
-    let usage = n1.http.cluster.store.usage("a").await.unwrap();
+    let usage = n1.cluster.store.usage("a").await.unwrap();
     assert_eq!((usage.get("thaws"), usage.get("replays")), (Some(&2), None), "{usage:?}");
     eventually("the ended execution's journal and image are forgotten", || images(port) == 0).await;
     assert_eq!(journal_headers(port), 0);
@@ -504,7 +504,7 @@ async fn a_data_execution_is_thawed_on_another_node_and_one_whose_image_is_refus
         "{}",
         end.text
     );
-    let usage = n2.http.cluster.store.usage("a").await.unwrap();
+    let usage = n2.cluster.store.usage("a").await.unwrap();
     assert_eq!((usage.get("thaws"), usage.get("replays")), (Some(&1), None), "{usage:?}");
     eventually("both are forgotten", || images(port) == 0 && journal_headers(port) == 0).await;
     stop(n2).await;
@@ -527,7 +527,7 @@ async fn an_altered_image_is_refused_and_the_journal_replayed_instead() {
         "{}",
         end.text
     );
-    let usage = n2.http.cluster.store.usage("a").await.unwrap();
+    let usage = n2.cluster.store.usage("a").await.unwrap();
     assert_eq!((usage.get("thaws"), usage.get("replays")), (None, Some(&1)), "{usage:?}");
     stop(n2).await;
     let _ = std::fs::remove_dir_all(files);

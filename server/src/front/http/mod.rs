@@ -11,15 +11,11 @@
 
 pub(crate) mod api;
 pub mod conn;
-mod continuation;
 mod files;
-mod paused;
-mod replay;
-mod resume;
 mod run;
 mod state;
 
-use run::initial;
+use run::{continuation, initial};
 pub use state::HttpState;
 use state::REQUEST_ID_HEADER;
 
@@ -35,6 +31,7 @@ use axum::routing::{get, post};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use crate::core::continuations::Cancelled;
 use api::{Answers, ApiError, ApiJson, CancelRequest, ExecRequest, ProgrammaticRequest, Tenant};
 use ptc_engine::ToolDef;
 
@@ -47,7 +44,7 @@ pub async fn sweep(state: Arc<HttpState>, stop: CancellationToken) {
             _ = tick.tick() => {}
             _ = stop.cancelled() => break,
         }
-        state.sweep();
+        state.continuations.sweep();
         if n % 60 == 0 {
             let files = state.files.clone();
             let _ = tokio::task::spawn_blocking(move || files.sweep()).await;
@@ -92,7 +89,7 @@ async fn programmatic(
             results: request.tool_results.unwrap_or_default(),
             decisions: request.decisions.unwrap_or_default(),
         };
-        return continuation::continuation(&state, tenant, &headers, &token, answers).await;
+        return continuation(&state, tenant, &headers, &token, answers).await;
     }
     let tools = request.tools.unwrap_or_default().into_iter().map(ToolDef::from).collect();
     initial(&state, tenant, &headers, request.code, tools, request.run).await
@@ -122,30 +119,11 @@ async fn cancel(
         .request_id
         .or_else(|| headers.get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned))
         .ok_or_else(|| ApiError::bad_request("request_id is required"))?;
-    let cancelled = || Json(json!({"status": "cancelled", "request_id": request_id})).into_response();
-    if let Some(control) = state.core.tenants.by_request_id(&tenant, &request_id) {
-        control.cancel();
-        // A paused execution is forgotten now, not at its deadline: its instance, tenant slot and
-        // request id are free for the next request.
-        state.paused.forget(control.id());
-        state.forget_image(control.id());
-        let _ = state.cluster.store.forget(control.id()).await;
-        return Ok(cancelled());
-    }
-    // Another node's, or a lost node's (whose journal nobody may resume now).
-    let cluster = &state.cluster;
-    if let Ok(Some((id, node))) = cluster.store.request(&tenant, &request_id).await {
-        if node != cluster.node && !cluster.forwarded(&headers) {
-            let body = json!({"request_id": request_id}).to_string().into_bytes();
-            match cluster.forward(&node, "/exec/programmatic/cancel", &headers, body).await {
-                Ok(response) => return Ok(response),
-                Err(e) => tracing::warn!(%node, "cancel: the owner is unreachable ({e:?}); its journal is dropped"),
-            }
-        }
-        state.paused.forget(&id);
-        if cluster.store.forget(&id).await.is_ok() {
-            return Ok(cancelled());
+    match state.continuations.cancel(&tenant, &request_id, &headers).await {
+        Cancelled::Done => Ok(Json(json!({"status": "cancelled", "request_id": request_id})).into_response()),
+        Cancelled::Forwarded(response) => Ok(response),
+        Cancelled::Unknown => {
+            Err(ApiError::new(StatusCode::NOT_FOUND, format!("no running execution with request id {request_id:?}")))
         }
     }
-    Err(ApiError::new(StatusCode::NOT_FOUND, format!("no running execution with request id {request_id:?}")))
 }

@@ -12,6 +12,7 @@ use rmcp::model::ProtocolVersion;
 use rmcp::service::RequestContext;
 use tokio::task::JoinSet;
 
+use crate::core::continuations::registry::Held;
 use crate::core::runs::Run;
 use crate::core::sessions::{LiveSession, Sessions};
 
@@ -90,4 +91,14 @@ pub(super) struct Program {
     pub notice: Option<String>,
     /// The id of the session the program named (`session`), said after its output.
     pub named: Option<String>,
+}
+
+impl Held for Program {
+    fn tenant(&self) -> Option<&str> {
+        self.tenant.as_deref()
+    }
+
+    fn ended(&self) -> bool {
+        self.started.elapsed() >= self.timeout_limit || self.run.execution.control().is_finished()
+    }
 }

@@ -24,7 +24,7 @@ use super::results::{IMAGES, add_session, ended_result, failed_before_start, pre
 use super::sampling::{self, LLM_QUERY, NO_SAMPLING, llm_query_def, sampled_answer, sampling_params};
 use super::state::McpState;
 use crate::core::auth::LOCAL_TENANT;
-use crate::core::runs::{self, DataDir, Launch};
+use crate::core::runs::{DataDir, Start};
 use crate::core::sessions::{LiveSession, OpenOptions, Sessions};
 use crate::core::{Error, ErrorKind};
 
@@ -119,16 +119,19 @@ impl Runs {
             (_, Some(_)) => None,
         };
         let state = &self.state;
-        let limits =
-            runs::limits(&state.core.engine, state.limits.clone(), timeout_ms).map_err(|e| e.message().to_string())?;
-        let timeout_limit = limits.timeout;
         let mut catalog = catalog(&self.state, false, Mode::Fresh, tenant.as_deref(), elicits).await?;
         catalog.defs.push(llm_query_def());
-        let mut request =
-            ExecutionRequest::new(code).with_tools(catalog.defs).with_limits(limits).with_runtime(state.runtime);
-        request.tenant = tenant.clone();
-        request.network = state.core.networks.for_run(tenant.as_deref(), &[]).map_err(|e| e.message().to_string())?;
-        let admitted = state.core.admit(tenant.as_deref(), None).map_err(|e| e.message().to_string())?;
+        let request = ExecutionRequest::new(code).with_tools(catalog.defs).with_runtime(state.runtime);
+        let start = Start {
+            tenant: tenant.as_deref(),
+            request_id: None,
+            limits: state.limits.clone(),
+            timeout_ms,
+            network_allow: &[],
+            request,
+        };
+        let prepared = state.core.prepare(start).map_err(|e| e.message().to_string())?;
+        let timeout_limit = prepared.request.limits.as_ref().expect("prepared with limits").timeout;
         let started = Instant::now();
         let mut notice = None;
         let live = match (held, &requested, &state.sessions) {
@@ -142,11 +145,7 @@ impl Runs {
             Some((id, live)) => (DataDir::Live(live, Vec::new()), (mode == Mode::Handles).then_some(id)),
             None => (DataDir::None, None),
         };
-        let run = state
-            .core
-            .start(admitted, Launch { request, dir, thaw: None })
-            .await
-            .map_err(|e| e.message().to_string())?;
+        let run = state.core.start(prepared, dir, None).await.map_err(|e| e.message().to_string())?;
         Ok(Program {
             run,
             calls: JoinSet::new(),

@@ -14,14 +14,8 @@ use serde_json::{Value, json};
 use super::program::Program;
 use super::results::failed_before_start;
 use super::state::McpState;
+use crate::core::continuations::registry::Full;
 use crate::core::token::random_hex;
-
-/// Executions parked at once for clients' sampling (each is also a paused execution the
-/// engine's and the tenant's caps count), and of them one tenant's: one tenant once took all
-/// 1,000 places for 300 s each, and every other tenant's `llm_query` failed meanwhile.
-const MAX_PARKED: usize = 1000;
-
-const MAX_PARKED_PER_TENANT: usize = 100;
 
 pub(super) const LLM_QUERY: &str = "llm_query";
 
@@ -78,14 +72,7 @@ pub(super) async fn retried(
     tenant: &Option<String>,
     mut responses: InputResponses,
 ) -> Result<Program, McpError> {
-    let parked = {
-        let mut parked = state.parked.lock().unwrap();
-        match parked.get(handle) {
-            Some(program) if &program.tenant == tenant => parked.remove(handle),
-            _ => None,
-        }
-    };
-    let Some(mut program) = parked else {
+    let Some(mut program) = state.parked.take_if(handle, |program| &program.tenant == tenant) else {
         return Err(McpError::invalid_params(
             "this execution is no longer waiting (it ended, timed out, or was already resumed); run the program again",
             None,
@@ -105,39 +92,39 @@ pub(super) async fn retried(
 
 /// Keeps the paused execution for the client's retry and asks the client for `asks`.
 pub(super) fn park(state: &Arc<McpState>, mut run: Program, asks: InputRequests) -> CallToolResponse {
-    let mut parked = state.parked.lock().unwrap();
-    // Executions that ended early (cancelled, shut down) do not count against the cap.
-    parked.retain(|_, r| !r.run.execution.control().is_finished());
-    let mine = parked.values().filter(|r| r.tenant == run.tenant).count();
-    let full = if mine >= MAX_PARKED_PER_TENANT {
-        Some(format!(
-            "{mine} executions of this key already wait for their clients to answer llm_query or approve a call (the limit)"
-        ))
-    } else if parked.len() >= MAX_PARKED {
-        Some(format!("{MAX_PARKED} executions already wait for their clients to answer llm_query or approve a call"))
-    } else {
-        None
-    };
-    if let Some(full) = full {
-        drop(parked);
+    let handle = random_hex::<16>();
+    let deadline = tokio::time::Instant::from_std(run.started + run.timeout_limit);
+    let (mut calls, control) = (std::mem::take(&mut run.calls), run.run.execution.control());
+    if let Err(full) = state.parked.insert(handle.clone(), run) {
+        let (full, run) = match full {
+            Full::Tenant(mine, run) => (
+                format!(
+                    "{mine} executions of this key already wait for their clients to answer llm_query or approve a call \
+                     (the limit)"
+                ),
+                run,
+            ),
+            Full::Total(all, run) => {
+                (format!("{all} executions already wait for their clients to answer llm_query or approve a call"), run)
+            }
+        };
         run.run.execution.cancel();
+        // Its calls in flight end with it.
+        drop(calls);
         return failed_before_start(format!(
             "{full}; answer or cancel those first, or try again later (this program was not run to its end)"
         ))
         .into();
     }
-    let handle = random_hex::<16>();
     // A client that never comes back: at the deadline the engine has failed the
     // execution; drop it then, with its tenant slot and its calls in flight.
-    let deadline = tokio::time::Instant::from_std(run.started + run.timeout_limit);
     let (state, key) = (state.clone(), handle.clone());
     tokio::spawn(async move {
         tokio::time::sleep_until(deadline).await;
-        state.parked.lock().unwrap().remove(&key);
+        state.parked.remove(&key);
     });
     // The program's downstream calls go on meanwhile, and their results reach it as they
     // come: a call waiting for the user holds up only what awaits it.
-    let (mut calls, control) = (std::mem::take(&mut run.calls), run.run.execution.control());
     tokio::spawn(async move {
         while !calls.is_empty() {
             tokio::select! {
@@ -150,6 +137,5 @@ pub(super) fn park(state: &Arc<McpState>, mut run: Program, asks: InputRequests)
             }
         }
     });
-    parked.insert(handle.clone(), run);
     InputRequiredResult::new(Some(asks), Some(handle)).into()
 }

@@ -13,6 +13,8 @@ use super::convert::tool_def;
 use super::downstream::Downstream;
 use super::program::Program;
 use crate::core::Core;
+use crate::core::continuations::Registry;
+use crate::core::continuations::registry::PARKING;
 use crate::core::sessions::Sessions;
 
 /// What every connection of the front end shares.
@@ -24,8 +26,9 @@ pub struct McpState {
     /// Defaults of every execution; `execute_code(timeout_ms=...)` may change the deadline
     /// within the engine's ceilings.
     pub limits: Limits,
-    /// Executions waiting for their client to sample (protocol 2026-07-28), by handle.
-    pub(super) parked: Mutex<HashMap<String, Program>>,
+    /// Executions waiting for their client to sample or approve (protocol 2026-07-28), by
+    /// handle, within the core's parking caps.
+    pub(super) parked: Registry<Program>,
     /// Whether each downstream tool's input schema can be checked (`check_tool_schema`), by
     /// (server, tool), with the schema it was decided for (a listing shares it until the
     /// server's tools change).
@@ -70,7 +73,7 @@ impl McpState {
             sessions: stateful.then(|| core.sessions.clone()),
             core,
             downstream,
-            parked: Mutex::default(),
+            parked: Registry::with_caps(PARKING),
             schema_checks: Mutex::default(),
             described: Mutex::default(),
             runtime,
