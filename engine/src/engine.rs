@@ -15,7 +15,7 @@ use crate::bindings::{Sandbox, SandboxPre};
 use crate::config::{ComponentSource, EngineConfig, MIB, WhenBusy};
 use crate::data::DataRuntime;
 use crate::error::{Error, ErrorKind, Result};
-use crate::execution::{Control, Execution, Job, Start, drive};
+use crate::execution::{Clock, Control, Execution, Job, Sides, Start, drive};
 use crate::host::HostState;
 use crate::journal::Recorder;
 use crate::keeper::Keeper;
@@ -24,7 +24,7 @@ use crate::request::{ExecutionRequest, Runtime};
 use crate::schema::SchemaCache;
 use crate::shares::Shares;
 use crate::sleep::{Hibernation, Sealing};
-use crate::stores::{StoreSpec, Stores};
+use crate::stores::{Running, StoreSpec, Stores};
 use crate::tool_lists::{GuestTools, wit_tools};
 use crate::warm::Refill;
 use crate::wasm::{EpochTicker, build_engine};
@@ -295,7 +295,19 @@ impl Engine {
         let schemas = inner.schemas.compiled(request.tenant.as_deref(), &request.tools).await?;
         let permit = self.acquire().await?;
         let started = Instant::now();
-        let (mut store, instance, host) = inner.stores.new_instance(&StoreSpec {
+        let hibernate_after = request.hibernate_after.or(inner.config.hibernate_after);
+        let id: Arc<str> = request.id.clone().unwrap_or_else(new_id).into();
+        let suffix = match &request.journal {
+            Some(journal) => crate::approval::journal_suffix(&journal.seed),
+            None => crate::approval::id_suffix(&id),
+        };
+        let deadline = tokio::time::Instant::from_std(started + limits.timeout);
+        let running = Running {
+            net: NetSide::new(request.network.clone(), Some(deadline)),
+            hibernate_after,
+            identity: (suffix, NeedApproval::of(&request.tools)),
+        };
+        let (store, instance, host) = inner.stores.new_instance(StoreSpec {
             limits: &limits,
             schemas: Some(schemas.clone()),
             data_dir: request.data_dir.as_deref(),
@@ -303,18 +315,8 @@ impl Engine {
             runtime: request.runtime,
             journal: journal.as_ref(),
             monotonic_from: 0,
+            running: Some(running),
         })?;
-        let hibernate_after = request.hibernate_after.or(inner.config.hibernate_after);
-        store.data_mut().broker.hibernate_after = hibernate_after;
-        store.data_mut().broker.parked = Some(inner.stores.parked.clone());
-        let id: Arc<str> = request.id.clone().unwrap_or_else(new_id).into();
-        let suffix = match &request.journal {
-            Some(journal) => crate::approval::journal_suffix(&journal.seed),
-            None => crate::approval::id_suffix(&id),
-        };
-        store.data_mut().broker.identify(suffix, NeedApproval::of(&request.tools));
-        let deadline = tokio::time::Instant::from_std(started + limits.timeout);
-        store.data_mut().net = NetSide::new(request.network.clone(), Some(deadline));
         let (permit, hibernation) = match hibernate_after {
             None => (Some(permit), None),
             Some(_) => {
@@ -323,32 +325,24 @@ impl Engine {
             }
         };
 
-        let cancel = CancellationToken::new();
-        let job = Job {
-            pre,
-            tools: GuestTools::Sent(wit_tools(
-                &request.tools,
-                self.inner.stores.observed.as_deref(),
-                request.tenant.as_deref(),
-            )),
-            code: request.code,
-            deadline,
-            timeout: limits.timeout,
-            fuel: host.fuel,
-            output: host.output,
-            events: host.events,
-            cancel: cancel.clone(),
-            shutdown: inner.shutdown.clone(),
-            started,
-            _permit: permit,
-            hibernation,
-            refill: (request.runtime == Runtime::Python).then(|| self.refill(!host.ahead)),
-            running: inner.running.clone(),
-        };
+        let tools =
+            GuestTools::Sent(wit_tools(&request.tools, inner.stores.observed.as_deref(), request.tenant.as_deref()));
+        let sides = Sides { fuel: host.fuel, output: host.output, events: host.events };
+        let clock = Clock { started, deadline, timeout: limits.timeout };
+        let job = Job::new(pre, request.code, tools, clock, sides, &inner.shutdown, &inner.running)
+            .holding(permit, hibernation)
+            .refilling((request.runtime == Runtime::Python).then(|| self.refill(!host.ahead)));
+        let cancel = job.cancel.clone();
         let span = tracing::info_span!("execution", id = %id, session = request.session_id.as_deref().unwrap_or(""));
         inner.drivers.spawn(tracing::Instrument::instrument(drive(job, store, Start::Fresh(instance)), span));
         let control = Control { id, exchange: host.exchange, cancel, journal, schemas };
         Ok(Execution::new(control, host.events_rx))
+    }
+
+    /// Tools' schemas as this engine has parsed, checked and compiled them, by tenant: the
+    /// one cache a front end parses a schema's text and checks a tool's schema through.
+    pub fn schemas(&self) -> &SchemaCache {
+        &self.inner.schemas
     }
 
     /// Changes whenever the result shapes `tenant` has observed change: a rendering of its tools

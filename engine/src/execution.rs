@@ -241,6 +241,83 @@ pub(crate) struct Job {
     pub(crate) running: Arc<AtomicUsize>,
 }
 
+/// When a job started, when its deadline passes, and its whole timeout.
+pub(crate) struct Clock {
+    pub(crate) started: Instant,
+    pub(crate) deadline: tokio::time::Instant,
+    pub(crate) timeout: Duration,
+}
+
+impl Clock {
+    /// A job that starts now (`started`) with `timeout` ahead of it.
+    pub(crate) fn from(started: Instant, timeout: Duration) -> Self {
+        Clock { started, deadline: tokio::time::Instant::from_std(started + timeout), timeout }
+    }
+}
+
+/// What a job's program reports through: its fuel, its output and its events.
+pub(crate) struct Sides {
+    pub(crate) fuel: Option<u64>,
+    pub(crate) output: Output,
+    pub(crate) events: UnboundedSender<Event>,
+}
+
+impl Job {
+    /// The job of running `code` (none: a thawed program goes on) with `tools`, in an
+    /// instance of `pre`, under the engine's `shutdown` and counted in its `running`. It
+    /// holds no slot, may not hibernate, and refills no warm pool until told
+    /// ([`Job::holding`], [`Job::refilling`]); its cancel token is its own.
+    pub(crate) fn new(
+        pre: Pre,
+        code: String,
+        tools: GuestTools,
+        clock: Clock,
+        sides: Sides,
+        shutdown: &CancellationToken,
+        running: &Arc<AtomicUsize>,
+    ) -> Self {
+        let Clock { started, deadline, timeout } = clock;
+        let Sides { fuel, output, events } = sides;
+        Job {
+            pre,
+            code,
+            tools,
+            deadline,
+            timeout,
+            fuel,
+            output,
+            events,
+            cancel: CancellationToken::new(),
+            shutdown: shutdown.clone(),
+            started,
+            _permit: None,
+            hibernation: None,
+            refill: None,
+            running: running.clone(),
+        }
+    }
+
+    /// Holds the execution slot `permit` (a fresh instance's) and, if it may hibernate, what
+    /// it needs to.
+    pub(crate) fn holding(mut self, permit: Option<OwnedSemaphorePermit>, hibernation: Option<Hibernation>) -> Self {
+        self._permit = permit;
+        self.hibernation = hibernation;
+        self
+    }
+
+    /// Tops the engine's warm instances up with `refill` once it has ended.
+    pub(crate) fn refilling(mut self, refill: Option<Refill>) -> Self {
+        self.refill = refill;
+        self
+    }
+
+    /// Cancelled with `cancel` (a live session's) rather than its own token.
+    pub(crate) fn cancelled_by(mut self, cancel: CancellationToken) -> Self {
+        self.cancel = cancel;
+        self
+    }
+}
+
 /// Counts one execution as under way while it lives.
 struct Running(Arc<AtomicUsize>);
 

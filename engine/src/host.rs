@@ -46,6 +46,20 @@ pub(crate) struct HostState {
     unwired: bool,
 }
 
+/// What a host state is made of ([`HostState::new`]), whole.
+pub(crate) struct Parts {
+    pub(crate) wasi: Wasi,
+    pub(crate) limiter: Limiter,
+    pub(crate) broker: Broker,
+    /// The engine's count of live instances (`None`: a warm instance's placeholder).
+    pub(crate) live: Option<Arc<AtomicUsize>>,
+    /// A directory is preopened (`/mnt/data`).
+    pub(crate) preopened: bool,
+    pub(crate) monotonic: Option<Monotonic>,
+    pub(crate) net: NetSide,
+    pub(crate) wiring: Wiring,
+}
+
 /// One turn of the data runtime, as its door sees it: the job the guest asks for, and what
 /// the guest reports back.
 #[derive(Default)]
@@ -64,14 +78,8 @@ impl HostState {
         &self.broker.output
     }
 
-    /// `preopened`: a directory is preopened (`/mnt/data`).
-    pub(crate) fn new(
-        wasi: Wasi,
-        limiter: Limiter,
-        broker: Broker,
-        live: Option<Arc<AtomicUsize>>,
-        preopened: bool,
-    ) -> Self {
+    pub(crate) fn new(parts: Parts) -> Self {
+        let Parts { wasi, limiter, broker, live, preopened, monotonic, net, wiring } = parts;
         if let Some(live) = &live {
             live.fetch_add(1, Ordering::Relaxed);
             metrics::gauge!("ptc_live_instances").increment(1.0);
@@ -89,10 +97,10 @@ impl HostState {
             live,
             hibernated: None,
             primed_handles,
-            monotonic: None,
-            net: NetSide::new(None, None),
+            monotonic,
+            net,
             tools_held: 0,
-            wiring: None,
+            wiring: Some(wiring),
             unwired: false,
         }
     }

@@ -68,5 +68,5 @@ pub use journal::{Entry, Journal, JournalTake, RecordedCall, RecordedHttp, Recor
 pub use keeper::{Hibernated, Keeper};
 pub use net::{Network, NetworkPolicy, SecretSpec};
 pub use request::{DATA_DIR, ExecutionRequest, Runtime, ToolDef};
-pub use schema::{INLINE_CHECK_STEPS, MAX_CHECK_STEPS, MAX_WIDEST, check_tool_schema};
+pub use schema::{INLINE_CHECK_STEPS, MAX_CHECK_STEPS, MAX_WIDEST, SchemaCache, check_tool_schema};
 pub use session::{DEFAULT_IDLE_TIMEOUT, Dropped, Restored, Session, SessionRequest, SessionState};

@@ -25,7 +25,7 @@ use crate::error::{Error, Result};
 use crate::request::ToolDef;
 use crate::request::label;
 
-pub(crate) use cache::SchemaCache;
+pub use cache::SchemaCache;
 
 /// The most steps (subschema visits) one input check may take. The costliest shape measured,
 /// a pattern on each of 200 `anyOf` branches, took jsonschema 27 ms for 962,401 steps, and the

@@ -6,10 +6,12 @@
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 use wasmtime::Store;
 
+use crate::approval::NeedApproval;
 use crate::bindings::SandboxPre;
 use crate::broker::Broker;
 use crate::config::{Ceilings, EngineConfig, Limits};
@@ -20,9 +22,10 @@ use crate::exchange::Exchange;
 use crate::guest::{Guest, Pre};
 use crate::hibernation::parked::Parked;
 use crate::hibernation::{Image, Images};
-use crate::host::HostState;
+use crate::host::{HostState, Parts};
 use crate::journal::Recorder;
 use crate::limiter::Limiter;
+use crate::net::NetSide;
 use crate::observed::ObservedShapes;
 use crate::output::Output;
 use crate::request::Runtime;
@@ -81,6 +84,19 @@ pub(crate) struct StoreSpec<'a> {
     /// What the monotonic clock reads at first (nanoseconds): 0, or where a thawed
     /// execution's clock had got to.
     pub(crate) monotonic_from: u64,
+    /// An execution's own (none: a session's, whose programs install theirs, or a warm
+    /// instance's, or a rendering's).
+    pub(crate) running: Option<Running>,
+}
+
+/// What an execution's store holds beyond any instance's.
+pub(crate) struct Running {
+    /// Its network policy, its deadline, and the requests it made before (a thawed one's).
+    pub(crate) net: NetSide,
+    /// How long it waits for tools before it hibernates (`None`: never).
+    pub(crate) hibernate_after: Option<Duration>,
+    /// The suffix its call ids end with, and which of its tools wait for approval.
+    pub(crate) identity: (String, NeedApproval),
 }
 
 /// The host's side of one instance: its event channel, tool exchange, output and fuel.
@@ -163,9 +179,10 @@ impl Stores {
 
     /// A store for one instance: WASI with captured output (and `/mnt/data` if given), the
     /// memory limiter, fuel, and the tool broker with its channels.
-    pub(crate) fn new_store(&self, spec: &StoreSpec<'_>) -> Result<(Store<HostState>, HostSide)> {
+    pub(crate) fn new_store(&self, spec: StoreSpec<'_>) -> Result<(Store<HostState>, HostSide)> {
+        let runtime = spec.runtime;
         let (state, host) = self.host_state(spec, true)?;
-        Ok((self.store_with(state, spec.runtime, host.fuel)?, host))
+        Ok((self.store_with(state, runtime, host.fuel)?, host))
     }
 
     fn store_with(&self, state: HostState, runtime: Runtime, fuel: Option<u64>) -> Result<Store<HostState>> {
@@ -176,18 +193,19 @@ impl Stores {
 
     /// [`Stores::new_store`] with the instance already made when a warm one is ready
     /// (`warm.rs`); `None`: the caller instantiates.
-    pub(crate) fn new_instance(&self, spec: &StoreSpec<'_>) -> Result<(Store<HostState>, Option<Guest>, HostSide)> {
+    pub(crate) fn new_instance(&self, spec: StoreSpec<'_>) -> Result<(Store<HostState>, Option<Guest>, HostSide)> {
+        let (runtime, max_memory) = (spec.runtime, spec.limits.max_memory_bytes);
         let (mut state, mut host) = self.host_state(spec, true)?;
-        let warm = if spec.runtime == Runtime::Python { self.warm.take() } else { None };
+        let warm = if runtime == Runtime::Python { self.warm.take() } else { None };
         let Some(mut warm) = warm else {
-            return Ok((self.store_with(state, spec.runtime, host.fuel)?, None, host));
+            return Ok((self.store_with(state, runtime, host.fuel)?, None, host));
         };
         // The snapshot's memory was sized at instantiation, under the ceiling; a lower limit
         // is refused the way instantiating under it would refuse it.
         let initial = warm.store.data().limiter.peak;
-        if initial > spec.limits.max_memory_bytes {
+        if initial > max_memory {
             self.warm.put(warm);
-            return Ok((self.store_with(state, spec.runtime, host.fuel)?, None, host));
+            return Ok((self.store_with(state, runtime, host.fuel)?, None, host));
         }
         state.limiter.peak = initial;
         host.ahead = warm.ahead;
@@ -281,8 +299,9 @@ impl Stores {
             runtime,
             journal: None,
             monotonic_from: 0,
+            running: None,
         };
-        self.host_state(&spec, false)
+        self.host_state(spec, false)
     }
 
     /// A store of `runtime`, with no instance yet, for `state`.
@@ -312,9 +331,9 @@ impl Stores {
 
     /// The host state of one instance and the host side of its channels. `live`: it counts
     /// as a live instance (a warm instance's placeholder does not).
-    fn host_state(&self, spec: &StoreSpec<'_>, live: bool) -> Result<(HostState, HostSide)> {
-        let StoreSpec { limits, ref schemas, data_dir, tenant, runtime, journal, monotonic_from } = *spec;
-        let schemas = schemas.clone().unwrap_or_else(|| Arc::new(Schemas::none()));
+    fn host_state(&self, spec: StoreSpec<'_>, live: bool) -> Result<(HostState, HostSide)> {
+        let StoreSpec { limits, schemas, data_dir, tenant, runtime, journal, monotonic_from, running } = spec;
+        let schemas = schemas.unwrap_or_else(|| Arc::new(Schemas::none()));
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let exchange = self.exchange(limits, tenant);
         let output = Output::new(limits.max_output_bytes, events_tx.clone());
@@ -332,9 +351,25 @@ impl Stores {
         let mut broker =
             Broker::new(exchange.clone(), events_tx.clone(), output.clone(), run_slot, schemas, limits, &self.ceilings);
         broker.journal = journal.cloned();
-        let mut state = HostState::new(wasi, limiter, broker, live.then(|| self.live.clone()), data_dir.is_some());
-        state.monotonic = monotonic;
-        state.wiring = Some(wiring);
+        let net = match running {
+            Some(Running { net, hibernate_after, identity: (suffix, need_approval) }) => {
+                broker.hibernate_after = hibernate_after;
+                broker.parked = Some(self.parked.clone());
+                broker.identify(suffix, need_approval);
+                net
+            }
+            None => NetSide::new(None, None),
+        };
+        let state = HostState::new(Parts {
+            wasi,
+            limiter,
+            broker,
+            live: live.then(|| self.live.clone()),
+            preopened: data_dir.is_some(),
+            monotonic,
+            net,
+            wiring,
+        });
         let fuel = self.fuel(limits);
         Ok((state, HostSide { events: events_tx, events_rx, exchange, output, fuel, ahead: false }))
     }

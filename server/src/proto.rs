@@ -2,8 +2,6 @@
 
 #![allow(clippy::all, missing_docs)]
 
-use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 tonic::include_proto!("ptc.v1");
@@ -181,7 +179,12 @@ pub fn decision(d: Decision) -> Result<ptc_engine::Decision, String> {
 }
 
 /// Tool definitions from the wire; the schema must be JSON text (or empty).
-pub fn tool_defs(tenant: &str, tools: Vec<Tool>) -> Result<Vec<ptc_engine::ToolDef>, String> {
+/// Their schemas' texts are parsed through `schemas`, as `tenant`'s.
+pub fn tool_defs(
+    schemas: &ptc_engine::SchemaCache,
+    tenant: &str,
+    tools: Vec<Tool>,
+) -> Result<Vec<ptc_engine::ToolDef>, String> {
     tools
         .into_iter()
         .map(|t| {
@@ -189,7 +192,8 @@ pub fn tool_defs(tenant: &str, tools: Vec<Tool>) -> Result<Vec<ptc_engine::ToolD
                 None
             } else {
                 Some(
-                    parse_schema(tenant, &t.parameters_json)
+                    schemas
+                        .parse(tenant, &t.parameters_json)
                         .map_err(|e| format!("parameters_json of tool {:?} is not valid JSON: {e}", t.name))?,
                 )
             };
@@ -202,52 +206,14 @@ pub fn tool_defs(tenant: &str, tools: Vec<Tool>) -> Result<Vec<ptc_engine::ToolD
                 def = def.with_approval();
             }
             if !t.returns_json.trim().is_empty() {
-                let returns = parse_schema(tenant, &t.returns_json)
+                let returns = schemas
+                    .parse(tenant, &t.returns_json)
                     .map_err(|e| format!("returns_json of tool {:?} is not valid JSON: {e}", def.name))?;
                 def.returns = Some(returns);
             }
             Ok(def)
         })
         .collect()
-}
-
-/// Schemas parsed from the wire, by their text. A client sends a session's tools with every
-/// `Start` (the Python client does), and parsing 102 MCP tools' schemas was most of the
-/// server's part of a session `pass` with them (1.3 against 0.3 ms for one tool, `phases
-/// --grpc`). The cache is keyed by the tenant and the text: a parse depends on the text alone,
-/// but a cache shared across tenants let one time whether another had sent a schema lately
-/// (24.2 against 26.5 ms, a held-out run). It keeps at most [`SCHEMA_TEXT_KEPT`] bytes of keys
-/// (and what they parse to), and starts over when full; a schema larger than a sixteenth of
-/// that is parsed every time.
-struct ParsedSchemas {
-    /// Tenant, a NUL, and the text → the parsed schema.
-    by_text: HashMap<Box<str>, Arc<serde_json::Value>, foldhash::quality::RandomState>,
-    bytes: usize,
-}
-
-const SCHEMA_TEXT_KEPT: usize = 2 << 20;
-
-static PARSED: LazyLock<Mutex<ParsedSchemas>> =
-    LazyLock::new(|| Mutex::new(ParsedSchemas { by_text: HashMap::default(), bytes: 0 }));
-
-fn parse_schema(tenant: &str, text: &str) -> serde_json::Result<Arc<serde_json::Value>> {
-    let key = format!("{tenant}\0{text}");
-    if let Some(parsed) = PARSED.lock().unwrap().by_text.get(key.as_str()) {
-        return Ok(parsed.clone());
-    }
-    let value: Arc<serde_json::Value> = Arc::new(serde_json::from_str(text)?);
-    if key.len() <= SCHEMA_TEXT_KEPT / 16 {
-        let mut kept = PARSED.lock().unwrap();
-        if kept.bytes + key.len() > SCHEMA_TEXT_KEPT {
-            kept.by_text.clear();
-            kept.bytes = 0;
-        }
-        if !kept.by_text.contains_key(key.as_str()) {
-            kept.bytes += key.len();
-            kept.by_text.insert(key.into(), value.clone());
-        }
-    }
-    Ok(value)
 }
 
 impl Limits {
@@ -261,32 +227,5 @@ impl Limits {
             .with_max_memory_bytes(self.max_memory_bytes.unwrap_or(defaults.max_memory_bytes))
             .with_max_output_bytes(self.max_output_bytes.unwrap_or(defaults.max_output_bytes))
             .with_fuel(self.fuel.or(defaults.fuel))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn schemas_from_the_wire_are_parsed_once_per_text_within_a_bound() {
-        let text = r#"{"type": "object", "properties": {"wire_cache_test": {"type": "integer"}}}"#;
-        let (a, b) = (parse_schema("t", text).unwrap(), parse_schema("t", text).unwrap());
-        assert!(Arc::ptr_eq(&a, &b), "the same text is parsed once");
-        assert_eq!(a["properties"]["wire_cache_test"]["type"], "integer");
-        // Another tenant's same text is a parse of its own: no tenant can tell by timing what
-        // another sent.
-        assert!(!Arc::ptr_eq(&a, &parse_schema("u", text).unwrap()));
-        let other = parse_schema("t", &text.replace("integer", "string")).unwrap();
-        assert_eq!(other["properties"]["wire_cache_test"]["type"], "string");
-        assert!(parse_schema("t", "{not json").is_err());
-        // One too large for the cache is parsed each time; many others never pass the bound.
-        let large = format!(r#"{{"description": "{}"}}"#, "x".repeat(SCHEMA_TEXT_KEPT / 16));
-        assert!(!Arc::ptr_eq(&parse_schema("t", &large).unwrap(), &parse_schema("t", &large).unwrap()));
-        let filler = "y".repeat(SCHEMA_TEXT_KEPT / 64);
-        for i in 0..200 {
-            parse_schema("t", &format!(r#"{{"description": "{i}{filler}"}}"#)).unwrap();
-            assert!(PARSED.lock().unwrap().bytes <= SCHEMA_TEXT_KEPT);
-        }
     }
 }

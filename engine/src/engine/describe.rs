@@ -24,8 +24,9 @@ impl Engine {
             runtime: Runtime::Python,
             journal: None,
             monotonic_from: 0,
+            running: None,
         };
-        let (mut store, _host) = self.inner.stores.new_store(&spec)?;
+        let (mut store, _host) = self.inner.stores.new_store(spec)?;
         store.epoch_deadline_async_yield_and_update(1);
         let run_slot = store.data().broker.run_slot.clone();
         run_slot.acquire().await;

@@ -12,7 +12,7 @@ use crate::approval::NeedApproval;
 use crate::broker::Next;
 use crate::config::Limits;
 use crate::error::{Error, Result};
-use crate::execution::{Control, Execution, Job, Start};
+use crate::execution::{Clock, Control, Execution, Job, Sides, Start};
 use crate::guest::Pre;
 use crate::host::HostState;
 use crate::net::NetSide;
@@ -32,7 +32,7 @@ impl Engine {
         self.check_images(request.tenant.as_deref())?;
         let pre = inner.stores.pre(request.runtime)?;
         let permit = self.acquire().await?;
-        let (mut store, warm, host) = inner.stores.new_instance(&session_spec(&request, &limits))?;
+        let (mut store, warm, host) = inner.stores.new_instance(session_spec(&request, &limits))?;
         let shared = SessionCore::new(new_id().into(), request.tenant.clone(), host.output);
         let budget = session::Budget { timeout: limits.timeout, fuel: inner.stores.fuel(&limits) };
         let sandbox = match warm {
@@ -149,23 +149,19 @@ impl Engine {
         let (given, observed, tenant) =
             (request.tools, inner.stores.observed.clone(), session.tenant().map(str::to_string));
         let make = move || wit_tools(&given, observed.as_deref(), tenant.as_deref());
-        let job = Job {
-            pre: Pre::Component(inner.stores.pre.clone()),
-            tools: GuestTools::Numbered { list, make: Box::new(make) },
-            code: request.code,
-            deadline: tokio::time::Instant::from_std(started + limits.timeout),
-            timeout: limits.timeout,
-            fuel,
-            output: output.clone(),
-            events: events_tx.clone(),
-            cancel: cancel.clone(),
-            shutdown: inner.shutdown.clone(),
-            started,
-            _permit: None,
-            hibernation: None,
-            refill: None,
-            running: inner.running.clone(),
-        };
+        let tools = GuestTools::Numbered { list, make: Box::new(make) };
+        let sides = Sides { fuel, output: output.clone(), events: events_tx.clone() };
+        let pre = Pre::Component(inner.stores.pre.clone());
+        let job = Job::new(
+            pre,
+            request.code,
+            tools,
+            Clock::from(started, limits.timeout),
+            sides,
+            &inner.shutdown,
+            &inner.running,
+        )
+        .cancelled_by(cancel.clone());
         let ceilings = inner.config.ceilings.clone();
         let install_exchange = exchange.clone();
         let id: Arc<str> = request.id.clone().unwrap_or_else(new_id).into();
@@ -197,5 +193,6 @@ pub(super) fn session_spec<'a>(request: &'a SessionRequest, limits: &'a Limits) 
         runtime: request.runtime,
         journal: None,
         monotonic_from: 0,
+        running: None,
     }
 }

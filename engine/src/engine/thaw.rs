@@ -6,20 +6,21 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio_util::sync::CancellationToken;
 use wasmtime::Store;
 
 use super::Engine;
 use super::sessions::session_spec;
+use crate::approval::NeedApproval;
 use crate::broker::Progress;
 use crate::error::{Error, ErrorKind, Result};
-use crate::execution::{Control, Execution, Job, Start, drive};
+use crate::execution::{Clock, Control, Execution, Job, Sides, Start, drive};
 use crate::hibernation::{Binding, Image, sealed};
 use crate::host::HostState;
+use crate::net::NetSide;
 use crate::request::{ExecutionRequest, Runtime};
 use crate::session::{self, Session, SessionCore, SessionRequest};
 use crate::sleep::Asleep;
-use crate::stores::{HostSide, StoreSpec};
+use crate::stores::{HostSide, Running, StoreSpec};
 use crate::tool_lists::{GuestTools, wit_tools};
 
 /// What a sealed image is of, as a refusal names it.
@@ -68,53 +69,39 @@ impl Engine {
             runtime: request.runtime,
             journal: None,
             monotonic_from: 0,
+            running: None,
+        };
+        let now = Instant::now();
+        let deadline = tokio::time::Instant::from_std(now + limits.timeout);
+        // What the image says of the run: the requests it made and how its calls are named.
+        let running = |h: &sealed::Host| Running {
+            net: NetSide::new(request.network.clone(), Some(deadline)).made_before(h.requests),
+            hibernate_after: request.hibernate_after.or(inner.config.hibernate_after),
+            identity: (h.suffix.clone(), NeedApproval::of(&request.tools)),
         };
         let Opened { host: h, round, mut store, side, asleep } =
-            self.asleep_store(Sealed::Execution, id, image, spec, true).await?;
+            self.asleep_store(Sealed::Execution, id, image, spec, Some(running)).await?;
         let answered: Vec<String> = h.log.iter().filter(|r| r.outcome.is_some()).map(|r| r.id.clone()).collect();
         side.exchange.restore(h.exchange, answered);
         side.output.restore(h.stdout, h.stderr, h.truncated);
-        let data = store.data_mut();
-        data.broker.restore(Progress {
+        store.data_mut().broker.restore(Progress {
             rounds: h.rounds,
             calls: h.calls,
             log: h.log,
             log_room: h.log_room as usize,
             timer: h.timer_ms.map(Duration::from_millis),
         });
-        data.broker.hibernate_after = request.hibernate_after.or(inner.config.hibernate_after);
-        data.broker.parked = Some(inner.stores.parked.clone());
-        data.broker.identify(h.suffix.clone(), crate::approval::NeedApproval::of(&request.tools));
-
-        let now = Instant::now();
         let started = now.checked_sub(Duration::from_millis(h.elapsed_ms)).unwrap_or(now);
-        let deadline = tokio::time::Instant::from_std(now + limits.timeout);
-        store.data_mut().net =
-            crate::net::NetSide::new(request.network.clone(), Some(deadline)).made_before(h.requests);
         let id: Arc<str> = id.into();
         let sealing = self.sealing(request.keeper.as_ref(), request.tenant.as_ref(), &id, started, h.fuel_initial);
-        let cancel = CancellationToken::new();
-        let job = Job {
-            pre,
-            code: String::new(),
-            tools: GuestTools::Sent(wit_tools(
-                &request.tools,
-                self.inner.stores.observed.as_deref(),
-                request.tenant.as_deref(),
-            )),
-            deadline,
-            timeout: limits.timeout,
-            fuel: h.fuel_initial,
-            output: side.output,
-            events: side.events,
-            cancel: cancel.clone(),
-            shutdown: inner.shutdown.clone(),
-            started,
-            _permit: None,
-            hibernation: Some(self.hibernation(None, sealing)),
-            refill: (request.runtime == Runtime::Python).then(|| self.refill(false)),
-            running: inner.running.clone(),
-        };
+        let tools =
+            GuestTools::Sent(wit_tools(&request.tools, inner.stores.observed.as_deref(), request.tenant.as_deref()));
+        let sides = Sides { fuel: h.fuel_initial, output: side.output, events: side.events };
+        let clock = Clock { started, deadline, timeout: limits.timeout };
+        let job = Job::new(pre, String::new(), tools, clock, sides, &inner.shutdown, &inner.running)
+            .holding(None, Some(self.hibernation(None, sealing)))
+            .refilling((request.runtime == Runtime::Python).then(|| self.refill(false)));
+        let cancel = job.cancel.clone();
         let span = tracing::info_span!("execution", id = %id, session = request.session_id.as_deref().unwrap_or(""));
         tracing::debug!(parent: &span, round, bytes = image.len(), "thawing a sealed image");
         inner.drivers.spawn(tracing::Instrument::instrument(drive(job, store, Start::Asleep(asleep)), span));
@@ -137,7 +124,8 @@ impl Engine {
         let limits = self.session_limits(&request)?;
         inner.stores.pre(request.runtime)?;
         let spec = session_spec(&request, &limits);
-        let Opened { store, side, asleep, .. } = self.asleep_store(Sealed::Session, id, image, spec, false).await?;
+        let Opened { store, side, asleep, .. } =
+            self.asleep_store(Sealed::Session, id, image, spec, None::<fn(&sealed::Host) -> Running>).await?;
         let shared = SessionCore::new(id.into(), request.tenant.clone(), side.output);
         let budget = session::Budget { timeout: limits.timeout, fuel: inner.stores.fuel(&limits) };
         let sealing =
@@ -159,11 +147,15 @@ impl Engine {
         id: &str,
         image: &[u8],
         spec: StoreSpec<'_>,
-        fuel: bool,
+        running: Option<impl FnOnce(&sealed::Host) -> Running>,
     ) -> Result<Opened> {
         let inner = &self.inner;
         let (body, memory) = self.open_sealed(what, id, image, spec.tenant, spec.runtime).await?;
-        let (mut store, side) = inner.stores.new_store(&StoreSpec { monotonic_from: body.host.monotonic, ..spec })?;
+        // An execution's image carries its fuel left on; a session's next program gets its own.
+        let fuel = running.is_some();
+        let running = running.map(|running| running(&body.host));
+        let (mut store, side) =
+            inner.stores.new_store(StoreSpec { monotonic_from: body.host.monotonic, running, ..spec })?;
         let left = body.host.fuel.filter(|_| fuel);
         if let Some(left) = left.filter(|_| inner.config.fuel) {
             store.set_fuel(left).map_err(|e| Error::engine("setting fuel", e))?;

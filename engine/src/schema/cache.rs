@@ -1,18 +1,41 @@
-//! Compiled input schemas kept between executions. Compiling even one two-property schema
-//! took 30–60 µs back to back and 60–120 µs after a quiet spell (`phases`, 2026-11-25): the
-//! largest host-side cost of a fresh `pass`; 102 real MCP tools take 2.7 ms. A tenant's
-//! programs mostly run against the same tools, so the engine keeps the validators of the
-//! last [`ENTRIES`] tool sets it compiled, each for one tenant (one tenant cannot tell from
-//! the timing which tools another uses), the least recently used going first, and at most
-//! [`VALUES`] JSON values of schemas in all. A tool set larger than that is compiled each
-//! time; one whose schemas are refused is never kept.
+//! The one cache of tools' schemas, from a schema's text on the wire to its compiled
+//! validator. **Every entry is keyed by the tenant and what it was made from**: one tenant
+//! cannot tell from the timing which schemas another sent or uses (a cache shared across
+//! tenants let one time whether another had sent a schema lately: 24.2 against 26.5 ms, a
+//! held-out run). Three kinds of entry, each bounded:
+//!
+//! - **Parsed** ([`SchemaCache::parse`]): a schema's JSON text → its value. A client sends a
+//!   session's tools with every run (the Python client does), and parsing 102 MCP tools'
+//!   schemas was most of the server's part of a session `pass` with them (1.3 against 0.3 ms
+//!   for one tool, `phases --grpc`). At most [`TEXT_KEPT`] bytes of keys; it starts over when
+//!   full, and a text larger than a sixteenth of that is parsed every time.
+//! - **Verdicts** ([`SchemaCache::problem`]): whether one tool's schema can be used (compiles,
+//!   and its checks are bounded), by its namespace, name and parameters: the MCP front end
+//!   asks for every downstream tool at every listing. At most [`VERDICTS`]; starts over when
+//!   full.
+//! - **Compiled** (`compiled`): a tool set's validators. Compiling even one two-property
+//!   schema took 30–60 µs back to back and 60–120 µs after a quiet spell (`phases`,
+//!   2026-11-25): the largest host-side cost of a fresh `pass`; 102 real MCP tools take
+//!   2.7 ms. A tenant's programs mostly run against the same tools, so the validators of the
+//!   last [`ENTRIES`] tool sets are kept, the least recently used going first, and at most
+//!   [`VALUES`] JSON values of schemas in all. A tool set larger than that is compiled each
+//!   time; one whose schemas are refused is never kept.
 
+use std::collections::HashMap;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
-use super::Schemas;
+use serde_json::Value;
+
+use super::{Schemas, check_tool_schema};
 use crate::error::Result;
 use crate::request::ToolDef;
+
+/// Bytes of schema text (with the tenant) kept parsed.
+pub const TEXT_KEPT: usize = 2 << 20;
+
+/// Single tools' verdicts kept.
+pub const VERDICTS: usize = 8192;
 
 /// Tool sets kept.
 const ENTRIES: usize = 64;
@@ -21,11 +44,27 @@ const ENTRIES: usize = 64;
 /// tools'). Compiled validators take a few hundred bytes per value.
 const VALUES: usize = 65_536;
 
+/// Tools' schemas parsed, checked and compiled, by tenant (see the module's header).
 #[derive(Default)]
-pub(crate) struct SchemaCache {
-    /// Most recently used first.
+pub struct SchemaCache {
+    /// Compiled tool sets, most recently used first.
     entries: Mutex<VecDeque<Entry>>,
+    parsed: Mutex<Parsed>,
+    verdicts: Mutex<HashMap<ToolKey, Verdict>>,
 }
+
+/// Tenant, a NUL, and the text → the parsed schema; and the bytes of those keys.
+#[derive(Default)]
+struct Parsed {
+    by_text: HashMap<Box<str>, Arc<Value>, foldhash::quality::RandomState>,
+    bytes: usize,
+}
+
+/// A tool as a verdict depends on it: tenant, namespace, name.
+type ToolKey = (Option<String>, Option<String>, String);
+
+/// The parameters a verdict was reached for, and the verdict (`None`: usable).
+type Verdict = (Option<Arc<Value>>, Option<String>);
 
 struct Entry {
     tenant: Option<String>,
@@ -46,6 +85,50 @@ impl Entry {
 }
 
 impl SchemaCache {
+    /// The schema `text` (JSON) as `tenant` sent it, parsed.
+    pub fn parse(&self, tenant: &str, text: &str) -> serde_json::Result<Arc<Value>> {
+        let key = format!("{tenant}\0{text}");
+        if let Some(parsed) = self.parsed.lock().unwrap_or_else(|e| e.into_inner()).by_text.get(key.as_str()) {
+            return Ok(parsed.clone());
+        }
+        let value: Arc<Value> = Arc::new(serde_json::from_str(text)?);
+        if key.len() <= TEXT_KEPT / 16 {
+            let mut kept = self.parsed.lock().unwrap_or_else(|e| e.into_inner());
+            if kept.bytes + key.len() > TEXT_KEPT {
+                kept.by_text.clear();
+                kept.bytes = 0;
+            }
+            if !kept.by_text.contains_key(key.as_str()) {
+                kept.bytes += key.len();
+                kept.by_text.insert(key.into(), value.clone());
+            }
+        }
+        Ok(value)
+    }
+
+    /// Why `tool`'s parameters cannot be its input schema for `tenant` (see
+    /// [`check_tool_schema`]), if they cannot.
+    pub fn problem(&self, tenant: Option<&str>, tool: &ToolDef) -> Option<String> {
+        let key = (tenant.map(str::to_string), tool.namespace.clone(), tool.name.clone());
+        let same = |kept: &Option<Arc<Value>>| match (kept, &tool.parameters) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
+            (None, None) => true,
+            _ => false,
+        };
+        if let Some((parameters, verdict)) = self.verdicts.lock().unwrap_or_else(|e| e.into_inner()).get(&key)
+            && same(parameters)
+        {
+            return verdict.clone();
+        }
+        let verdict = check_tool_schema(tool).err().map(|e| e.message().to_string());
+        let mut verdicts = self.verdicts.lock().unwrap_or_else(|e| e.into_inner());
+        if verdicts.len() >= VERDICTS {
+            verdicts.clear();
+        }
+        verdicts.insert(key, (tool.parameters.clone(), verdict.clone()));
+        verdict
+    }
+
     /// The compiled input schemas of `tools` for `tenant`: kept ones, or compiled now (and
     /// kept).
     pub(crate) async fn compiled(&self, tenant: Option<&str>, tools: &[ToolDef]) -> Result<Arc<Schemas>> {
@@ -85,7 +168,7 @@ impl SchemaCache {
         }
     }
 
-    /// Tool sets kept now.
+    /// Tool sets kept compiled now.
     #[cfg(test)]
     fn len(&self) -> usize {
         self.entries.lock().unwrap().len()
@@ -104,6 +187,31 @@ fn count(value: &serde_json::Value) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parsed_texts_and_verdicts_are_kept_per_tenant_and_follow_the_schema() {
+        let cache = SchemaCache::default();
+        let text = r#"{"type": "object"}"#;
+        let a = cache.parse("a", text).unwrap();
+        assert!(Arc::ptr_eq(&a, &cache.parse("a", text).unwrap()), "kept");
+        assert!(!Arc::ptr_eq(&a, &cache.parse("b", text).unwrap()), "another tenant's is its own");
+        assert!(cache.parse("a", "{").is_err());
+        // One too large to keep is parsed each time; many others never pass the bound.
+        let large = format!(r#"{{"description": "{}"}}"#, "x".repeat(TEXT_KEPT / 16));
+        assert!(!Arc::ptr_eq(&cache.parse("a", &large).unwrap(), &cache.parse("a", &large).unwrap()));
+        let filler = "y".repeat(TEXT_KEPT / 64);
+        for i in 0..200 {
+            cache.parse("a", &format!(r#"{{"description": "{i}{filler}"}}"#)).unwrap();
+            assert!(cache.parsed.lock().unwrap().bytes <= TEXT_KEPT);
+        }
+
+        let good = tool("add", "a");
+        assert_eq!(cache.problem(None, &good), None);
+        // The same tool with a schema changed to one that cannot be used: decided again.
+        let bad = ToolDef::new("add").with_parameters(serde_json::json!(3));
+        assert!(cache.problem(None, &bad).is_some_and(|why| why.contains("JSON Schema object")));
+        assert_eq!(cache.problem(Some("t"), &good), None);
+    }
 
     fn tool(name: &str, property: &str) -> ToolDef {
         ToolDef::new(name).with_parameters(serde_json::json!({

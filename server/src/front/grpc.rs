@@ -107,7 +107,7 @@ impl SandboxService {
     /// wants them back), or in the live session it names (opened first with `open_session`).
     async fn start_run(&self, tenant: &str, start: proto::Start) -> Result<Run, Status> {
         let core = &self.core;
-        let tools = proto::tool_defs(tenant, start.tools).map_err(Status::invalid_argument)?;
+        let tools = proto::tool_defs(core.engine.schemas(), tenant, start.tools).map_err(Status::invalid_argument)?;
         let runtime: Runtime = start.runtime.parse().map_err(engine_status)?;
         let session_id = (!start.session_id.is_empty()).then_some(start.session_id);
         let mut request = ExecutionRequest::new(start.code).with_tools(tools).with_runtime(runtime);
@@ -266,7 +266,8 @@ impl sandbox_server::Sandbox for SandboxService {
         request: Request<proto::DescribeToolsRequest>,
     ) -> Result<Response<proto::DescribeToolsResponse>, Status> {
         let tenant = self.tenant(&request)?;
-        let tools = proto::tool_defs(&tenant, request.into_inner().tools).map_err(Status::invalid_argument)?;
+        let tools = proto::tool_defs(self.core.engine.schemas(), &tenant, request.into_inner().tools)
+            .map_err(Status::invalid_argument)?;
         // Rendering runs guest code: admitted like an execution of the tenant's.
         let _admission = self
             .core

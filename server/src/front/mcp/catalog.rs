@@ -37,12 +37,14 @@ pub(super) async fn catalog(
         match tools {
             Ok(tools) => {
                 for t in tools {
-                    match t.not_callable {
-                        None => match state.schema_problem(server, &t.tool) {
-                            None if t.approval => defs.push(tool_def(server, &t.tool).with_approval()),
-                            None => defs.push(tool_def(server, &t.tool)),
-                            Some(why) => not_callable.push(format!("{server}.{} ({why})", t.tool.name)),
-                        },
+                    if let Some(why) = t.not_callable {
+                        not_callable.push(format!("{server}.{} ({why})", t.tool.name));
+                        continue;
+                    }
+                    let def = tool_def(server, &t.tool);
+                    match state.core.engine.schemas().problem(tenant, &def) {
+                        None if t.approval => defs.push(def.with_approval()),
+                        None => defs.push(def),
                         Some(why) => not_callable.push(format!("{server}.{} ({why})", t.tool.name)),
                     }
                 }

@@ -1,15 +1,13 @@
 //! What every connection of the MCP front end shares ([`McpState`]): the core, the downstream
-//! servers, the executions parked for sampling, and two caches (which downstream schemas can
-//! be checked, and the last rendering of the tools' signatures).
+//! servers, the executions parked for sampling, and the last rendering of the tools'
+//! signatures (which downstream schemas can be checked is the engine's schema cache's).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ptc_engine::{Limits, Runtime, ToolDef, ToolDescription};
-use rmcp::model::{JsonObject, Tool};
 
-use super::convert::tool_def;
 use super::downstream::Downstream;
 use super::program::Program;
 use crate::core::Core;
@@ -29,10 +27,6 @@ pub struct McpState {
     /// Executions waiting for their client to sample or approve (protocol 2026-07-28), by
     /// handle, within the core's parking caps.
     pub(super) parked: Registry<Program>,
-    /// Whether each downstream tool's input schema can be checked (`check_tool_schema`), by
-    /// (server, tool), with the schema it was decided for (a listing shares it until the
-    /// server's tools change).
-    schema_checks: Mutex<HashMap<(String, String), SchemaCheck>>,
     /// The last rendering of the callable tools' signatures, for `execute_code`'s description:
     /// every client lists the tools, and rendering them takes an instance.
     described: Mutex<Described>,
@@ -74,7 +68,6 @@ impl McpState {
             core,
             downstream,
             parked: Registry::with_caps(PARKING),
-            schema_checks: Mutex::default(),
             described: Mutex::default(),
             runtime,
             handlers: Arc::default(),
@@ -91,19 +84,6 @@ impl McpState {
     /// Listeners for tool changes alive now (one per MCP session that initialized).
     pub fn listeners(&self) -> usize {
         self.listeners.load(Ordering::Acquire)
-    }
-
-    /// Why `tool`'s input schema cannot be used (too costly to check, invalid), if it cannot.
-    pub(super) fn schema_problem(&self, server: &str, tool: &Tool) -> Option<String> {
-        let key = (server.to_string(), tool.name.to_string());
-        if let Some((schema, problem)) = self.schema_checks.lock().unwrap().get(&key)
-            && Arc::ptr_eq(schema, &tool.input_schema)
-        {
-            return problem.clone();
-        }
-        let problem = ptc_engine::check_tool_schema(&tool_def(server, tool)).err().map(|e| e.message().to_string());
-        self.schema_checks.lock().unwrap().insert(key, (tool.input_schema.clone(), problem.clone()));
-        problem
     }
 
     /// The signatures of `defs`, rendered once for as long as the tools stay the same; a
@@ -173,6 +153,3 @@ pub(super) struct Described {
     defs: Vec<ToolDef>,
     by_tenant: HashMap<Option<String>, (u64, Arc<ToolDescription>)>,
 }
-
-/// A downstream tool's input schema, and why it cannot be used (`None`: it can).
-type SchemaCheck = (Arc<JsonObject>, Option<String>);
