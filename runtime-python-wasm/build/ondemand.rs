@@ -1,5 +1,5 @@
 //! The packages programs import on demand (`requests`, `httpx`): unpacked from the pinned
-//! wheels (`wheels.rs`), compiled by the sandbox's own CPython in a pre-initialisation of
+//! wheels (`ptc-guest-wheels`), compiled by the sandbox's own CPython in a pre-initialisation of
 //! their own (`ondemand_app.py`, whose component is thrown away), and handed to the
 //! component's pre-initialisation as one file, which it keeps as one bytes object
 //! (`ptc_runtime/ondemand.py`).

@@ -3,7 +3,7 @@
 //! under the target directory, checked, and unpacked into a directory the guest compiles them
 //! from at pre-initialisation (`ptc_runtime/ondemand.py`).
 //!
-//! Shared by this crate's build script and `runtime-python-data`'s (`#[path]`), so both runtimes
+//! A build dependency of both runtimes (`runtime-python-wasm`, `runtime-python-data`), so both
 //! bundle the same releases. Set `PTC_GUEST_WHEELS` to a directory holding the wheels to build
 //! offline; they are checked the same way.
 
