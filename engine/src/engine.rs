@@ -10,24 +10,24 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use wasmtime::component::{HasSelf, Linker};
 
-use crate::approval::NeedApproval;
-use crate::bindings::{Sandbox, SandboxPre};
-use crate::config::{ComponentSource, EngineConfig, MIB, WhenBusy};
-use crate::data::DataRuntime;
-use crate::error::{Error, ErrorKind, Result};
-use crate::execution::{Clock, Control, Execution, Job, Sides, Start, drive};
-use crate::host::HostState;
-use crate::journal::Recorder;
-use crate::keeper::Keeper;
+use crate::api::config::{ComponentSource, EngineConfig, MIB, WhenBusy};
+use crate::api::error::{Error, ErrorKind, Result};
+use crate::api::journal::Recorder;
+use crate::api::keeper::Keeper;
+use crate::api::request::{ExecutionRequest, Runtime};
+use crate::calls::approval::NeedApproval;
+use crate::calls::schema::SchemaCache;
+use crate::calls::shares::Shares;
+use crate::instance::bindings::{Sandbox, SandboxPre};
+use crate::instance::data::DataRuntime;
+use crate::instance::host::HostState;
+use crate::instance::tool_lists::{GuestTools, wit_tools};
+use crate::instance::wasm::{EpochTicker, build_engine};
 use crate::net::NetSide;
-use crate::request::{ExecutionRequest, Runtime};
-use crate::schema::SchemaCache;
-use crate::shares::Shares;
-use crate::sleep::{Hibernation, Sealing};
-use crate::stores::{Running, StoreSpec, Stores};
-use crate::tool_lists::{GuestTools, wit_tools};
-use crate::warm::Refill;
-use crate::wasm::{EpochTicker, build_engine};
+use crate::run::execution::{Clock, Control, Execution, Job, Sides, Start, drive};
+use crate::run::sleep::{Hibernation, Sealing};
+use crate::run::stores::{Running, StoreSpec, Stores};
+use crate::run::warm::Refill;
 
 mod describe;
 mod sessions;
@@ -298,8 +298,8 @@ impl Engine {
         let hibernate_after = request.hibernate_after.or(inner.config.hibernate_after);
         let id: Arc<str> = request.id.clone().unwrap_or_else(new_id).into();
         let suffix = match &request.journal {
-            Some(journal) => crate::approval::journal_suffix(&journal.seed),
-            None => crate::approval::id_suffix(&id),
+            Some(journal) => crate::calls::approval::journal_suffix(&journal.seed),
+            None => crate::calls::approval::id_suffix(&id),
         };
         let deadline = tokio::time::Instant::from_std(started + limits.timeout);
         let running = Running {

@@ -22,51 +22,30 @@
 //! # Ok(()) }
 //! ```
 
-mod approval;
-mod bindings;
-mod broker;
-mod clock;
-mod config;
-mod data;
+// Floors, lowest first: net, api, calls, instance, pages, run, engine. Each imports only
+// those before it (ARCHITECTURE.md; `.ci/import-circles` checks it).
+mod api;
+mod calls;
 mod engine;
-mod error;
-mod events;
-mod exchange;
-mod execution;
-mod guest;
-mod hibernation;
-mod host;
-mod journal;
-mod keeper;
-mod limiter;
+mod instance;
 mod net;
-mod observed;
-mod output;
-mod request;
-mod schema;
-mod session;
-mod shares;
-mod sleep;
-mod stores;
-mod tool_lists;
-mod warm;
-mod wasm;
-mod wiring;
+mod pages;
+mod run;
 
-pub use config::{
+pub use api::config::{
     Ceilings, ComponentSource, EngineConfig, Limits, MIB, WhenBusy, cores, default_max_concurrent,
     default_memory_budget, default_tenant_max_running, python_data_artifacts,
 };
-pub use engine::{DescribedTool, Engine, ToolDescription};
-pub use error::{Error, ErrorKind, Result};
-pub use events::{
+pub use api::error::{Error, ErrorKind, Result};
+pub use api::events::{
     ApprovalRequest, Completion, Decision, Event, Failure, FailureKind, OutputStream, Stats, ToolCall, ToolCallRecord,
     ToolResult, Verdict,
 };
-pub use execution::{Control, Execution};
-pub use journal::{Entry, Journal, JournalTake, RecordedCall, RecordedHttp, RecordedResult};
-pub use keeper::{Hibernated, Keeper};
+pub use api::journal::{Entry, Journal, JournalTake, RecordedCall, RecordedHttp, RecordedResult};
+pub use api::keeper::{Hibernated, Keeper};
+pub use api::request::{DATA_DIR, ExecutionRequest, Runtime, ToolDef};
+pub use calls::schema::{INLINE_CHECK_STEPS, MAX_CHECK_STEPS, MAX_WIDEST, SchemaCache, check_tool_schema};
+pub use engine::{DescribedTool, Engine, ToolDescription};
 pub use net::{Network, NetworkPolicy, SecretSpec};
-pub use request::{DATA_DIR, ExecutionRequest, Runtime, ToolDef};
-pub use schema::{INLINE_CHECK_STEPS, MAX_CHECK_STEPS, MAX_WIDEST, SchemaCache, check_tool_schema};
-pub use session::{DEFAULT_IDLE_TIMEOUT, Dropped, Restored, Session, SessionRequest, SessionState};
+pub use run::execution::{Control, Execution};
+pub use run::session::{DEFAULT_IDLE_TIMEOUT, Dropped, Restored, Session, SessionRequest, SessionState};

@@ -2,10 +2,10 @@
 //! rendered by the sandbox itself.
 
 use super::{DescribedTool, Engine, ToolDescription};
-use crate::error::{Error, Result};
-use crate::request::{Runtime, ToolDef, check_tools_size};
-use crate::stores::StoreSpec;
-use crate::tool_lists::wit_tools;
+use crate::api::error::{Error, Result};
+use crate::api::request::{Runtime, ToolDef, check_tools_size};
+use crate::instance::tool_lists::wit_tools;
+use crate::run::stores::StoreSpec;
 
 impl Engine {
     /// Normalised Python names, one-line signatures and a `.pyi` stub for `tools`, as the

@@ -8,24 +8,24 @@ use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use wasmtime::Store;
 
 use super::{Engine, new_id};
-use crate::approval::NeedApproval;
-use crate::broker::Next;
-use crate::config::Limits;
-use crate::error::{Error, Result};
-use crate::execution::{Clock, Control, Execution, Job, Sides, Start};
-use crate::guest::Pre;
-use crate::host::HostState;
+use crate::api::config::Limits;
+use crate::api::error::{Error, Result};
+use crate::api::request::{ExecutionRequest, check_tools_size};
+use crate::calls::approval::NeedApproval;
+use crate::instance::broker::Next;
+use crate::instance::guest::Pre;
+use crate::instance::host::HostState;
+use crate::instance::tool_lists::{self, GuestTools, wit_tools};
 use crate::net::NetSide;
-use crate::request::{ExecutionRequest, check_tools_size};
-use crate::session::{self, Restored, Session, SessionCore, SessionRequest};
-use crate::sleep::Hibernation;
-use crate::stores::StoreSpec;
-use crate::tool_lists::{self, GuestTools, wit_tools};
+use crate::run::execution::{Clock, Control, Execution, Job, Sides, Start};
+use crate::run::session::{self, Restored, Session, SessionCore, SessionRequest};
+use crate::run::sleep::Hibernation;
+use crate::run::stores::StoreSpec;
 
 impl Engine {
     /// Opens a live session (see [`Session`]): instantiates the sandbox and, with
     /// [`SessionRequest::restore`], rebuilds a snapshot's state in it. The session holds an
-    /// execution slot (see [`crate::config::WhenBusy`]) and its memory until it ends.
+    /// execution slot (see [`crate::api::config::WhenBusy`]) and its memory until it ends.
     pub async fn open_session(&self, request: SessionRequest) -> Result<(Session, Restored)> {
         let inner = &self.inner;
         let limits = self.session_limits(&request)?;

@@ -10,18 +10,18 @@ use wasmtime::Store;
 
 use super::Engine;
 use super::sessions::session_spec;
-use crate::approval::NeedApproval;
-use crate::broker::Progress;
-use crate::error::{Error, ErrorKind, Result};
-use crate::execution::{Clock, Control, Execution, Job, Sides, Start, drive};
-use crate::hibernation::{Binding, Image, sealed};
-use crate::host::HostState;
+use crate::api::error::{Error, ErrorKind, Result};
+use crate::api::request::{ExecutionRequest, Runtime};
+use crate::calls::approval::NeedApproval;
+use crate::instance::broker::Progress;
+use crate::instance::host::HostState;
+use crate::instance::tool_lists::{GuestTools, wit_tools};
 use crate::net::NetSide;
-use crate::request::{ExecutionRequest, Runtime};
-use crate::session::{self, Session, SessionCore, SessionRequest};
-use crate::sleep::Asleep;
-use crate::stores::{HostSide, Running, StoreSpec};
-use crate::tool_lists::{GuestTools, wit_tools};
+use crate::pages::{Binding, Image, sealed};
+use crate::run::execution::{Clock, Control, Execution, Job, Sides, Start, drive};
+use crate::run::session::{self, Session, SessionCore, SessionRequest};
+use crate::run::sleep::Asleep;
+use crate::run::stores::{HostSide, Running, StoreSpec};
 
 /// What a sealed image is of, as a refusal names it.
 #[derive(Clone, Copy)]
@@ -41,9 +41,9 @@ struct Opened {
 }
 
 impl Engine {
-    /// Thaws execution `id` from its sealed image: what its [`crate::keeper::Keeper`] was given when
+    /// Thaws execution `id` from its sealed image: what its [`crate::api::keeper::Keeper`] was given when
     /// it hibernated, here or on another engine with the same component and
-    /// [`crate::config::EngineConfig::seal_key`]. It goes on exactly where it stopped, waiting for the
+    /// [`crate::api::config::EngineConfig::seal_key`]. It goes on exactly where it stopped, waiting for the
     /// same tool calls, and the returned [`Execution`] (with the same id) takes their results;
     /// nothing is run again. `request` gives what the image does not hold: the tools, the
     /// limits (its timeout should be what remains of the first deadline), the tenant (the
@@ -109,14 +109,14 @@ impl Engine {
         Ok(Execution::new(control, side.events_rx))
     }
 
-    /// Thaws live session `id` from its sealed image: what its [`crate::keeper::Keeper`]
+    /// Thaws live session `id` from its sealed image: what its [`crate::api::keeper::Keeper`]
     /// ([`SessionRequest::keeper`]) was given when it last hibernated, here or on another
-    /// engine with the same runtime and [`crate::config::EngineConfig::seal_key`]. Its next program
+    /// engine with the same runtime and [`crate::api::config::EngineConfig::seal_key`]. Its next program
     /// finds the globals, imports and random state its earlier ones left. `request` gives what
     /// the image does not hold: the limits, idle timeout, tenant (the image's own),
     /// `/mnt/data` and runtime (the image's own), and a keeper for its next hibernation;
     /// `restore` is not used. It hibernates again once idle for
-    /// [`crate::config::EngineConfig::hibernate_after`] (1 s when unset: it came from an image, and
+    /// [`crate::api::config::EngineConfig::hibernate_after`] (1 s when unset: it came from an image, and
     /// goes back to one). A refused image is an [`ErrorKind::InvalidRequest`] saying why, as
     /// [`Engine::thaw`]'s.
     pub async fn thaw_session(&self, id: &str, image: &[u8], request: SessionRequest) -> Result<Session> {

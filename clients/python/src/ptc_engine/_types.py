@@ -9,15 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from typing_extensions import TypedDict
 
 from ._result import Result
 from ._tools import Handler, Tool
-
-if TYPE_CHECKING:
-    from ._proto import sandbox_pb2 as pb
 
 DEFAULT_URL = "http://127.0.0.1:50051"
 
@@ -35,13 +32,6 @@ class Limits:
     max_memory_bytes: int | None = None
     max_output_bytes: int | None = None
     fuel: int | None = None
-
-    def to_proto(self) -> pb.Limits:
-        """These limits as the server's `Limits` message."""
-        # Imported here: `_wire` builds on this module, and this method is only its shortcut.
-        from ._wire import limits
-
-        return limits(self)
 
 
 @dataclass(frozen=True)
