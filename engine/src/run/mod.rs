@@ -1,10 +1,11 @@
 //! Lifecycle: how stores are made ([`stores`]), instances made ahead of demand ([`warm`]), the
-//! sleep policy ([`sleep`]), an execution and the task that drives it ([`execution`]), and live
+//! sleep policy ([`sleep`]), an execution ([`execution`]) and the task that drives it ([`job`]), and live
 //! sessions ([`session`]). Below it: [`crate::pages`] (hibernation's mechanism),
 //! [`crate::instance`], [`crate::calls`], [`crate::api`], [`crate::net`]. Above it only the
 //! [`crate::engine::Engine`] facade.
 
 pub(crate) mod execution;
+pub(crate) mod job;
 pub(crate) mod session;
 pub(crate) mod sleep;
 pub(crate) mod stores;

@@ -8,7 +8,7 @@ use super::{Install, Serve};
 use crate::api::events::Event;
 use crate::instance::guest::Guest;
 use crate::instance::host::HostState;
-use crate::run::execution::{Job, Start, run};
+use crate::run::job::{Job, Start, run};
 
 /// Runs one execution in the session's instance; the instance if the session goes on.
 pub(super) async fn execute(

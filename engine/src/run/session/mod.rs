@@ -31,7 +31,7 @@ use crate::api::request::Runtime;
 use crate::instance::host::HostState;
 use crate::instance::output::Output;
 use crate::instance::tool_lists::LastTools;
-use crate::run::execution::Job;
+use crate::run::job::Job;
 use crate::run::sleep::Hibernation;
 
 /// How to open a live session: `SessionRequest::new()` and the `with_*` methods.

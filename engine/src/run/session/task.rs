@@ -14,7 +14,7 @@ use super::{Command, Serve};
 use crate::calls::parked::Sleeper;
 use crate::instance::guest::Guest;
 use crate::instance::host::HostState;
-use crate::run::execution::Start;
+use crate::run::job::Start;
 use crate::run::sleep::{Asleep, Hibernation};
 
 /// The session's task: runs its commands one at a time until something ends it; dropping the

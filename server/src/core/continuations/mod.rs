@@ -7,7 +7,7 @@
 //! new entries are saved, a token for the pause is signed, and the live execution is kept in
 //! the [`Registry`]. A continuation ([`Continuations::resume`]) resumes the execution held
 //! here, forwards the token to the node that holds it, or carries it on from what the store
-//! or the disk kept ([`replay`]). [`Continuations::cancel`] ends one by its request id,
+//! or the disk kept (`replay.rs`). [`Continuations::cancel`] ends one by its request id,
 //! wherever it is.
 //!
 //! The front end decodes its wire into these calls and encodes the [`Turn`] each returns.
