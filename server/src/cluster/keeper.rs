@@ -1,6 +1,6 @@
 //! Where an HTTP execution of a cluster keeps its sealed image when it hibernates: beside its
 //! journal in the shared store, so that a node that finds the owner gone thaws it there
-//! instead of replaying its program (`front/http/replay.rs`). And where a live session keeps
+//! instead of replaying its program (`core/continuations/replay.rs`). And where a live session keeps
 //! its own, under a record of its tenant and id (`SessionKeeper`), so that a node that gets
 //! its next program after the owner is gone takes it over (`core/sessions.rs`).
 

@@ -1,6 +1,6 @@
 //! A single server's hibernated HTTP executions, on disk under the files directory
 //! (`.hibernated/`), so that a restart keeps them: a continuation that finds no paused
-//! execution thaws its image instead (`front/http/replay.rs`). A cluster keeps them in its
+//! execution thaws its image instead (`core/continuations/replay.rs`). A cluster keeps them in its
 //! shared store instead (`cluster/keeper.rs`).
 //!
 //! One file per execution (named by the hex of its id), replaced at each hibernation: the
