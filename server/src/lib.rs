@@ -13,6 +13,7 @@ pub mod cluster;
 pub mod core;
 pub mod execute;
 pub mod front;
+pub mod local;
 pub mod metrics;
 pub mod proto;
 

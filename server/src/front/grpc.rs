@@ -4,10 +4,12 @@
 //! The task owns the execution, so a vanished client (stream error, or the response stream
 //! dropped by tonic) drops it, which cancels the program and frees its instance at once.
 
+use std::pin::Pin;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
@@ -18,6 +20,13 @@ use crate::core::{Core, Error, ErrorKind};
 use crate::proto::sandbox_server::SandboxServer;
 use crate::proto::{self, client_message, sandbox_server, server_message};
 use ptc_engine::{Event, ExecutionRequest, Runtime};
+
+/// A client's messages on one `Execute` stream: tonic's, or an in-process caller's
+/// ([`crate::local`]).
+pub type Inbound = Pin<Box<dyn Stream<Item = Result<proto::ClientMessage, Status>> + Send>>;
+
+/// The server's messages on one `Execute` stream.
+pub type Outbound = ReceiverStream<Result<proto::ServerMessage, Status>>;
 
 #[derive(Clone)]
 pub struct SandboxService {
@@ -32,6 +41,31 @@ impl SandboxService {
     /// The service over `core`; every stream's pump runs on the core's request tasks.
     pub fn new(core: Core, max_message_bytes: usize, max_returned_file_bytes: u64) -> Self {
         SandboxService { core, max_message_bytes, max_returned_file_bytes }
+    }
+
+    /// One `Execute` stream of `tenant`'s: its `Start` read from `inbound`, the run started,
+    /// and its pump spawned; the server's messages come out of the returned stream.
+    pub async fn execute_stream(&self, tenant: String, mut inbound: Inbound) -> Result<Outbound, Status> {
+        let start = match inbound.next().await.transpose()? {
+            Some(proto::ClientMessage { message: Some(client_message::Message::Start(start)) }) => start,
+            Some(_) => return Err(Status::invalid_argument("the first message must be Start")),
+            None => return Err(Status::invalid_argument("the stream closed before Start")),
+        };
+        let return_files = start.return_files.then_some(self.max_returned_file_bytes);
+        let session_id = (!start.session_id.is_empty()).then(|| start.session_id.clone());
+        let run = self.start_run(&tenant, start).await?;
+        let span = tracing::info_span!("grpc_execute", execution = %run.execution.id(), tenant = %tenant,
+            session = session_id.as_deref().unwrap_or(""));
+        let (tx, rx) = mpsc::channel(64);
+        let started = proto::ServerMessage {
+            message: Some(server_message::Message::Started(proto::Started {
+                execution_id: run.execution.id().to_string(),
+            })),
+        };
+        tx.send(Ok(started)).await.map_err(|_| Status::cancelled("client went away"))?;
+        let pump = Pump { run, inbound, tx, return_files, max_message_bytes: self.max_message_bytes };
+        self.core.tasks.spawn(pump.run().instrument(span));
+        Ok(ReceiverStream::new(rx))
     }
 }
 
@@ -147,7 +181,9 @@ impl SandboxService {
         core.start(prepared, dir, None).await.map_err(status)
     }
 
-    fn tenant<T>(&self, request: &Request<T>) -> Result<String, Status> {
+    /// The caller of `request`, by the API key it presents (none: the local tenant, when the
+    /// server has no keys).
+    pub(crate) fn tenant<T>(&self, request: &Request<T>) -> Result<String, Status> {
         let md = request.metadata();
         let key = presented_key(
             md.get("x-api-key").and_then(|v| v.to_str().ok()),
@@ -165,7 +201,7 @@ fn error_message(code: &str, message: impl Into<String>) -> proto::ServerMessage
 
 #[tonic::async_trait]
 impl sandbox_server::Sandbox for SandboxService {
-    type ExecuteStream = ReceiverStream<Result<proto::ServerMessage, Status>>;
+    type ExecuteStream = Outbound;
 
     async fn execute(
         &self,
@@ -182,29 +218,8 @@ impl sandbox_server::Sandbox for SandboxService {
                 return Err(refused);
             }
         };
-        let mut inbound = request.into_inner();
-        let start = match inbound.message().await? {
-            Some(proto::ClientMessage { message: Some(client_message::Message::Start(start)) }) => start,
-            Some(_) => return Err(Status::invalid_argument("the first message must be Start")),
-            None => return Err(Status::invalid_argument("the stream closed before Start")),
-        };
-        let return_files = start.return_files.then_some(self.max_returned_file_bytes);
-        let session_id = (!start.session_id.is_empty()).then(|| start.session_id.clone());
-        let run = self.start_run(&tenant, start).await?;
-        let span = tracing::info_span!("grpc_execute", execution = %run.execution.id(), tenant = %tenant,
-            session = session_id.as_deref().unwrap_or(""));
-        let (tx, rx) = mpsc::channel(64);
-        let started = proto::ServerMessage {
-            message: Some(server_message::Message::Started(proto::Started {
-                execution_id: run.execution.id().to_string(),
-            })),
-        };
-        tx.send(Ok(started)).await.map_err(|_| Status::cancelled("client went away"))?;
-        let pump = Pump { run, inbound, tx, return_files, max_message_bytes: self.max_message_bytes };
-        self.core.tasks.spawn(pump.run().instrument(span));
-        Ok(Response::new(ReceiverStream::new(rx)))
+        Ok(Response::new(self.execute_stream(tenant, Box::pin(request.into_inner())).await?))
     }
-
     async fn open_session(
         &self,
         request: Request<proto::OpenSessionRequest>,
@@ -290,7 +305,7 @@ impl sandbox_server::Sandbox for SandboxService {
 /// It owns the run, so a vanished client drops it, which cancels the program.
 struct Pump {
     run: Run,
-    inbound: Streaming<proto::ClientMessage>,
+    inbound: Inbound,
     tx: mpsc::Sender<Result<proto::ServerMessage, Status>>,
     /// `Start.return_files`: the byte budget of the files the final message carries.
     return_files: Option<u64>,
@@ -305,8 +320,8 @@ impl Pump {
                 event = self.run.execution.next_event() => {
                     let Some(event) = event else { break };
                     let message = match event {
-                        Event::Completed(c) => self.final_message(Ok(c)).await,
-                        Event::Failed(f) => self.final_message(Err(f)).await,
+                        Event::Completed(c) => final_message(&self.run, self.return_files, Ok(c)).await,
+                        Event::Failed(f) => final_message(&self.run, self.return_files, Err(f)).await,
                         other => proto::server_message(other),
                     };
                     let last = matches!(message.message,
@@ -319,7 +334,7 @@ impl Pump {
                         break;
                     }
                 }
-                message = self.inbound.message(), if inbound_open => match message {
+                message = self.inbound.next(), if inbound_open => match message.transpose() {
                     Ok(Some(message)) => {
                         if let Some(reply) = handle_client_message(&self.run.execution, message).await
                             && self.tx.send(Ok(reply)).await.is_err()
@@ -345,34 +360,38 @@ impl Pump {
         }
         // Dropping the run cancels it if it is still running.
     }
+}
 
-    /// The final message, once the run's files are settled: with the files it created or
-    /// changed if they were asked for, or a `FILE_QUOTA` failure if they left the tenant over
-    /// its quota (what the run wrote is gone).
-    async fn final_message(&self, end: Result<ptc_engine::Completion, ptc_engine::Failure>) -> proto::ServerMessage {
-        let read = self.return_files.map(|max_bytes| Read { max_bytes, wanted: |_| true });
-        let Ending { outcome, contents, .. } = self.run.end(end, read).await;
-        let files: Vec<proto::File> = contents.into_iter().map(proto::file).collect();
-        let message = match outcome {
-            Outcome::Completed(c) => server_message::Message::Completed(proto::Completed { files, ..c.into() }),
-            Outcome::Failed(f) => server_message::Message::Failed(proto::Failed { files, ..f.into() }),
-            Outcome::OverQuota { message, end } => {
-                let failed: proto::Failed = match end {
-                    Ok(c) => proto::Completed::from(c).into(),
-                    Err(f) => f.into(),
-                };
-                server_message::Message::Failed(proto::Failed {
-                    kind: proto::FailureKind::FileQuota as i32,
-                    message,
-                    traceback: String::new(),
-                    exit_code: None,
-                    files: Vec::new(),
-                    ..failed
-                })
-            }
-        };
-        proto::ServerMessage { message: Some(message) }
-    }
+/// The final message of `run`, once its files are settled: with the files it created or
+/// changed if they were asked for (`return_files`: their byte budget), or a `FILE_QUOTA`
+/// failure if they left the tenant over its quota (what the run wrote is gone).
+async fn final_message(
+    run: &Run,
+    return_files: Option<u64>,
+    end: Result<ptc_engine::Completion, ptc_engine::Failure>,
+) -> proto::ServerMessage {
+    let read = return_files.map(|max_bytes| Read { max_bytes, wanted: |_| true });
+    let Ending { outcome, contents, .. } = run.end(end, read).await;
+    let files: Vec<proto::File> = contents.into_iter().map(proto::file).collect();
+    let message = match outcome {
+        Outcome::Completed(c) => server_message::Message::Completed(proto::Completed { files, ..c.into() }),
+        Outcome::Failed(f) => server_message::Message::Failed(proto::Failed { files, ..f.into() }),
+        Outcome::OverQuota { message, end } => {
+            let failed: proto::Failed = match end {
+                Ok(c) => proto::Completed::from(c).into(),
+                Err(f) => f.into(),
+            };
+            server_message::Message::Failed(proto::Failed {
+                kind: proto::FailureKind::FileQuota as i32,
+                message,
+                traceback: String::new(),
+                exit_code: None,
+                files: Vec::new(),
+                ..failed
+            })
+        }
+    };
+    proto::ServerMessage { message: Some(message) }
 }
 
 /// The status a stream ends with when reading the client's next message failed.

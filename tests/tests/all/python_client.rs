@@ -1,6 +1,7 @@
 //! Python clients against a real server: the raw grpcio example (examples/python), and the
 //! client library (clients/python) with its framework integrations, whose pytest suites and
-//! mypy run in venvs made from PyPI with each framework's pinned release.
+//! mypy run in venvs made from PyPI with each framework's pinned release; and the library with
+//! the engine in its own process (the native module, `python-ext`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -95,6 +96,62 @@ async fn python_library_strands_integration() {
         &["src/ptc_engine/integrations/strands.py"],
     )
     .await;
+}
+
+/// `Sandbox()` with no URL runs programs in the caller's process through the native module
+/// (built here in release, as a wheel has it, and put beside the library's sources): tools and
+/// a gather in one round, a tool that raises, a runaway program, one past its memory limit, a
+/// cancelled caller, a live session, the blocking twin; and no child process or TCP/UDP socket
+/// (`tests/python/in_process.py`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_library_runs_programs_in_its_own_process_with_the_native_module() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = tokio::task::spawn_blocking(move || {
+        let package = library().display().to_string();
+        let venv = ptc_tests::python::venv("ptc-in-process", &[package.as_str()]);
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let built = Command::new(cargo)
+            .args(["build", "--release", "-p", "ptc-engine-python"])
+            .current_dir(&root)
+            .status()
+            .expect("cargo")
+            .success();
+        assert!(built, "building the native module");
+        // The library's sources with the module beside them, first on the path.
+        let dir = std::env::temp_dir().join(format!("ptc-in-process-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let package = dir.join("ptc_engine");
+        copy_tree(&library().join("src/ptc_engine"), &package);
+        std::fs::copy(root.join("target/release/lib_native.so"), package.join("_native.abi3.so")).unwrap();
+        let out = Command::new(venv.join("bin").join("python"))
+            .arg(root.join("tests/python/in_process.py"))
+            .env("PYTHONPATH", &dir)
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .env_remove("PTC_ENGINE_URL")
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        out
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && stdout.ends_with("ok\n"), "stdout:\n{stdout}\nstderr:\n{stderr}");
+}
+
+/// Copies the directory `from` to `to`, recursively.
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

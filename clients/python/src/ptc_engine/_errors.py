@@ -233,22 +233,30 @@ _BY_STATUS: dict[Any, type[PtcError]] = {
 def from_rpc_error(e: Any, url: str, keyed: bool, request_id: str | None = None) -> PtcError:
     """`e` (a `grpc.aio.AioRpcError` from the server at `url`) as this package's error;
     `keyed`: whether the call carried an API key; `request_id`: the run's, if it had one."""
-    code, details = e.code(), e.details() or ""
+    return from_status(e.code().name, e.details() or "", url, keyed, request_id)
+
+
+def from_status(code: str, details: str, url: str, keyed: bool, request_id: str | None = None) -> PtcError:
+    """A call refused with the gRPC status named `code` (`"INVALID_ARGUMENT"`) and `details`,
+    by the server at `url` (or the in-process engine), as this package's error."""
+    status = getattr(grpc.StatusCode, code, grpc.StatusCode.UNKNOWN)
     cls: type[PtcError]
-    if code == grpc.StatusCode.UNAVAILABLE:
+    if status == grpc.StatusCode.UNAVAILABLE and url != "in-process":
         cls, message = ServerUnavailable, (
             f"cannot reach the ptc-engine server at {url} ({details}): start it (`ptc-engine serve`) or check "
             "the address and port"
         )
-    elif code == grpc.StatusCode.UNAUTHENTICATED:
+    elif status == grpc.StatusCode.UNAVAILABLE:
+        cls, message = ServerUnavailable, details
+    elif status == grpc.StatusCode.UNAUTHENTICATED:
         what = "refused the API key" if keyed else "wants an API key and none was sent"
         cls, message = AuthenticationError, (
             f"the server at {url} {what} ({details}): set one of its keys (`--api-keys tenant:key`) in the "
             "environment variable PTC_ENGINE_API_KEY, which Sandbox() and every integration read, or pass it "
             "as Sandbox(url, api_key=...) (`api_key=` in each integration)"
         )
-    elif code in _BY_STATUS:
-        cls, message = _BY_STATUS[code], details
+    elif status in _BY_STATUS:
+        cls, message = _BY_STATUS[status], details
     else:
-        cls, message = PtcError, f"{code.name}: {details}"
-    return cls(message, status=code.name, request_id=request_id)
+        cls, message = PtcError, f"{status.name}: {details}"
+    return cls(message, status=status.name, request_id=request_id)

@@ -81,7 +81,7 @@ async def execute_once(
     """One `Execute` call; `RefusalLost` if `may_retry` and grpcio lost the server's refusal."""
     by_name = {(t.namespace or None, t.name): t for t in tools}
     request_id = start.request_id or None
-    call = transport.execute()
+    call = await transport.open_execute()
     writing = asyncio.Lock()
     answering: set[asyncio.Task[None]] = set()
     execution_id = ""

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from typing_extensions import Unpack
 
-from . import _run, _wire
+from . import _local, _run, _wire
 from ._result import Result
 from ._tools import Tool, as_tool
 from ._transport import Transport
@@ -37,15 +37,23 @@ class Sandbox:
     """A ptc-engine server. Async: `async with Sandbox(url, api_key=...) as sb: await sb.run(...)`;
     sync (scripts, notebooks): `with Sandbox(...) as sb: sb.run_sync(...)`.
 
-    `url` defaults to `PTC_ENGINE_URL`, else `http://127.0.0.1:50051` (`https://` for TLS);
-    `api_key` to `PTC_ENGINE_API_KEY`, else none (a server in local mode takes none).
+    `url` defaults to `PTC_ENGINE_URL`; without either, the engine runs in this process when
+    this installation has it (the `ptc-engine` wheel does; `url` is then `"in-process"`), else
+    the server at `http://127.0.0.1:50051` is used (`https://` for TLS). `api_key` defaults
+    to `PTC_ENGINE_API_KEY`, else none (a server in local mode takes none).
 
     Tools are Python functions (sync or async) or `Tool`s; their JSON Schemas come from type
     hints and docstrings. All calls of one round are answered concurrently; a tool that raises
     becomes a `ToolError` with its message in the program."""
 
     def __init__(self, url: str | None = None, *, api_key: str | None = None) -> None:
-        self.url = url or os.environ.get("PTC_ENGINE_URL") or DEFAULT_URL
+        url = url or os.environ.get("PTC_ENGINE_URL")
+        if url is None and _local.native() is not None:
+            # No server named, and the engine is installed: it runs in this process.
+            self.url = _local.WHERE
+            self._transport: Transport = _local.LocalTransport()
+            return
+        self.url = url or DEFAULT_URL
         if api_key is None:
             api_key = os.environ.get("PTC_ENGINE_API_KEY")
         self._transport = Transport(self.url, api_key)

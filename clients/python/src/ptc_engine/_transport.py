@@ -105,6 +105,10 @@ class Transport:
         """A new `Execute` stream (its first message is the run's `Start`)."""
         return self.stub().Execute(metadata=self._metadata)
 
+    async def open_execute(self) -> Any:
+        """`execute`, for a caller that may also hold the in-process transport (`_local`)."""
+        return self.execute()
+
     # ---------------------------------------------------------------- the sync thread
 
     def run_sync(self, awaitable: Awaitable[T]) -> T:

@@ -1,0 +1,130 @@
+//! The `ptc.v1.Sandbox` service in process: the same calls a gRPC client makes, from a caller
+//! in this process (the Python package's in-process engine), as protobuf bytes in and out,
+//! with no listener, no socket and no other process. A call runs exactly what it runs over
+//! gRPC ([`SandboxService`]), so both ways of reaching the engine have one behaviour.
+
+use prost::Message;
+use tokio::sync::mpsc;
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Status};
+
+use crate::core::token;
+use crate::front::grpc::SandboxService;
+use crate::proto;
+use crate::proto::sandbox_server::Sandbox;
+use crate::{ServerConfig, build_cluster, build_core};
+
+/// The service over a core of its own (a single node, its files under `config.files.dir`).
+pub struct Local {
+    service: SandboxService,
+    engine: ptc_engine::Engine,
+}
+
+/// One `Execute` call: client messages in through its [`Writer`]s, server messages out of its
+/// [`Reader`]; [`Writer::cancel`] ends it (before its end, that cancels the execution).
+pub struct LocalCall {
+    pub writer: Writer,
+    pub reader: Reader,
+}
+
+/// Where a call's client messages go (cheap to clone: answers are written concurrently).
+#[derive(Clone)]
+pub struct Writer {
+    tx: mpsc::Sender<Result<proto::ClientMessage, Status>>,
+    cancel: CancellationToken,
+}
+
+/// Where a call's server messages come from.
+pub struct Reader {
+    rx: mpsc::Receiver<Result<proto::ServerMessage, Status>>,
+}
+
+impl Local {
+    /// Builds the core (the engine compiled or loaded from its cache) and the service over it.
+    pub async fn new(config: ServerConfig) -> anyhow::Result<Self> {
+        let signer = token::Signer::new(config.token_secret.as_deref());
+        let cluster = build_cluster(&config, &signer).await?;
+        let core = build_core(&config, &signer, &cluster).await?;
+        let engine = core.engine.clone();
+        let service = SandboxService::new(core, config.grpc_max_message_bytes, config.grpc_max_returned_file_bytes);
+        Ok(Local { service, engine })
+    }
+
+    /// The engine under the service.
+    pub fn engine(&self) -> &ptc_engine::Engine {
+        &self.engine
+    }
+
+    /// The answer of the unary call `method` (`"OpenSession"`, `"CloseSession"`,
+    /// `"SnapshotSession"`, `"DescribeTools"`) to `request`, both encoded.
+    pub async fn unary(&self, method: &str, request: &[u8]) -> Result<Vec<u8>, Status> {
+        fn decoded<T: Message + Default>(bytes: &[u8]) -> Result<Request<T>, Status> {
+            T::decode(bytes)
+                .map(Request::new)
+                .map_err(|e| Status::invalid_argument(format!("a malformed request: {e}")))
+        }
+        let service = &self.service;
+        Ok(match method {
+            "OpenSession" => service.open_session(decoded(request)?).await?.into_inner().encode_to_vec(),
+            "CloseSession" => service.close_session(decoded(request)?).await?.into_inner().encode_to_vec(),
+            "SnapshotSession" => service.snapshot_session(decoded(request)?).await?.into_inner().encode_to_vec(),
+            "DescribeTools" => service.describe_tools(decoded(request)?).await?.into_inner().encode_to_vec(),
+            other => return Err(Status::unimplemented(format!("no method {other:?} in ptc.v1.Sandbox"))),
+        })
+    }
+
+    /// A new `Execute` call: its first message must be the run's `Start`.
+    pub fn execute(&self) -> LocalCall {
+        let (tx, inbound) = mpsc::channel(64);
+        let (out, rx) = mpsc::channel(64);
+        let service = self.service.clone();
+        let cancel = CancellationToken::new();
+        let cancelled = cancel.clone();
+        tokio::spawn(cancelled.run_until_cancelled_owned(async move {
+            let tenant = match service.tenant(&Request::new(())) {
+                Ok(tenant) => tenant,
+                Err(status) => {
+                    let _ = out.send(Err(status)).await;
+                    return;
+                }
+            };
+            match service.execute_stream(tenant, Box::pin(ReceiverStream::new(inbound))).await {
+                Ok(mut stream) => {
+                    while let Some(message) = stream.next().await {
+                        if out.send(message).await.is_err() {
+                            break; // the caller let go: dropping the stream cancels the run
+                        }
+                    }
+                }
+                Err(status) => {
+                    let _ = out.send(Err(status)).await;
+                }
+            }
+        }));
+        LocalCall { writer: Writer { tx, cancel }, reader: Reader { rx } }
+    }
+}
+
+impl Writer {
+    /// Sends the encoded client message `message`.
+    pub async fn write(&self, message: &[u8]) -> Result<(), Status> {
+        let message = proto::ClientMessage::decode(message)
+            .map_err(|e| Status::invalid_argument(format!("a malformed client message: {e}")))?;
+        self.tx.send(Ok(message)).await.map_err(|_| Status::cancelled("the execution has ended"))
+    }
+
+    /// Ends the call now: its stream is dropped, which cancels a run still going, and the
+    /// reader sees its end.
+    pub fn cancel(&self) {
+        self.cancel.cancel();
+    }
+}
+
+impl Reader {
+    /// The next server message, encoded; `None` once the call has ended.
+    pub async fn read(&mut self) -> Option<Result<Vec<u8>, Status>> {
+        self.rx.recv().await.map(|m| m.map(|m| m.encode_to_vec()))
+    }
+}
