@@ -17,6 +17,15 @@ circles *DIRS:
 build:
     cargo build --workspace --release
 
+# The Python package's wheel (`pip install ptc-engine`): the client with its native module, the
+# engine in process, for CPython 3.10 and later (abi3), tagged manylinux by maturin's own check;
+# into target/wheels, with its size.
+wheel:
+    python3 -m venv target/test-venvs/maturin
+    target/test-venvs/maturin/bin/pip install --quiet --disable-pip-version-check maturin==1.16.0
+    cd clients/python && ../../target/test-venvs/maturin/bin/maturin build --release --out ../../target/wheels
+    ls -l target/wheels
+
 # Benchmarks: library, gRPC, `python3 -c` and warm CPython side by side; then ptc-engine beside
 # Monty and pyeryx from PyPI in one run (`bench-peers`).
 bench:

@@ -1,6 +1,7 @@
 """The engine in this process (`ptc_engine._native`), driven as a user drives it: `Sandbox()`
-with no URL. Run by tests/tests/all/python_client.rs with the native module beside the client's
-sources; prints `ok` at the end, and fails with an assertion saying what broke otherwise.
+with no URL. Run by tests/tests/all/python_client.rs in a venv with the client's wheel and no
+Rust toolchain on PATH; prints `ok` at the end, and fails with an assertion saying what broke
+otherwise.
 """
 
 import asyncio

@@ -23,6 +23,8 @@ pub fn venv(name: &str, packages: &[&str]) -> PathBuf {
     if std::fs::read_to_string(&stamp).ok().as_deref() == Some(wanted.as_str()) {
         return dir;
     }
+    // Made afresh: pip keeps an installed package of the same version (a rebuilt wheel) as it is.
+    let _ = std::fs::remove_dir_all(&dir);
     let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
     let ok = Command::new(&python).args(["-m", "venv"]).arg(&dir).status().expect("python3 -m venv").success();
     assert!(ok, "creating venv {}", dir.display());
@@ -37,9 +39,46 @@ pub fn venv(name: &str, packages: &[&str]) -> PathBuf {
     dir
 }
 
-/// `package`, and for a local directory a digest of its files, so that a change reinstalls it.
+/// The maturin that builds the client's wheel (`clients/python/pyproject.toml` pins the same).
+const MATURIN: &str = "maturin==1.16.0";
+
+/// The client's wheel, with its native module (`python-ext`), built once per test process into
+/// `target/wheels` as `just wheel` builds it: what the Python tests install, as a user would.
+pub fn wheel() -> PathBuf {
+    static WHEEL: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    WHEEL
+        .get_or_init(|| {
+            let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").canonicalize().unwrap();
+            let maturin = venv("maturin", &[MATURIN]).join("bin").join("maturin");
+            let out = root.join("target").join("wheels");
+            let lock = root.join("target").join("wheels.lock");
+            let _guard = FileLock::acquire(&lock);
+            let _ = std::fs::remove_dir_all(&out);
+            let ok = Command::new(maturin)
+                .args(["build", "--release", "--quiet", "--out"])
+                .arg(&out)
+                .current_dir(root.join("clients").join("python"))
+                .status()
+                .expect("maturin")
+                .success();
+            assert!(ok, "building the client's wheel");
+            let wheel = std::fs::read_dir(&out)
+                .unwrap()
+                .flatten()
+                .map(|e| e.path())
+                .find(|p| p.extension().is_some_and(|e| e == "whl"));
+            wheel.expect("a wheel in target/wheels")
+        })
+        .clone()
+}
+
+/// `package`, and for a local directory or file a digest of its files, so that a change
+/// reinstalls it.
 fn stamped(package: &str) -> String {
     let path = Path::new(package.split('[').next().unwrap_or(package));
+    if path.is_file() {
+        return format!("{package}#{:x}", Sha256::digest(std::fs::read(path).unwrap()));
+    }
     if !path.is_dir() {
         return package.to_string();
     }

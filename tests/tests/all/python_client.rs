@@ -1,7 +1,8 @@
 //! Python clients against a real server: the raw grpcio example (examples/python), and the
 //! client library (clients/python) with its framework integrations, whose pytest suites and
 //! mypy run in venvs made from PyPI with each framework's pinned release; and the library with
-//! the engine in its own process (the native module, `python-ext`).
+//! the engine in its own process. Each installs the client's wheel (with its native module,
+//! `python-ext`), built once per run.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -43,8 +44,9 @@ async fn library_suite(
     pytest: &'static [&'static str],
     mypy: &'static [&'static str],
 ) {
-    let package = format!("{}[{extras}]", library().display());
+    let extras = extras.to_string();
     let venv = tokio::task::spawn_blocking(move || {
+        let package = format!("{}[{extras}]", ptc_tests::python::wheel().display());
         let all: Vec<&str> =
             [package.as_str()].into_iter().chain(packages.iter().copied()).chain(TEST_TOOLS.iter().copied()).collect();
         ptc_tests::python::venv(name, &all)
@@ -98,60 +100,44 @@ async fn python_library_strands_integration() {
     .await;
 }
 
-/// `Sandbox()` with no URL runs programs in the caller's process through the native module
-/// (built here in release, as a wheel has it, and put beside the library's sources): tools and
-/// a gather in one round, a tool that raises, a runaway program, one past its memory limit, a
-/// cancelled caller, a live session, the blocking twin; and no child process or TCP/UDP socket
-/// (`tests/python/in_process.py`).
+/// `Sandbox()` with no URL runs programs in the caller's process: the client's wheel (built
+/// with its native module, as `just wheel` builds it) installed in a venv and run with no Rust
+/// toolchain on `PATH`: tools and a gather in one round, a tool that raises, a runaway program,
+/// one past its memory limit, a cancelled caller, a live session, the blocking twin; and no
+/// child process or TCP/UDP socket (`tests/python/in_process.py`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_library_runs_programs_in_its_own_process_with_the_native_module() {
+async fn the_library_runs_programs_in_its_own_process_from_its_wheel() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let out = tokio::task::spawn_blocking(move || {
-        let package = library().display().to_string();
-        let venv = ptc_tests::python::venv("ptc-in-process", &[package.as_str()]);
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let built = Command::new(cargo)
-            .args(["build", "--release", "-p", "ptc-engine-python"])
-            .current_dir(&root)
-            .status()
-            .expect("cargo")
-            .success();
-        assert!(built, "building the native module");
-        // The library's sources with the module beside them, first on the path.
-        let dir = std::env::temp_dir().join(format!("ptc-in-process-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let package = dir.join("ptc_engine");
-        copy_tree(&library().join("src/ptc_engine"), &package);
-        std::fs::copy(root.join("target/release/lib_native.so"), package.join("_native.abi3.so")).unwrap();
-        let out = Command::new(venv.join("bin").join("python"))
-            .arg(root.join("tests/python/in_process.py"))
-            .env("PYTHONPATH", &dir)
-            .env("PYTHONDONTWRITEBYTECODE", "1")
-            .env_remove("PTC_ENGINE_URL")
-            .output()
-            .unwrap();
-        let _ = std::fs::remove_dir_all(&dir);
-        out
+        let wheel = ptc_tests::python::wheel().display().to_string();
+        let venv = ptc_tests::python::venv("ptc-in-process", &[wheel.as_str()]);
+        let bin = venv.join("bin");
+        let python = |args: &[&str]| {
+            Command::new(bin.join("python"))
+                .args(args)
+                // Only the venv and the system's own directories: no cargo, no rustc.
+                .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+                .env("PYTHONDONTWRITEBYTECODE", "1")
+                .env_remove("PTC_ENGINE_URL")
+                .current_dir(std::env::temp_dir())
+                .output()
+                .unwrap()
+        };
+        // The README's example, as written.
+        let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+        let example = readme.split("```python\n").nth(1).and_then(|b| b.split("```").next()).unwrap().to_string();
+        let script = root.join("tests/python/in_process.py");
+        (python(&[script.to_str().unwrap()]), python(&["-c", &example]))
     })
     .await
     .unwrap();
+    let (out, readme) = out;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && stdout.ends_with("ok\n"), "stdout:\n{stdout}\nstderr:\n{stderr}");
-}
-
-/// Copies the directory `from` to `to`, recursively.
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
+    let printed = String::from_utf8_lossy(&readme.stdout);
+    // The program's line, and `print`'s own.
+    assert_eq!(printed, "3\n\n", "the README's example: {}", String::from_utf8_lossy(&readme.stderr));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
