@@ -3,7 +3,8 @@
 //! to a server, as protobuf bytes, and this module answers them with the server's own service
 //! ([`ptc_server::local`]) on a tokio runtime of the process: no listener, no socket, no other
 //! process. Awaitables are asyncio's (pyo3-async-runtimes); the GIL is released while the engine
-//! starts and whenever a call waits.
+//! starts and whenever a call waits. `main` is the `ptc-engine` command itself, for the
+//! package's script.
 
 use std::sync::Arc;
 
@@ -128,8 +129,16 @@ impl Call {
     }
 }
 
+/// Runs the `ptc-engine` command (`serve`, `mcp`, `run`) with `argv` (its name first) in this
+/// process, the GIL released, to its end: its exit code. The package's `ptc-engine` script.
+#[pyfunction]
+fn main(py: Python<'_>, argv: Vec<String>) -> PyResult<i32> {
+    py.detach(|| ptc_server::entry::main(argv)).map_err(|e| PyRuntimeError::new_err(format!("{e:#}")))
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(main, m)?)?;
     m.add_class::<Local>()?;
     m.add_class::<Call>()?;
     m.add("RpcError", m.py().get_type::<RpcError>())?;

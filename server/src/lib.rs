@@ -11,6 +11,7 @@ pub mod cli;
 pub mod client;
 pub mod cluster;
 pub mod core;
+pub mod entry;
 pub mod execute;
 pub mod front;
 pub mod local;

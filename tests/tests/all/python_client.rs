@@ -7,6 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use ptc_tests::binary::{free_port, serving};
 use ptc_tests::grpc::{config, serve};
 
 /// What the library's own tests and type check need, beside the library.
@@ -104,7 +105,8 @@ async fn python_library_strands_integration() {
 /// with its native module, as `just wheel` builds it) installed in a venv and run with no Rust
 /// toolchain on `PATH`: tools and a gather in one round, a tool that raises, a runaway program,
 /// one past its memory limit, a cancelled caller, a live session, the blocking twin; and no
-/// child process or TCP/UDP socket (`tests/python/in_process.py`).
+/// child process or TCP/UDP socket (`tests/python/in_process.py`). The README's example runs as
+/// written, and the wheel's own `ptc-engine` script serves, and runs a program against that.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_library_runs_programs_in_its_own_process_from_its_wheel() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -127,11 +129,44 @@ async fn the_library_runs_programs_in_its_own_process_from_its_wheel() {
         let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
         let example = readme.split("```python\n").nth(1).and_then(|b| b.split("```").next()).unwrap().to_string();
         let script = root.join("tests/python/in_process.py");
-        (python(&[script.to_str().unwrap()]), python(&["-c", &example]))
+        let ran = (python(&[script.to_str().unwrap()]), python(&["-c", &example]));
+        // The wheel's `ptc-engine` command: a server it serves, and a program `run` sends it.
+        let [grpc, http, metrics] = [free_port(), free_port(), free_port()];
+        let files = std::env::temp_dir().join(format!("ptc-wheel-serve-{}", std::process::id()));
+        let server = serving(
+            Command::new(bin.join("ptc-engine"))
+                .arg("serve")
+                .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
+                .args(["--http-addr", &format!("127.0.0.1:{http}")])
+                .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
+                .arg("--files-dir")
+                .arg(&files)
+                .env("PATH", format!("{}:/usr/bin:/bin", bin.display())),
+        );
+        let program = files.with_extension("py");
+        std::fs::write(&program, "print(sum(range(10)))\n").unwrap();
+        let run = Command::new(bin.join("ptc-engine"))
+            .arg("run")
+            .args(["--server", &format!("http://127.0.0.1:{grpc}")])
+            .arg(&program)
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_file(&program);
+        drop(server);
+        let _ = std::fs::remove_dir_all(&files);
+        (ran, run)
     })
     .await
     .unwrap();
-    let (out, readme) = out;
+    let ((out, readme), run) = out;
+    assert!(
+        run.status.success() && String::from_utf8_lossy(&run.stdout) == "45\n",
+        "ptc-engine run against the wheel's ptc-engine serve: {:?}\nstdout: {}\nstderr: {}",
+        run.status,
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && stdout.ends_with("ok\n"), "stdout:\n{stdout}\nstderr:\n{stderr}");
