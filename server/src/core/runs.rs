@@ -32,7 +32,7 @@ use super::tenants::Admission;
 
 /// The limits of a run: `base` (the engine's defaults or a front end's own) with the deadline
 /// a request asked for, checked against the engine's ceilings before anything is prepared.
-pub fn limits(engine: &Engine, base: Limits, timeout_ms: Option<u64>) -> Result<Limits, Error> {
+fn limits(engine: &Engine, base: Limits, timeout_ms: Option<u64>) -> Result<Limits, Error> {
     let limits = match timeout_ms {
         Some(ms) => base.with_timeout(Duration::from_millis(ms)),
         None => base,

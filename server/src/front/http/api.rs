@@ -108,11 +108,12 @@ pub(crate) struct DecisionSpec {
 }
 
 impl DecisionSpec {
-    pub(crate) fn into_decision(self) -> ptc_engine::Decision {
-        match (self.approve, self.input) {
-            (true, None) => ptc_engine::Decision::approve(self.call_id),
-            (true, Some(input)) => ptc_engine::Decision::approve_with(self.call_id, input.to_string()),
-            (false, _) => ptc_engine::Decision::deny(self.call_id, self.reason.unwrap_or_default()),
+    pub(crate) fn to_decision(&self) -> ptc_engine::Decision {
+        let id = self.call_id.clone();
+        match (self.approve, &self.input) {
+            (true, None) => ptc_engine::Decision::approve(id),
+            (true, Some(input)) => ptc_engine::Decision::approve_with(id, input.to_string()),
+            (false, _) => ptc_engine::Decision::deny(id, self.reason.clone().unwrap_or_default()),
         }
     }
 }
@@ -158,20 +159,21 @@ pub(crate) struct ToolResultSpec {
 impl ToolResultSpec {
     /// The result as the program should see it: LibreChat's tools mostly return JSON *text*,
     /// so a string holding a JSON object or array is decoded; any other value is passed as is.
-    pub(crate) fn into_tool_result(self) -> ToolResult {
+    pub(crate) fn to_tool_result(&self) -> ToolResult {
+        let id = self.call_id.clone();
         if self.is_error == Some(true) {
-            let message = self.error_message.filter(|m| !m.is_empty());
-            return ToolResult::error(self.call_id, message.as_deref().unwrap_or("Tool execution failed"));
+            let message = self.error_message.as_deref().filter(|m| !m.is_empty());
+            return ToolResult::error(id, message.unwrap_or("Tool execution failed"));
         }
         if let Value::String(s) = &self.result {
             let t = s.trim_start();
             if (t.starts_with('{') || t.starts_with('['))
                 && let Ok(decoded) = serde_json::from_str::<Value>(s)
             {
-                return ToolResult::ok(self.call_id, &decoded);
+                return ToolResult::ok(id, &decoded);
             }
         }
-        ToolResult::ok(self.call_id, &self.result)
+        ToolResult::ok(id, &self.result)
     }
 }
 

@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use ptc_engine::{FailureKind, ToolDef};
 use serde_json::json;
 
-use super::api::{Answers, ApiError, ApprovalOut, RunOptions, ToolCallOut};
+use super::api::{Answers, ApiError, ApprovalOut, DecisionSpec, RunOptions, ToolCallOut, ToolResultSpec};
 use super::state::{HttpState, REQUEST_ID_HEADER};
 use crate::core::advice::{self, Advice};
 use crate::core::continuations::{self, Forward, Program, Turn};
@@ -52,19 +52,18 @@ pub(super) async fn continuation(
     answers: Answers,
 ) -> Result<Response, ApiError> {
     let Answers { results, decisions } = answers;
-    // As the node holding the execution is asked, if it is another.
-    let body = {
-        let (results, decisions) = (results.clone(), decisions.clone());
-        move || {
-            json!({"continuation_token": token, "tool_results": results, "decisions": decisions})
-                .to_string()
-                .into_bytes()
-        }
-    };
     let answers = continuations::Answers {
-        results: results.into_iter().map(|r| r.into_tool_result()).collect(),
-        decisions: decisions.into_iter().map(|d| d.into_decision()).collect(),
-        forward: Forward { headers, body: Box::new(body) },
+        results: results.iter().map(ToolResultSpec::to_tool_result).collect(),
+        decisions: decisions.iter().map(DecisionSpec::to_decision).collect(),
+        // As the node holding the execution is asked, if it is another: made only then.
+        forward: Forward {
+            headers,
+            body: Box::new(move || {
+                json!({"continuation_token": token, "tool_results": results, "decisions": decisions})
+                    .to_string()
+                    .into_bytes()
+            }),
+        },
     };
     Ok(response(state.continuations.resume(tenant, token, answers).await?))
 }
