@@ -236,18 +236,18 @@ def from_rpc_error(e: Any, url: str, keyed: bool, request_id: str | None = None)
     return from_status(e.code().name, e.details() or "", url, keyed, request_id)
 
 
-def from_status(code: str, details: str, url: str, keyed: bool, request_id: str | None = None) -> PtcError:
+def from_status(code: str, details: str, url: str | None, keyed: bool, request_id: str | None = None) -> PtcError:
     """A call refused with the gRPC status named `code` (`"INVALID_ARGUMENT"`) and `details`,
-    by the server at `url` (or the in-process engine), as this package's error."""
+    by the server at `url` (`None`: the engine in this process), as this package's error."""
     status = getattr(grpc.StatusCode, code, grpc.StatusCode.UNKNOWN)
     cls: type[PtcError]
-    if status == grpc.StatusCode.UNAVAILABLE and url != "in-process":
+    if status == grpc.StatusCode.UNAVAILABLE and url is None:
+        cls, message = ServerUnavailable, details
+    elif status == grpc.StatusCode.UNAVAILABLE:
         cls, message = ServerUnavailable, (
             f"cannot reach the ptc-engine server at {url} ({details}): start it (`ptc-engine serve`) or check "
             "the address and port"
         )
-    elif status == grpc.StatusCode.UNAVAILABLE:
-        cls, message = ServerUnavailable, details
     elif status == grpc.StatusCode.UNAUTHENTICATED:
         what = "refused the API key" if keyed else "wants an API key and none was sent"
         cls, message = AuthenticationError, (

@@ -16,6 +16,8 @@ import threading
 from types import ModuleType
 from typing import Any
 
+import grpc.aio
+
 from ._errors import PtcError, from_status
 from ._proto import sandbox_pb2 as pb
 from ._transport import Transport
@@ -31,6 +33,7 @@ _RESPONSES: dict[str, Any] = {
 }
 
 _lock = threading.Lock()
+_module: ModuleType | None = None
 _service: Any = None
 
 
@@ -42,30 +45,33 @@ def native() -> ModuleType | None:
         return None
 
 
-def _started() -> Any:
-    """The process's engine, started at the first call (in a worker thread: it takes seconds)."""
-    global _service
+def _started() -> tuple[ModuleType, Any]:
+    """The native module and the process's engine, started at the first call (in a worker
+    thread: it takes seconds)."""
+    global _module, _service
     with _lock:
         if _service is None:
             module = native()
             if module is None:
                 raise PtcError("this installation of ptc-engine has no in-process engine: give Sandbox a server URL")
             _service = module.Local()
+            _module = module
             # Its session files go with the process.
             atexit.register(_service.close)
-        return _service
+        assert _module is not None
+        return _module, _service
 
 
-async def service() -> Any:
-    if _service is not None:
-        return _service
+async def started() -> tuple[ModuleType, Any]:
+    if _module is not None and _service is not None:
+        return _module, _service
     return await asyncio.to_thread(_started)
 
 
 def error(e: BaseException, request_id: str | None = None) -> PtcError:
     """The native module's `RpcError(code, message)` as this package's error."""
     code, message = e.args if len(e.args) == 2 else ("UNKNOWN", str(e))
-    return from_status(code, message, WHERE, False, request_id)
+    return from_status(code, message, None, False, request_id)
 
 
 class LocalCall:
@@ -84,8 +90,6 @@ class LocalCall:
             raise asyncio.InvalidStateError("the execution's call has ended") from None
 
     async def read(self) -> Any:
-        import grpc.aio
-
         try:
             data = await self._call.read()
         except self._rpc_error as e:
@@ -106,9 +110,7 @@ class LocalTransport(Transport):
         super().__init__(WHERE, None)
 
     async def unary(self, method: str, request: Any) -> Any:
-        local = await service()
-        module = native()
-        assert module is not None
+        module, local = await started()
         try:
             data = await local.unary(method, request.SerializeToString())
         except module.RpcError as e:
@@ -116,9 +118,7 @@ class LocalTransport(Transport):
         return _RESPONSES[method].FromString(data)
 
     async def open_execute(self) -> Any:  # a LocalCall, with grpc.aio's call's face
-        local = await service()
-        module = native()
-        assert module is not None
+        module, local = await started()
         return LocalCall(local.execute(), module.RpcError)
 
     async def aclose(self) -> None:
