@@ -21,10 +21,7 @@ build:
 # engine in process, for CPython 3.10 and later (abi3), tagged manylinux by maturin's own check;
 # into target/wheels, with its size.
 wheel:
-    python3 -m venv target/test-venvs/maturin
-    target/test-venvs/maturin/bin/pip install --quiet --disable-pip-version-check maturin==1.16.0
-    cd clients/python && ../../target/test-venvs/maturin/bin/maturin build --release --out ../../target/wheels
-    ls -l target/wheels
+    ls -l $(benches/python/wheel.sh)
 
 # Benchmarks: library, gRPC, `python3 -c` and warm CPython side by side; then ptc-engine beside
 # Monty and pyeryx from PyPI in one run (`bench-peers`).
@@ -32,7 +29,8 @@ bench:
     cargo bench -p ptc-benches
     benches/python/peers.sh
 
-# ptc-engine (Python client over gRPC), Monty (pydantic-monty 1.4.0) and pyeryx 0.11.0 side by side:
+# ptc-engine (Python client, in process and over gRPC), Monty (pydantic-monty 1.4.0) and pyeryx
+# 0.11.0 side by side:
 # fresh `pass`, `pass` in a session, one tool round, a CPU-bound loop; e.g. `just bench-peers --runs 100`.
 bench-peers *ARGS:
     benches/python/peers.sh {{ARGS}}

@@ -73,6 +73,10 @@ def ms(seconds):
 async def fastmcp_cases(url, key):
     monty = server(MontySandboxProvider())
     ptc = server(PtcSandboxProvider(url, api_key=key))
+    # No URL (and no PTC_ENGINE_URL, which run.sh unsets): the engine in this process.
+    local_provider = PtcSandboxProvider()
+    assert local_provider.sandbox.url == "in-process", local_provider.sandbox.url
+    local = server(local_provider)
     monty_provider = MontySandboxProvider()
     ptc_provider = PtcSandboxProvider(url, api_key=key)
 
@@ -90,8 +94,10 @@ async def fastmcp_cases(url, key):
     return {
         "FastMCP execute, Monty": lambda: through(monty, PROGRAM_MONTY),
         "FastMCP execute, ptc-engine": lambda: through(ptc, PROGRAM),
+        "FastMCP execute, in process": lambda: through(local, PROGRAM),
         "provider.run, Monty": lambda: provider(monty_provider, PROGRAM_MONTY),
         "provider.run, ptc-engine": lambda: provider(ptc_provider, PROGRAM),
+        "provider.run, in process": lambda: provider(local_provider, PROGRAM),
     }
 
 
@@ -143,10 +149,14 @@ async def main():
 
     times = await alternate(await fastmcp_cases(args.url, args.api_key), args.runs)
     print(f"### FastMCP CodeMode, 10 tool calls in 6 rounds ({args.runs} runs each, alternating)\n")
-    print("| | Monty | ptc-engine | ptc-engine / Monty |\n| --- | --- | --- | --- |")
+    print(
+        "| | Monty | ptc-engine in process | ptc-engine over gRPC | in process / Monty | gRPC / Monty |\n"
+        "| --- | --- | --- | --- | --- | --- |"
+    )
     for what in ("FastMCP execute", "provider.run"):
-        m, p = times[f"{what}, Monty"], times[f"{what}, ptc-engine"]
-        print(f"| {what} | {ms(m)} | {ms(p)} | {statistics.median(p) / statistics.median(m):.2f}× |")
+        m, l, p = times[f"{what}, Monty"], times[f"{what}, in process"], times[f"{what}, ptc-engine"]
+        ratios = " | ".join(f"{statistics.median(x) / statistics.median(m):.2f}×" for x in (l, p))
+        print(f"| {what} | {ms(m)} | {ms(l)} | {ms(p)} | {ratios} |")
 
     times = await alternate(await client_cases(args.url, args.api_key), args.runs)
     print(f"\n### The client's own cost ({args.runs} runs each, alternating)\n")

@@ -1,8 +1,9 @@
 """ptc-engine side by side with its peers: Monty (pydantic-monty 1.4.0, a Python subset
 interpreted in Rust) and eryx (pyeryx 0.11.0, CPython 3.14 on wasmtime, like ptc-engine), with
 native CPython's `exec` in this process as the floor. ptc-engine is driven by its Python client
-(`ptc_engine.Sandbox`) over gRPC; the peers by their own Python packages, each the cheapest
-idiomatic way its documentation gives.
+(`ptc_engine.Sandbox`) both ways a user runs it: with the engine in this process (`Sandbox()`,
+the wheel's native module) and over gRPC (`Sandbox(url)`); the peers by their own Python
+packages, each the cheapest idiomatic way its documentation gives.
 
 `benches/python/peers.sh` runs it (it builds the release server if missing, starts it and makes
 the venv); by hand: `python peers.py --url http://127.0.0.1:50051 [--runs 200]`. Every case runs
@@ -10,9 +11,9 @@ on every engine in turn, in an order shuffled each round, so that the machine's 
 engine's background work) falls on all; each timed run comes after 5 ms of quiet (an agent's
 requests come spaced, and both wasm engines make their next instances in idle time), but in the
 back-to-back row, where it comes straight after three untimed runs of the same engine. Medians
-are printed as a Markdown table, with each peer's ratio to ptc-engine (below 1: the peer is
-faster) and, in brackets, ptc-engine's own time in the server (`result.stats.wall_time_s`), the
-rest being the client, gRPC and the two processes waking each other.
+are printed as a Markdown table, with each ptc-engine column's ratio to Monty's (below 1:
+ptc-engine is faster) and, in brackets, the engine's own time (`result.stats.wall_time_s`), the
+rest being the client (and over gRPC the wire and the two processes waking each other).
 
 What "fresh" means for each (every program runs on state no earlier program touched):
 - ptc-engine: one `Execute` stream (`Sandbox.run`); the server takes a warm instance of the
@@ -60,6 +61,7 @@ import pydantic_monty
 from ptc_engine import Sandbox, Tool
 
 EXTRA = "pyeryx, Sandbox(callbacks=...)"
+LOCAL = "ptc-engine in process"
 SQUARES = "sum(i*i for i in range(10**6))"
 SQUARES_VALUE = sum(i * i for i in range(10**6))
 
@@ -112,7 +114,16 @@ class Engines:
         self.setup = {}
         cbs = [{"name": "add", "fn": add_sync, "description": "Adds two integers."}]
 
-        # ptc-engine: one client (one HTTP/2 connection), one live session.
+        # ptc-engine in this process: the engine starts at the first run.
+        self.local = Sandbox()
+        assert self.local.url == "in-process", f"no in-process engine here (url {self.local.url!r})"
+        stack.push_async_callback(self.local.aclose)
+        took = stopwatch()
+        await self.local.run("pass")
+        self.setup["ptc-engine in process: the first `run` (loads the engine)"] = took()
+        self.local_session = await stack.enter_async_context(self.local.session())
+
+        # ptc-engine over gRPC: one client (one HTTP/2 connection), one live session.
         self.ptc = Sandbox(url)
         stack.push_async_callback(self.ptc.aclose)
         took = stopwatch()
@@ -142,8 +153,9 @@ class Engines:
         self.native_session = {}
 
         # The sessions are sessions: state set in one program is there in the next.
-        await self.ptc_session.run("x = 41")
-        assert (await self.ptc_session.run("return x + 1")).return_value == 42
+        for session in (self.ptc_session, self.local_session):
+            await session.run("x = 41")
+            assert (await session.run("return x + 1")).return_value == 42
         await self.monty_session.feed_run("x = 41")
         assert await self.monty_session.feed_run("x + 1") == 42
         self.eryx_session.execute("x = 41")
@@ -152,10 +164,11 @@ class Engines:
 
     # ------------------------------------------------------------------ one program each
 
-    async def ptc_fresh(self, code, tools=(), calls=0, value=None):
-        """Runs `code` in a new execution; the server's own time for it (`stats.wall_time_s`)."""
+    async def ptc_fresh(self, code, tools=(), calls=0, value=None, sandbox=None):
+        """Runs `code` in a new execution (over gRPC, or on `sandbox`); the engine's own time
+        for it (`stats.wall_time_s`)."""
         with counting(calls):
-            result = await self.ptc.run(code, tools=tools)
+            result = await (sandbox or self.ptc).run(code, tools=tools)
         assert result.return_value == value, result
         assert result.stats.tool_calls == calls, result.stats
         return result.stats.wall_time_s
@@ -184,6 +197,9 @@ class Engines:
         async def ptc():
             return await self.ptc_fresh("pass")
 
+        async def local():
+            return await self.ptc_fresh("pass", sandbox=self.local)
+
         async def monty():
             await self.monty_fresh("pass")
 
@@ -193,11 +209,16 @@ class Engines:
         async def native():
             self.native("pass", {})
 
-        return {"ptc-engine": ptc, "Monty": monty, "pyeryx": eryx_, "CPython exec": native}
+        return {"ptc-engine": ptc, LOCAL: local, "Monty": monty, "pyeryx": eryx_, "CPython exec": native}
 
     def session_pass(self):
         async def ptc():
             result = await self.ptc_session.run("pass")
+            assert result.return_value is None
+            return result.stats.wall_time_s
+
+        async def local():
+            result = await self.local_session.run("pass")
             assert result.return_value is None
             return result.stats.wall_time_s
 
@@ -210,7 +231,7 @@ class Engines:
         async def native():
             self.native("pass", self.native_session)
 
-        return {"ptc-engine": ptc, "Monty": monty, "pyeryx": eryx_, "CPython exec": native}
+        return {"ptc-engine": ptc, LOCAL: local, "Monty": monty, "pyeryx": eryx_, "CPython exec": native}
 
     def tool_calls(self, n):
         value = expected(n)
@@ -221,6 +242,9 @@ class Engines:
 
         async def ptc():
             return await self.ptc_fresh(ptc_code, tools=[ADD_TOOL], calls=n, value=value)
+
+        async def local():
+            return await self.ptc_fresh(ptc_code, tools=[ADD_TOOL], calls=n, value=value, sandbox=self.local)
 
         async def monty():
             await self.monty_fresh(monty_code, calls=n, value=value, lookup={"add": add_sync})
@@ -234,11 +258,21 @@ class Engines:
         async def native():
             self.native(native_code, calls=n, value=value)
 
-        return {"ptc-engine": ptc, "Monty": monty, "pyeryx": eryx_, "CPython exec": native, EXTRA: eryx_plain}
+        return {
+            "ptc-engine": ptc,
+            LOCAL: local,
+            "Monty": monty,
+            "pyeryx": eryx_,
+            "CPython exec": native,
+            EXTRA: eryx_plain,
+        }
 
     def squares(self):
         async def ptc():
             return await self.ptc_fresh(f"return {SQUARES}", value=SQUARES_VALUE)
+
+        async def local():
+            return await self.ptc_fresh(f"return {SQUARES}", value=SQUARES_VALUE, sandbox=self.local)
 
         async def monty():
             await self.monty_fresh(SQUARES, value=SQUARES_VALUE)
@@ -249,7 +283,7 @@ class Engines:
         async def native():
             self.native(f"result = {SQUARES}", {}, value=SQUARES_VALUE)
 
-        return {"ptc-engine": ptc, "Monty": monty, "pyeryx": eryx_, "CPython exec": native}
+        return {"ptc-engine": ptc, LOCAL: local, "Monty": monty, "pyeryx": eryx_, "CPython exec": native}
 
 
 async def measure(case, runs, *, quiet, back_to_back=0, warm=3):
@@ -291,10 +325,10 @@ def fmt(seconds):
             return f"{value:.3g} {unit}" if value >= 1 else f"{value:.2f} {unit}"
 
 
-def ratio(peer, ptc):
-    if peer is None or ptc <= 0:
+def ratio(ptc, monty):
+    if ptc is None or monty <= 0:
         return "—"
-    r = peer / ptc
+    r = ptc / monty
     return f"{r:.2g}×" if r < 10 else f"{r:.0f}×"
 
 
@@ -340,23 +374,24 @@ async def main():
 
     print(f"### ptc-engine, Monty and pyeryx side by side ({args.runs} runs each, alternating; medians)\n")
     print(
-        "| case | ptc-engine (Python client, gRPC; in the server) | Monty (worker process) | pyeryx (in process) "
-        "| CPython `exec` (floor) | Monty / ptc-engine | pyeryx / ptc-engine |"
+        "| case | ptc-engine in process (engine) | ptc-engine over gRPC (server) | Monty (worker process) "
+        "| pyeryx (in process) | CPython `exec` (floor) | in process / Monty | gRPC / Monty |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for label, t, server, native in rows:
-        ptc = t["ptc-engine"]
+        local, ptc = t[LOCAL], t["ptc-engine"]
         cells = [
+            f"{fmt(local)} ({fmt(server.get(LOCAL))})",
             f"{fmt(ptc)} ({fmt(server.get('ptc-engine'))})",
             fmt(t["Monty"]),
             fmt(t["pyeryx"]),
             fmt(t["CPython exec"] if native else None),
         ]
-        print(f"| {label} | {' | '.join(cells)} | {ratio(t['Monty'], ptc)} | {ratio(t['pyeryx'], ptc)} |")
+        print(f"| {label} | {' | '.join(cells)} | {ratio(local, t['Monty'])} | {ratio(ptc, t['Monty'])} |")
 
     print(
-        "\nIn brackets: the server's own time for the execution (`result.stats.wall_time_s`); the rest "
-        "is the Python client, gRPC on loopback and the wake-ups between the two processes."
+        "\nIn brackets: the engine's own time for the execution (`result.stats.wall_time_s`); the rest "
+        "is the Python client (over gRPC: and the wire on loopback and the wake-ups between the two processes)."
     )
     print(
         f"\npyeryx with a plain `Sandbox(callbacks=...)` instead of a `SandboxFactory`'s sandbox: "

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ptc-engine side by side with Monty (pydantic-monty 1.4.0) and eryx (pyeryx 0.11.0)
-# (benches/python/peers.py), against the release binary on GRPC_PORT (default 18352), in the
-# venv target/bench-venvs/peers. Extra arguments go to peers.py (e.g. `--runs 100`).
+# (benches/python/peers.py): in process (the package's wheel, built now) and against the release
+# binary on GRPC_PORT (default 18352), in the venv target/bench-venvs/peers. Extra arguments go
+# to peers.py (e.g. `--runs 100`).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 # The server of this checkout, built now (a stale binary would measure an older engine), unless
@@ -22,7 +23,9 @@ if [ -z "$PY" ]; then
 fi
 [ -n "$PY" ] || { echo "peers.sh: pyeryx needs Python 3.12 or newer: set PYTHON" >&2; exit 1; }
 if ! new_enough "$VENV/bin/python"; then rm -rf "$VENV"; "$PY" -m venv "$VENV"; fi
-"$VENV/bin/pip" install --quiet --disable-pip-version-check \
-    ./clients/python "pydantic-monty==1.4.0" "pyeryx==0.11.0"
+WHEEL=$(benches/python/wheel.sh)
+"$VENV/bin/pip" install --quiet --disable-pip-version-check "$WHEEL" "pydantic-monty==1.4.0" "pyeryx==0.11.0"
+# The wheel's version stays the same from build to build: reinstall it.
+"$VENV/bin/pip" install --quiet --disable-pip-version-check --force-reinstall --no-deps "$WHEEL"
 . benches/python/serve.sh
-"$VENV/bin/python" benches/python/peers.py --url "http://127.0.0.1:$GRPC" "$@"
+env -u PTC_ENGINE_URL "$VENV/bin/python" benches/python/peers.py --url "http://127.0.0.1:$GRPC" "$@"

@@ -1,18 +1,26 @@
 //! `ptc_engine._native`: ptc-engine's service in the Python caller's process. The Python
 //! package's in-process transport (`_local.py`) makes the same `ptc.v1.Sandbox` calls it makes
 //! to a server, as protobuf bytes, and this module answers them with the server's own service
-//! ([`ptc_server::local`]) on a tokio runtime of the process: no listener, no socket, no other
-//! process. Awaitables are asyncio's (pyo3-async-runtimes); the GIL is released while the engine
-//! starts and whenever a call waits. `main` is the `ptc-engine` command itself, for the
-//! package's script.
+//! ([`ptc_server::local`]) on the process's lanes (`lanes.rs`): no listener, no socket, no other
+//! process. A message that is ready (or comes within a short spin and sleep) is handed over at
+//! once, with no asyncio future; otherwise the awaitable is asyncio's (pyo3-async-runtimes).
+//! The GIL is released while the engine starts and whenever a call waits. `main` is the
+//! `ptc-engine` command itself, for the package's script.
 
-use std::sync::Arc;
+mod lanes;
 
+use std::sync::{Arc, OnceLock};
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use lanes::{Lanes, Placed};
+use prost::Message;
 use ptc_server::local::{Local as Service, Reader, Writer};
+use ptc_server::proto::{self, client_message};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyRuntimeError};
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBool, PyBytes};
 use tokio::sync::Mutex;
 use tonic::{Code, Status};
 
@@ -50,10 +58,11 @@ fn bytes(message: Vec<u8>) -> Py<PyBytes> {
     Python::attach(|py| PyBytes::new(py, &message).unbind())
 }
 
-/// The service in this process, over an engine of its own.
+/// The service in this process, over an engine of its own, and the lanes its calls run on.
 #[pyclass(frozen)]
 struct Local {
     service: Arc<Service>,
+    lanes: Arc<Lanes>,
     /// This process's session files, removed by `close`.
     files: std::path::PathBuf,
 }
@@ -61,17 +70,21 @@ struct Local {
 #[pymethods]
 impl Local {
     /// Starts the engine (its compiled component from the cache, or compiled now) with the
-    /// server's defaults; session files go under a directory of this process's.
+    /// server's defaults, and one lane per CPU; session files go under a directory of this
+    /// process's.
     #[new]
     fn new(py: Python<'_>) -> PyResult<Self> {
         let mut config = ptc_server::ServerConfig::default();
         let files = std::env::temp_dir().join(format!("ptc-engine-files-{}", std::process::id()));
         config.files.dir = files.clone();
         let runtime = pyo3_async_runtimes::tokio::get_runtime();
-        let service = py
-            .detach(|| runtime.block_on(Service::new(config)))
-            .map_err(|e| PyRuntimeError::new_err(format!("the in-process engine could not start: {e:#}")))?;
-        Ok(Local { service: Arc::new(service), files })
+        let started = |e: &dyn std::fmt::Display| {
+            PyRuntimeError::new_err(format!("the in-process engine could not start: {e:#}"))
+        };
+        let service = py.detach(|| runtime.block_on(Service::new(config))).map_err(|e| started(&e))?;
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let lanes = Lanes::start(cpus).map_err(|e| started(&e))?;
+        Ok(Local { service: Arc::new(service), lanes: Arc::new(lanes), files })
     }
 
     /// Stops taking executions and removes this process's session files (at the process's
@@ -81,39 +94,140 @@ impl Local {
         let _ = std::fs::remove_dir_all(&self.files);
     }
 
-    /// The answer (bytes) of the unary call `method` to `request` (bytes), as an awaitable.
+    /// The answer (bytes) of the unary call `method` to `request` (bytes), as an awaitable. It
+    /// runs on a lane: a session opened lives on the lane that opened it.
     fn unary<'py>(&self, py: Python<'py>, method: String, request: &[u8]) -> PyResult<Bound<'py, PyAny>> {
-        let (service, request) = (self.service.clone(), request.to_vec());
+        let (service, lanes, request) = (self.service.clone(), self.lanes.clone(), request.to_vec());
         pyo3_async_runtimes::tokio::future_into_py(py, async move {
-            service.unary(&method, &request).await.map(bytes).map_err(rpc_error)
+            let named = match method.as_str() {
+                "CloseSession" | "SnapshotSession" => session_of(&request),
+                _ => None,
+            };
+            let call = (method.clone(), request);
+            let (answer, placed) =
+                lanes.run(named.as_deref(), async move { service.unary(&call.0, &call.1).await }).await;
+            let answer = answer.map_err(rpc_error)?;
+            match method.as_str() {
+                "OpenSession" => {
+                    if let Ok(opened) = proto::OpenSessionResponse::decode(answer.as_slice()) {
+                        lanes.opened(&opened.session_id, &placed);
+                    }
+                }
+                "CloseSession" => lanes.closed(named.as_deref().unwrap_or_default()),
+                _ => {}
+            }
+            Ok(bytes(answer))
         })
     }
 
-    /// A new `Execute` call.
+    /// A new `Execute` call; it starts on a lane at its first message (its `Start`).
     fn execute(&self) -> Call {
-        let _runtime = pyo3_async_runtimes::tokio::get_runtime().enter();
-        let call = self.service.execute();
-        Call { writer: call.writer, reader: Arc::new(Mutex::new(call.reader)) }
+        Call { service: self.service.clone(), lanes: self.lanes.clone(), open: OnceLock::new() }
     }
 }
 
-/// One `Execute` call: `write` client messages (concurrently), `read` server messages (`None`
-/// at the end), `cancel` to end it.
+/// The session a `CloseSession` or `SnapshotSession` request names (both carry it first).
+fn session_of(request: &[u8]) -> Option<String> {
+    proto::CloseSessionRequest::decode(request).ok().map(|r| r.session_id).filter(|s| !s.is_empty())
+}
+
+/// One `Execute` call: `send` client messages, `next` (or `wait` for) server messages, `cancel`
+/// to end it.
 #[pyclass(frozen)]
 struct Call {
+    service: Arc<Service>,
+    lanes: Arc<Lanes>,
+    open: OnceLock<Open>,
+}
+
+/// A call started on its lane.
+struct Open {
     writer: Writer,
     reader: Arc<Mutex<Reader>>,
+    lane: Placed,
+}
+
+impl Call {
+    /// The call, once its `Start` has been sent.
+    fn started(&self) -> PyResult<&Open> {
+        self.open
+            .get()
+            .ok_or_else(|| RpcError::new_err(("FAILED_PRECONDITION", "the call has not started: send its Start first")))
+    }
+
+    /// The call, started on its lane at `first` (its first message) if it has not yet been.
+    fn open(&self, first: &[u8]) -> &Open {
+        self.open.get_or_init(|| {
+            let session = match proto::ClientMessage::decode(first) {
+                Ok(proto::ClientMessage { message: Some(client_message::Message::Start(start)) }) => {
+                    Some(start.session_id).filter(|s| !s.is_empty())
+                }
+                _ => None,
+            };
+            let lane = self.lanes.place(session.as_deref());
+            let call = {
+                let _on_lane = lane.handle.enter();
+                self.service.execute()
+            };
+            Open { writer: call.writer, reader: Arc::new(Mutex::new(call.reader)), lane }
+        })
+    }
 }
 
 #[pymethods]
 impl Call {
-    fn write<'py>(&self, py: Python<'py>, message: &[u8]) -> PyResult<Bound<'py, PyAny>> {
-        let (writer, message) = (self.writer.clone(), message.to_vec());
-        pyo3_async_runtimes::tokio::future_into_py(py, async move { writer.write(&message).await.map_err(rpc_error) })
+    /// Sends `message`: `None` once it is sent, or an awaitable to wait for room in the call.
+    fn send<'py>(&self, py: Python<'py>, message: &[u8]) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let open = self.open(message);
+        if open.writer.try_write(message).map_err(rpc_error)? {
+            open.lane.wake();
+            return Ok(None);
+        }
+        let (writer, message, woken) = (open.writer.clone(), message.to_vec(), open.lane.woken.clone());
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            writer.write(&message).await.map_err(rpc_error)?;
+            woken.store(true, std::sync::atomic::Ordering::Release);
+            Ok(())
+        })
+        .map(Some)
     }
 
-    fn read<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let reader = self.reader.clone();
+    /// The next server message if one is there or comes within `spin_micros` (spent spinning)
+    /// and then `block_micros` more (spent asleep until it comes), the GIL released all along:
+    /// its bytes, `None` at the call's end, or `False` when none came (then `wait`).
+    fn next<'py>(&self, py: Python<'py>, spin_micros: u64, block_micros: u64) -> PyResult<Bound<'py, PyAny>> {
+        let open = self.started()?;
+        let Ok(mut reader) = open.reader.try_lock() else {
+            return Ok(PyBool::new(py, false).to_owned().into_any()); // a `wait` is reading
+        };
+        let (spin, block) = (Duration::from_micros(spin_micros), Duration::from_micros(block_micros));
+        let got = py.detach(|| {
+            let start = Instant::now();
+            loop {
+                match reader.try_read() {
+                    Poll::Pending if start.elapsed() < spin => std::hint::spin_loop(),
+                    Poll::Pending if !block.is_zero() && tokio::runtime::Handle::try_current().is_err() => {
+                        // Asleep, the lane's message wakes this thread itself: one wake-up,
+                        // where an awaitable takes two (a runtime's worker, then the loop).
+                        let runtime = pyo3_async_runtimes::tokio::get_runtime();
+                        let read = async { tokio::time::timeout(block, reader.read()).await };
+                        return runtime.block_on(read).map_or(Poll::Pending, Poll::Ready);
+                    }
+                    got => return got,
+                }
+            }
+        });
+        match got {
+            Poll::Ready(Some(Ok(message))) => Ok(PyBytes::new(py, &message).into_any()),
+            Poll::Ready(Some(Err(status))) => Err(rpc_error(status)),
+            Poll::Ready(None) => Ok(py.None().into_bound(py)),
+            Poll::Pending => Ok(PyBool::new(py, false).to_owned().into_any()),
+        }
+    }
+
+    /// The next server message as an awaitable: its bytes, or `None` at the call's end.
+    fn wait<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let reader = self.started()?.reader.clone();
         pyo3_async_runtimes::tokio::future_into_py(py, async move {
             match reader.lock().await.read().await {
                 Some(Ok(message)) => Ok(Some(bytes(message))),
@@ -125,7 +239,9 @@ impl Call {
 
     /// Ends the call: before its end, that cancels the execution.
     fn cancel(&self) {
-        self.writer.cancel();
+        if let Some(open) = self.open.get() {
+            open.writer.cancel();
+        }
     }
 }
 

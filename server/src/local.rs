@@ -3,6 +3,8 @@
 //! with no listener, no socket and no other process. A call runs exactly what it runs over
 //! gRPC ([`SandboxService`]), so both ways of reaching the engine have one behaviour.
 
+use std::task::Poll;
+
 use prost::Message;
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
@@ -115,6 +117,19 @@ impl Writer {
         self.tx.send(Ok(message)).await.map_err(|_| Status::cancelled("the execution has ended"))
     }
 
+    /// Sends the encoded client message `message` if the call has room for it now: `false`
+    /// when it has none (then [`Writer::write`] waits for room). A caller that answers on the
+    /// thread it reads on takes no task hop for it.
+    pub fn try_write(&self, message: &[u8]) -> Result<bool, Status> {
+        let message = proto::ClientMessage::decode(message)
+            .map_err(|e| Status::invalid_argument(format!("a malformed client message: {e}")))?;
+        match self.tx.try_send(Ok(message)) {
+            Ok(()) => Ok(true),
+            Err(mpsc::error::TrySendError::Full(_)) => Ok(false),
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(Status::cancelled("the execution has ended")),
+        }
+    }
+
     /// Ends the call now: its stream is dropped, which cancels a run still going, and the
     /// reader sees its end.
     pub fn cancel(&self) {
@@ -126,5 +141,14 @@ impl Reader {
     /// The next server message, encoded; `None` once the call has ended.
     pub async fn read(&mut self) -> Option<Result<Vec<u8>, Status>> {
         self.rx.recv().await.map(|m| m.map(|m| m.encode_to_vec()))
+    }
+
+    /// [`Reader::read`] without waiting: `Pending` when no message has come yet.
+    pub fn try_read(&mut self) -> Poll<Option<Result<Vec<u8>, Status>>> {
+        match self.rx.try_recv() {
+            Ok(m) => Poll::Ready(Some(m.map(|m| m.encode_to_vec()))),
+            Err(mpsc::error::TryRecvError::Empty) => Poll::Pending,
+            Err(mpsc::error::TryRecvError::Disconnected) => Poll::Ready(None),
+        }
     }
 }

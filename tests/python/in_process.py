@@ -8,7 +8,7 @@ import asyncio
 import os
 import socket
 
-from ptc_engine import ExecutionTimeout, Limits, MemoryLimitError, Sandbox, ToolFailure
+from ptc_engine import ExecutionTimeout, Limits, MemoryLimitError, PtcError, Sandbox, ToolFailure
 
 
 def sockets() -> set[int]:
@@ -81,6 +81,13 @@ async def main() -> None:
         raise AssertionError("a program past its memory limit ended")
     except MemoryLimitError as e:
         assert "memory" in str(e).lower(), e
+
+    # A program that traps the sandbox (C's abort) fails with an error; this process goes on.
+    try:
+        await sb.run("import os\nos.abort()")
+        raise AssertionError("an aborted program ended")
+    except PtcError as e:
+        assert "trapped" in str(e), e
 
     # A cancelled caller task cancels the execution; the engine keeps working.
     task = asyncio.ensure_future(sb.run("import time\nwhile True:\n    time.sleep(0.01)", timeout=30.0))

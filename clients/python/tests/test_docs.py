@@ -1,8 +1,11 @@
-"""The code blocks of the README and of docs/ run as written, against the test server (they
-take it from `PTC_ENGINE_URL` / `PTC_ENGINE_API_KEY`, as a user's would). Blocks fenced
-` ```python ` run, in order, as one script per page; ` ```py ` blocks need a real model and
-are not run. Each page's output must show what its comments promise."""
+"""The code blocks of the README and of docs/ run as written, each page as a script in a process
+of its own, in the run's mode (conftest.py): the script inherits the environment, so it takes
+the server from `PTC_ENGINE_URL` / `PTC_ENGINE_API_KEY` as a user's would, and without them
+runs its programs in its own process. Blocks fenced ` ```python ` run, in order, as one script
+per page; ` ```py ` blocks need a real model and are not run. Each page's output must show
+what its comments promise."""
 
+import os
 import pathlib
 import re
 import subprocess
@@ -31,8 +34,11 @@ def script(page):
 def run_page(page):
     code = script(page)
     assert code, f"{page} has no python block"
+    # Where the page's `Sandbox()`s ran: the run's mode, from the environment the script got.
+    code += "\n\nimport ptc_engine as _ptc\nprint('ran:', _ptc.Sandbox().url)\n"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, f"{page}:\n{done.stdout}\n{done.stderr}"
+    assert done.stdout.endswith(f"ran: {os.environ.get('PTC_ENGINE_URL') or 'in-process'}\n"), done.stdout
     for expected in EXPECTED[page]:
         assert expected in done.stdout, f"{page} printed:\n{done.stdout}"
 

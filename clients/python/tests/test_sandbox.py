@@ -1,6 +1,7 @@
-"""The client against a real server: tools from plain functions, rounds answered concurrently,
-results and failures as Python values and typed errors, sessions, snapshots, files, streaming,
-cancellation, the sync twin, and bad input named."""
+"""The client, in process or against a server (the run's mode, conftest.py): tools from plain
+functions, rounds answered concurrently, results and failures as Python values and typed
+errors, sessions, snapshots, files, streaming, cancellation, the sync twin, bad input named,
+and API keys."""
 
 import asyncio
 import dataclasses
@@ -352,13 +353,15 @@ async def test_bad_input_is_named(url, key, sb):
     chain = Tool("chain", handler=lambda **kw: None, parameters={"$defs": defs, "properties": {"x": {"$ref": "#/$defs/d0"}}})
     with pytest.raises(ptc_engine.InvalidRequest, match="'chain'|\"chain\".*too costly"):
         await sb.run("pass", tools=[chain])
-    # Nobody listening there, and a wrong key.
+    # Nobody listening there (a URL given is a server, whichever mode this run is in).
     async with Sandbox("http://127.0.0.1:9", api_key=key) as nowhere:
         with pytest.raises(ptc_engine.ServerUnavailable, match="cannot reach the ptc-engine server at http://127.0.0.1:9"):
             await nowhere.run("pass")
 
 
+@pytest.mark.remote
 async def test_a_refused_or_missing_key_says_where_a_key_goes(url, key, monkeypatch):
+    # In process there is no server to check a key (the next test): only a server refuses one.
     if not key:
         pytest.skip("the server takes no key")
     # Every integration makes its Sandbox from PTC_ENGINE_API_KEY: the message names it.
@@ -373,13 +376,28 @@ async def test_a_refused_or_missing_key_says_where_a_key_goes(url, key, monkeypa
     assert "PTC_ENGINE_API_KEY" in str(missing.value), missing.value
 
 
+async def test_in_process_no_key_is_needed_and_one_given_is_not_checked(monkeypatch):
+    # As a server in local mode: the same code, and the same environment, serve both, so a key
+    # meant for a server (given, or in PTC_ENGINE_API_KEY) is no error when none is named. The
+    # engine is in this process in either mode of the run (the wheel has it).
+    monkeypatch.delenv("PTC_ENGINE_URL", raising=False)
+    monkeypatch.setenv("PTC_ENGINE_API_KEY", "not-a-key")
+    for given in ("not-a-key", None):
+        async with Sandbox(api_key=given) as local:
+            assert local.url == "in-process"
+            assert (await local.run("return 1")).return_value == 1
+    # An empty PTC_ENGINE_URL names no server either.
+    monkeypatch.setenv("PTC_ENGINE_URL", "")
+    assert Sandbox().url == "in-process"
+
+
 def test_a_sandbox_used_under_many_asyncio_runs_keeps_no_dead_channels(url, key):
     # As frameworks that run each call under asyncio.run use it: one channel per loop, and
-    # those of ended loops dropped.
+    # those of ended loops dropped (in process: no channel at all, one engine for every loop).
     sb = Sandbox(url, api_key=key)
     for i in range(3):
         assert asyncio.run(sb.run(f"return {i}")).return_value == i
-    assert sb._transport.channels() == 1
+    assert sb._transport.channels() == (0 if url is None else 1)
 
 
 async def test_text_the_wire_cannot_carry_is_escaped_not_a_crash(sb):

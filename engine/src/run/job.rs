@@ -174,6 +174,11 @@ pub(crate) async fn drive(mut job: Job, mut store: Store<HostState>, start: Star
     drop(store);
     drop(job);
     if let Some(refill) = refill {
+        // The final event goes out before the refill: the task relaying it was woken on this
+        // thread, where it would otherwise wait for the next instance to be made (an
+        // in-process fresh `pass` took 2.0-2.9 ms instead of 0.9-1.1). The instance itself is
+        // freed first, as the final event promises.
+        tokio::task::yield_now().await;
         refill.run().await;
     }
 }

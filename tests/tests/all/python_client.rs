@@ -1,8 +1,8 @@
-//! Python clients against a real server: the raw grpcio example (examples/python), and the
-//! client library (clients/python) with its framework integrations, whose pytest suites and
-//! mypy run in venvs made from PyPI with each framework's pinned release; and the library with
-//! the engine in its own process. Each installs the client's wheel (with its native module,
-//! `python-ext`), built once per run.
+//! Python clients: the raw grpcio example (examples/python) against a real server, and the
+//! client library (clients/python) with its framework integrations, whose pytest suites run
+//! both in process and against the wheel's own server, and mypy, in venvs made from PyPI with
+//! each framework's pinned release; and the library with the engine in its own process. Each
+//! installs the client's wheel (with its native module, `python-ext`), built once per run.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -35,9 +35,11 @@ fn library() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../clients/python").canonicalize().unwrap()
 }
 
-/// Installs the library with `extras` and `packages` (and the test tools) in the venv `name`,
-/// starts a server, and runs `pytest` and `mypy` (with these arguments) in the library's
-/// directory against it; fails the test with their output if either fails.
+/// Installs the library's wheel with `extras` and `packages` (and the test tools) in the venv
+/// `name`, and runs `pytest` (with these arguments) in the library's directory in both of the
+/// library's modes, each with no Rust toolchain on `PATH`: in process (no `PTC_ENGINE_URL`),
+/// and against the wheel's own `ptc-engine serve` with an API key; then `mypy` (with these
+/// arguments). Fails the test with the output of the first that fails.
 async fn library_suite(
     name: &'static str,
     extras: &str,
@@ -46,32 +48,52 @@ async fn library_suite(
     mypy: &'static [&'static str],
 ) {
     let extras = extras.to_string();
-    let venv = tokio::task::spawn_blocking(move || {
+    tokio::task::spawn_blocking(move || {
         let package = format!("{}[{extras}]", ptc_tests::python::wheel().display());
         let all: Vec<&str> =
             [package.as_str()].into_iter().chain(packages.iter().copied()).chain(TEST_TOOLS.iter().copied()).collect();
-        ptc_tests::python::venv(name, &all)
-    })
-    .await
-    .unwrap();
-    let server = serve(config(&["acme:secret"])).await;
-    let grpc = server.grpc_addr.to_string();
-    tokio::task::spawn_blocking(move || {
-        for (tool, args) in [("pytest", pytest), ("mypy", mypy)] {
-            let out = Command::new(venv.join("bin").join("python"))
+        let venv = ptc_tests::python::venv(name, &all);
+        let bin = venv.join("bin");
+        // Only the venv and the system's own directories: no cargo, no rustc.
+        let path = format!("{}:/usr/bin:/bin", bin.display());
+        let run = |tool: &str, args: &[&str], url: Option<&str>| {
+            let mut command = Command::new(bin.join("python"));
+            command
                 .args(["-m", tool])
                 .args(args)
                 .current_dir(library())
-                .env("PTC_ENGINE_URL", format!("http://{grpc}"))
-                .env("PTC_ENGINE_API_KEY", "secret")
+                .env("PATH", &path)
                 .env("PYTHONDONTWRITEBYTECODE", "1")
                 .env("MYPY_CACHE_DIR", venv.join("mypy-cache"))
-                .output()
-                .unwrap();
+                .env_remove("PTC_ENGINE_URL")
+                .env_remove("PTC_ENGINE_API_KEY");
+            if let Some(url) = url {
+                command.env("PTC_ENGINE_URL", url).env("PTC_ENGINE_API_KEY", "secret");
+            }
+            let out = command.output().unwrap();
             let stdout = String::from_utf8_lossy(&out.stdout);
             let stderr = String::from_utf8_lossy(&out.stderr);
-            assert!(out.status.success(), "{tool} {}\nstdout:\n{stdout}\nstderr:\n{stderr}", args.join(" "));
-        }
+            let mode = url.map_or("in process".to_string(), |url| format!("against {url}"));
+            assert!(out.status.success(), "{tool} {} ({mode})\nstdout:\n{stdout}\nstderr:\n{stderr}", args.join(" "));
+        };
+        run("pytest", pytest, None);
+        let [grpc, http, metrics] = [free_port(), free_port(), free_port()];
+        let files = std::env::temp_dir().join(format!("ptc-{name}-serve-{}", std::process::id()));
+        let server = serving(
+            Command::new(bin.join("ptc-engine"))
+                .arg("serve")
+                .args(["--api-keys", "acme:secret"])
+                .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
+                .args(["--http-addr", &format!("127.0.0.1:{http}")])
+                .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
+                .arg("--files-dir")
+                .arg(&files)
+                .env("PATH", &path),
+        );
+        run("pytest", pytest, Some(&format!("http://127.0.0.1:{grpc}")));
+        drop(server);
+        let _ = std::fs::remove_dir_all(&files);
+        run("mypy", mypy, None);
     })
     .await
     .unwrap();
@@ -104,7 +126,7 @@ async fn python_library_strands_integration() {
 /// `Sandbox()` with no URL runs programs in the caller's process: the client's wheel (built
 /// with its native module, as `just wheel` builds it) installed in a venv and run with no Rust
 /// toolchain on `PATH`: tools and a gather in one round, a tool that raises, a runaway program,
-/// one past its memory limit, a cancelled caller, a live session, the blocking twin; and no
+/// one past its memory limit, one that traps the sandbox, a cancelled caller, a live session, the blocking twin; and no
 /// child process or TCP/UDP socket (`tests/python/in_process.py`). The README's example runs as
 /// written, and the wheel's own `ptc-engine` script serves, and runs a program against that.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

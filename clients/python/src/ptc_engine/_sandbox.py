@@ -40,14 +40,15 @@ class Sandbox:
     `url` defaults to `PTC_ENGINE_URL`; without either, the engine runs in this process when
     this installation has it (the `ptc-engine` wheel does; `url` is then `"in-process"`), else
     the server at `http://127.0.0.1:50051` is used (`https://` for TLS). `api_key` defaults
-    to `PTC_ENGINE_API_KEY`, else none (a server in local mode takes none).
+    to `PTC_ENGINE_API_KEY`, else none (a server in local mode takes none); in process there is
+    nobody to check one, and it is not used.
 
     Tools are Python functions (sync or async) or `Tool`s; their JSON Schemas come from type
     hints and docstrings. All calls of one round are answered concurrently; a tool that raises
     becomes a `ToolError` with its message in the program."""
 
     def __init__(self, url: str | None = None, *, api_key: str | None = None) -> None:
-        url = url or os.environ.get("PTC_ENGINE_URL")
+        url = url or os.environ.get("PTC_ENGINE_URL") or None  # an empty one names no server
         if url is None and _local.native() is not None:
             # No server named, and the engine is installed: it runs in this process.
             self.url = _local.WHERE

@@ -2,7 +2,9 @@
 public API (private modules, `_names`) that an integration relies on. Each integration's test
 file lists the names its module uses; when a release of the framework moves or changes one, the
 test fails naming the framework, its installed version and the name, rather than the
-integration failing somewhere inside a run."""
+integration failing somewhere inside a run. And `sandboxes`, the `Sandbox`es a test's
+integrations made: given `sandbox=url` with `url` None (no `PTC_ENGINE_URL`), an integration
+must run its programs in this process, as `Sandbox()` does, and not look for a server."""
 
 import dataclasses
 import importlib
@@ -11,6 +13,8 @@ import inspect
 from typing import Any, NoReturn
 
 import pytest
+
+from ptc_engine import Sandbox
 
 
 class PrivateApi:
@@ -61,3 +65,19 @@ class PrivateApi:
 @pytest.fixture
 def private_api() -> type[PrivateApi]:
     return PrivateApi
+
+
+@pytest.fixture
+def sandboxes(monkeypatch) -> list[Sandbox]:
+    """Every `Sandbox` made while the test runs (on any thread: Strands runs its tools in
+    threads). Each integration's test file checks once that those its integration made are the
+    run's mode: `{s.url for s in sandboxes} == {url or "in-process"}`."""
+    made: list[Sandbox] = []
+    init = Sandbox.__init__
+
+    def recorded(self: Sandbox, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(Sandbox, "__init__", recorded)
+    return made

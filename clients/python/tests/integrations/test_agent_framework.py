@@ -81,12 +81,14 @@ def text(result):
     return result if isinstance(result, str) else json.dumps(result)
 
 
-async def test_a_program_gathers_two_tools_and_output_and_value_reach_the_model(url, key):
+async def test_a_program_gathers_two_tools_and_output_and_value_reach_the_model(url, key, sandboxes):
     client = Scripted(
         "a, w = await asyncio.gather(add(a=2, b=3), weather(city='Oslo'))\nprint(a, w['temp'])\n{'sum': a}"
     )
     response = await agent(client, url, key).run("go")
     assert response.text == "done"
+    # Given `sandbox=url`, the integration made its own Sandbox: in this process when `url` is None.
+    assert {s.url for s in sandboxes} == {url or "in-process"}, sandboxes
     assert len(client.results) == 1
     assert "5 21" in text(client.results[0]) and '{"sum": 5}' in text(client.results[0]), client.results
     messages, options = client.requests[0]

@@ -47,7 +47,7 @@ async def execute(mcp, code):
         return await client.call_tool("execute", {"code": code}, raise_on_error=False)
 
 
-async def test_a_program_gathers_two_tools_and_its_printed_output_comes_back(url, key):
+async def test_a_program_gathers_two_tools_and_its_printed_output_comes_back(url, key, sandboxes):
     code = (
         "import asyncio\n"
         "p, s = await asyncio.gather(call_tool('price', {'sku': 'A1'}), call_tool('stock', {'sku': 'A1'}))\n"
@@ -56,6 +56,8 @@ async def test_a_program_gathers_two_tools_and_its_printed_output_comes_back(url
     result = await execute(server(url, key), code)
     assert not result.is_error, result
     assert result.content[0].text == "3 left at 9.5\n"
+    # Given `sandbox=url`, the integration made its own Sandbox: in this process when `url` is None.
+    assert {s.url for s in sandboxes} == {url or "in-process"}, sandboxes
 
 
 async def test_the_last_expression_is_the_result_as_with_monty(url, key):

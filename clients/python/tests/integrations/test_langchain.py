@@ -64,7 +64,7 @@ def tool_messages(state):
     return [m for m in state["messages"] if isinstance(m, ToolMessage)]
 
 
-async def test_a_program_gathers_two_langchain_tools_and_only_its_print_comes_back(url, key):
+async def test_a_program_gathers_two_langchain_tools_and_only_its_print_comes_back(url, key, sandboxes):
     started.clear()
     started.update({"get_weather": asyncio.Event(), "get-time": asyncio.Event()})
     code = (
@@ -76,6 +76,8 @@ async def test_a_program_gathers_two_langchain_tools_and_only_its_print_comes_ba
     (message,) = tool_messages(state)
     assert message.content == "21 12:00\n" and message.status == "success"
     assert state["messages"][-1].content == "done"
+    # Given `sandbox=url`, the integration made its own Sandbox: in this process when `url` is None.
+    assert {s.url for s in sandboxes} == {url or "in-process"}, sandboxes
 
 
 async def test_failures_come_back_as_error_tool_messages(url, key):

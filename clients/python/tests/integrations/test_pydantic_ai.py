@@ -62,11 +62,13 @@ def agent_with(model, url, key, **options):
     return agent
 
 
-async def test_a_program_gathers_two_tools_and_its_output_and_value_come_back(url, key):
+async def test_a_program_gathers_two_tools_and_its_output_and_value_come_back(url, key, sandboxes):
     code = "import asyncio\na, b = await asyncio.gather(double(x=2), label(x=5))\nprint('computed')\n[a, b]"
     model, seen = scripted(code)
     result = await agent_with(model, url, key).run("go")
     assert result.output == "done"
+    # Given `sandbox=url`, the integration made its own Sandbox: in this process when `url` is None.
+    assert {s.url for s in sandboxes} == {url or "in-process"}, sandboxes
     assert seen["returns"] == [{"output": "computed\n", "result": [4, "#5"]}]
     # The nested calls are in the history as the harness records them.
     returned = [p for m in result.all_messages() for p in m.parts if isinstance(p, ToolReturnPart)]

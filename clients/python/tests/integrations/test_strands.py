@@ -98,7 +98,7 @@ def fresh_events():
     both.update(price=threading.Event(), stock=threading.Event())
 
 
-def test_a_program_gathers_two_agent_tools_and_only_its_print_comes_back(url, key):
+def test_a_program_gathers_two_agent_tools_and_only_its_print_comes_back(url, key, sandboxes):
     code = (
         "import asyncio\n"
         "p, s = await asyncio.gather(price(sku='A1'), stock(sku='A1'))\n"
@@ -108,6 +108,8 @@ def test_a_program_gathers_two_agent_tools_and_only_its_print_comes_back(url, ke
     agent = Agent(model=model, tools=[price, stock, make_ptc_tool_caller(sandbox=url, api_key=key)])
     agent("go")
     assert [text_of(r) for r in model.shown] == [("success", "3 left at 9.5")]
+    # Given `sandbox=url`, the integration made its own Sandbox: in this process when `url` is None.
+    assert {s.url for s in sandboxes} == {url or "in-process"}, sandboxes
     # The caller itself is not offered to programs, and the agent sees the tools' schemas.
     names = sorted(s["name"] for s in model.specs)
     assert names == ["price", "programmatic_tool_caller", "stock"]

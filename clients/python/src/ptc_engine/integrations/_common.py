@@ -35,7 +35,7 @@ def checked_timeout(timeout: float | None) -> float | None:
 
 def sandbox_of(sandbox: Sandbox | str | None, api_key: str | None) -> Sandbox:
     """`sandbox` as a `Sandbox`: itself (shared; its owner closes it), or one for its URL
-    (default `PTC_ENGINE_URL`, else the local default) with `api_key` (default
+    (default `PTC_ENGINE_URL`, else the engine in this process, as `Sandbox()`) with `api_key` (default
     `PTC_ENGINE_API_KEY`)."""
     return sandbox if isinstance(sandbox, Sandbox) else Sandbox(sandbox, api_key=api_key)
 

@@ -91,8 +91,8 @@ the captured stdout."""
 class PtcExecuteCodeTool(FunctionTool):
     """`execute_code`: runs the model's Python on ptc-engine with `tools` as `async` functions.
 
-    `sandbox`: a `Sandbox`, or the server's URL (default `PTC_ENGINE_URL`, else
-    `http://127.0.0.1:50051`) with `api_key` (default `PTC_ENGINE_API_KEY`); `timeout`
+    `sandbox`: a `Sandbox`, or the server's URL (default `PTC_ENGINE_URL`, else the engine in
+    this process, as `Sandbox()`) with `api_key` (default `PTC_ENGINE_API_KEY`); `timeout`
     (seconds, tool calls included), `limits` and `runtime` apply to every program. The tool
     needs approval when `approval_mode="always_require"` or any of its tools does."""
 

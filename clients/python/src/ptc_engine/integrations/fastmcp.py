@@ -35,8 +35,8 @@ __all__ = ["PtcSandboxProvider"]
 class PtcSandboxProvider:
     """Runs FastMCP `CodeMode` programs on a ptc-engine server.
 
-    `sandbox`: a `Sandbox`, or the server's URL (default `PTC_ENGINE_URL`, else
-    `http://127.0.0.1:50051`) with `api_key` (default `PTC_ENGINE_API_KEY`). `timeout` (seconds,
+    `sandbox`: a `Sandbox`, or the server's URL (default `PTC_ENGINE_URL`, else the engine in
+    this process, as `Sandbox()`) with `api_key` (default `PTC_ENGINE_API_KEY`). `timeout` (seconds,
     tool calls included), `limits` and `runtime` (`"python"` or `"python-data"`) apply to every
     program. Programs get up to 1000 rounds of tool calls unless `limits` says otherwise (the
     server's default is 20; FastMCP's own `max_tool_calls` still counts calls)."""

@@ -79,8 +79,8 @@ def ptc_code_tool(
 ) -> StructuredTool:
     """A LangChain tool running the model's program on ptc-engine over `tools`.
 
-    `sandbox`: a `Sandbox`, or the server's URL (default `PTC_ENGINE_URL`, else
-    `http://127.0.0.1:50051`) with `api_key` (default `PTC_ENGINE_API_KEY`). `timeout`
+    `sandbox`: a `Sandbox`, or the server's URL (default `PTC_ENGINE_URL`, else the engine in
+    this process, as `Sandbox()`) with `api_key` (default `PTC_ENGINE_API_KEY`). `timeout`
     (seconds for the whole program, tool calls included), `limits`, `runtime` (`"python"` or
     `"python-data"`)."""
     server = sandbox_of(sandbox, api_key)

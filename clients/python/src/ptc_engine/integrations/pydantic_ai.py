@@ -298,8 +298,8 @@ _MONTY_ONLY = ("os_access", "mount", "monty_sandbox", "repl_store", "resource_li
 class PtcCodeMode(CodeMode[AgentDepsT]):
     """Pydantic AI harness' `CodeMode`, its programs run by a ptc-engine server.
 
-    `sandbox`: a `Sandbox`, or the server's URL (default `PTC_ENGINE_URL`, else
-    `http://127.0.0.1:50051`) with `api_key` (default `PTC_ENGINE_API_KEY`). `timeout` (seconds
+    `sandbox`: a `Sandbox`, or the server's URL (default `PTC_ENGINE_URL`, else the engine in
+    this process, as `Sandbox()`) with `api_key` (default `PTC_ENGINE_API_KEY`). `timeout` (seconds
     per `run_code`, tool calls included), `limits` (the session's, memory among them) and
     `runtime` (`"python"` or `"python-data"`). The harness' own options (`tools`,
     `max_retries`, `max_tool_calls`, `dynamic_catalog`) work as documented there."""

@@ -163,8 +163,8 @@ def make_ptc_tool_caller(
     """A tool that runs the model's Python program on ptc-engine with the agent's other tools
     (or `allowed_tools`) as `async` functions; the program's printed output is its result.
 
-    `sandbox`: a `Sandbox`, or the server's URL (default `PTC_ENGINE_URL`, else
-    `http://127.0.0.1:50051`) with `api_key` (default `PTC_ENGINE_API_KEY`). `timeout`: seconds
+    `sandbox`: a `Sandbox`, or the server's URL (default `PTC_ENGINE_URL`, else the engine in
+    this process, as `Sandbox()`) with `api_key` (default `PTC_ENGINE_API_KEY`). `timeout`: seconds
     for the whole program, tool calls included (the server's default, 60 s, when unset).
     Programs get up to 1000 rounds of tool calls unless `limits` says otherwise."""
     # Made at the first call, so that the module's default caller reads PTC_ENGINE_URL then,
@@ -223,8 +223,8 @@ async def _cancelled(tool_context: ToolContext) -> None:
 
 
 ptc_tool_caller = make_ptc_tool_caller()
-"""The programmatic tool caller for the server at `PTC_ENGINE_URL` (or the local default),
-offering every other tool of the agent."""
+"""The programmatic tool caller for the server at `PTC_ENGINE_URL` (else the engine in this
+process), offering every other tool of the agent."""
 
 
 _PYTHON = {"python", "python3", "py"}

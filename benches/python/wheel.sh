@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The Python package's wheel for this checkout (`just wheel`, and the Python benches before they
+# install it): built with the pinned maturin in target/test-venvs/maturin, release mode, into
+# target/wheels; prints its path. cargo rebuilds only what changed.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+MATURIN=target/test-venvs/maturin
+[ -x "$MATURIN/bin/maturin" ] || {
+    python3 -m venv "$MATURIN"
+    "$MATURIN/bin/pip" install --quiet --disable-pip-version-check maturin==1.16.0
+}
+(cd clients/python && "../../$MATURIN/bin/maturin" build --release --quiet --out ../../target/wheels >&2)
+ls -t target/wheels/ptc_engine-*.whl | head -1
