@@ -6,8 +6,9 @@
 //! thread that has gone to sleep takes 100–200 µs to wake on this kind of VM (a tool round
 //! through the in-process engine took 490 µs that way, against 33 µs of the guest's own), so
 //! neither side sleeps at once: a lane that runs out of work spins for [`SPIN`] before it
-//! parks, and [`Lane::woken`] (or a task woken from another thread) ends the spin at once;
-//! the Python thread in turn waits for an answer by spinning (`Call.next`), the GIL released.
+//! parks, and a [`Wake`] (or a task woken from another thread) ends the spin at once; the
+//! Python thread in turn waits for an answer by spinning, then asleep until the lane's message
+//! wakes it (`Call.next`), the GIL released.
 //!
 //! A new stateless execution goes to the lane with the fewest live calls; a session's
 //! executions go to the lane its session was opened on, where its state lives.
@@ -32,29 +33,33 @@ const SESSIONS_REMEMBERED: usize = 10_000;
 /// One thread running a current-thread runtime.
 pub struct Lane {
     handle: Handle,
-    /// Set by a writer after it has handed the lane a message: ends the lane's spin.
-    woken: Arc<AtomicBool>,
+    wake: Wake,
     /// Calls placed on this lane and not yet dropped.
     live: Arc<AtomicUsize>,
+}
+
+/// Set by a writer after it has handed a lane a message: ends the lane's spin.
+#[derive(Clone)]
+pub struct Wake(Arc<AtomicBool>);
+
+impl Wake {
+    /// Tells the lane a message has been written to it.
+    pub fn wake(&self) {
+        self.0.store(true, Ordering::Release);
+    }
 }
 
 /// A call's hold on its lane: counts it live until dropped.
 pub struct Placed {
     pub handle: Handle,
-    pub woken: Arc<AtomicBool>,
+    pub wake: Wake,
+    index: usize,
     live: Arc<AtomicUsize>,
 }
 
 impl Drop for Placed {
     fn drop(&mut self) {
         self.live.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-impl Placed {
-    /// Tells the lane a message has been written to it.
-    pub fn wake(&self) {
-        self.woken.store(true, Ordering::Release);
     }
 }
 
@@ -93,14 +98,12 @@ impl Lanes {
         });
         let lane = &self.lanes[index];
         lane.live.fetch_add(1, Ordering::Relaxed);
-        Placed { handle: lane.handle.clone(), woken: lane.woken.clone(), live: lane.live.clone() }
+        Placed { handle: lane.handle.clone(), wake: lane.wake.clone(), index, live: lane.live.clone() }
     }
 
     /// Remembers that `session` was opened on `placed`'s lane.
     pub fn opened(&self, session: &str, placed: &Placed) {
-        if let Some(index) = self.lanes.iter().position(|l| Arc::ptr_eq(&l.live, &placed.live)) {
-            self.remember(session, index);
-        }
+        self.remember(session, placed.index);
     }
 
     /// Forgets a closed session.
@@ -150,6 +153,6 @@ impl Lane {
         std::thread::Builder::new()
             .name(format!("ptc-lane-{index}"))
             .spawn(move || runtime.block_on(std::future::pending::<()>()))?;
-        Ok(Lane { handle, woken, live: Arc::new(AtomicUsize::new(0)) })
+        Ok(Lane { handle, wake: Wake(woken), live: Arc::new(AtomicUsize::new(0)) })
     }
 }

@@ -99,13 +99,10 @@ impl Local {
     fn unary<'py>(&self, py: Python<'py>, method: String, request: &[u8]) -> PyResult<Bound<'py, PyAny>> {
         let (service, lanes, request) = (self.service.clone(), self.lanes.clone(), request.to_vec());
         pyo3_async_runtimes::tokio::future_into_py(py, async move {
-            let named = match method.as_str() {
-                "CloseSession" | "SnapshotSession" => session_of(&request),
-                _ => None,
-            };
-            let call = (method.clone(), request);
+            let named = session_of(&method, &request);
+            let called = method.clone();
             let (answer, placed) =
-                lanes.run(named.as_deref(), async move { service.unary(&call.0, &call.1).await }).await;
+                lanes.run(named.as_deref(), async move { service.unary(&called, &request).await }).await;
             let answer = answer.map_err(rpc_error)?;
             match method.as_str() {
                 "OpenSession" => {
@@ -126,9 +123,14 @@ impl Local {
     }
 }
 
-/// The session a `CloseSession` or `SnapshotSession` request names (both carry it first).
-fn session_of(request: &[u8]) -> Option<String> {
-    proto::CloseSessionRequest::decode(request).ok().map(|r| r.session_id).filter(|s| !s.is_empty())
+/// The session a `CloseSession` or `SnapshotSession` request names.
+fn session_of(method: &str, request: &[u8]) -> Option<String> {
+    let named = match method {
+        "CloseSession" => proto::CloseSessionRequest::decode(request).ok()?.session_id,
+        "SnapshotSession" => proto::SnapshotSessionRequest::decode(request).ok()?.session_id,
+        _ => return None,
+    };
+    Some(named).filter(|s| !s.is_empty())
 }
 
 /// One `Execute` call: `send` client messages, `next` (or `wait` for) server messages, `cancel`
@@ -180,13 +182,13 @@ impl Call {
     fn send<'py>(&self, py: Python<'py>, message: &[u8]) -> PyResult<Option<Bound<'py, PyAny>>> {
         let open = self.open(message);
         if open.writer.try_write(message).map_err(rpc_error)? {
-            open.lane.wake();
+            open.lane.wake.wake();
             return Ok(None);
         }
-        let (writer, message, woken) = (open.writer.clone(), message.to_vec(), open.lane.woken.clone());
+        let (writer, message, wake) = (open.writer.clone(), message.to_vec(), open.lane.wake.clone());
         pyo3_async_runtimes::tokio::future_into_py(py, async move {
             writer.write(&message).await.map_err(rpc_error)?;
-            woken.store(true, std::sync::atomic::Ordering::Release);
+            wake.wake();
             Ok(())
         })
         .map(Some)

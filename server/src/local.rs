@@ -63,9 +63,7 @@ impl Local {
     /// `"SnapshotSession"`, `"DescribeTools"`) to `request`, both encoded.
     pub async fn unary(&self, method: &str, request: &[u8]) -> Result<Vec<u8>, Status> {
         fn decoded<T: Message + Default>(bytes: &[u8]) -> Result<Request<T>, Status> {
-            T::decode(bytes)
-                .map(Request::new)
-                .map_err(|e| Status::invalid_argument(format!("a malformed request: {e}")))
+            decode(bytes, "request").map(Request::new)
         }
         let service = &self.service;
         Ok(match method {
@@ -109,11 +107,15 @@ impl Local {
     }
 }
 
+/// `bytes` decoded as a `T`, or the status that says `what` was malformed.
+fn decode<T: Message + Default>(bytes: &[u8], what: &str) -> Result<T, Status> {
+    T::decode(bytes).map_err(|e| Status::invalid_argument(format!("a malformed {what}: {e}")))
+}
+
 impl Writer {
     /// Sends the encoded client message `message`.
     pub async fn write(&self, message: &[u8]) -> Result<(), Status> {
-        let message = proto::ClientMessage::decode(message)
-            .map_err(|e| Status::invalid_argument(format!("a malformed client message: {e}")))?;
+        let message = decode(message, "client message")?;
         self.tx.send(Ok(message)).await.map_err(|_| Status::cancelled("the execution has ended"))
     }
 
@@ -121,9 +123,7 @@ impl Writer {
     /// when it has none (then [`Writer::write`] waits for room). A caller that answers on the
     /// thread it reads on takes no task hop for it.
     pub fn try_write(&self, message: &[u8]) -> Result<bool, Status> {
-        let message = proto::ClientMessage::decode(message)
-            .map_err(|e| Status::invalid_argument(format!("a malformed client message: {e}")))?;
-        match self.tx.try_send(Ok(message)) {
+        match self.tx.try_send(Ok(decode(message, "client message")?)) {
             Ok(()) => Ok(true),
             Err(mpsc::error::TrySendError::Full(_)) => Ok(false),
             Err(mpsc::error::TrySendError::Closed(_)) => Err(Status::cancelled("the execution has ended")),

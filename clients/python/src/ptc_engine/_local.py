@@ -133,21 +133,18 @@ class LocalCall:
         ready = getattr(loop, "_ready", None)  # CPython's loops have both
         timers = getattr(loop, "_scheduled", None)
         for _ in range(YIELDS):
-            if ready is None or timers is None or len(ready) > 0:
-                got = self._call.next(0, 0)
-            elif len(asyncio.all_tasks(loop)) > 1:
-                # Another task may be what the engine waits for (a tool's answer from a thread,
-                # an MCP client's stream): holding the loop would hold it up.
-                got = self._call.next(0, 0)
-                if got is False:
-                    break
-            else:
+            busy = ready is None or timers is None or len(ready) > 0
+            spin = block = 0
+            # Another task may be what the engine waits for (a tool's answer from a thread, an
+            # MCP client's stream): holding the loop would hold it up.
+            if not busy and timers is not None and len(asyncio.all_tasks(loop)) == 1:
                 due = (timers[0].when() - loop.time()) * 1e6 if timers else BLOCK_MICROS
-                got = self._call.next(SPIN_MICROS, int(max(0, min(BLOCK_MICROS, due))))
-                if got is False:
-                    break
+                spin, block = SPIN_MICROS, int(max(0, min(BLOCK_MICROS, due)))
+            got = self._call.next(spin, block)
             if got is not False:
                 return got  # type: ignore[no-any-return]
+            if not busy:
+                break
             await asyncio.sleep(0)
         return await self._call.wait()  # type: ignore[no-any-return]
 
