@@ -35,6 +35,12 @@ bench:
 bench-peers *ARGS:
     benches/python/peers.sh {{ARGS}}
 
+# A fresh install's first run: the wheel into a new venv, then the first `Sandbox().run_sync`
+# with an empty cache, with and without the component compiled ahead, and with the cache
+# filled; a CPU-bound loop under both compiled forms; e.g. `just bench-first-run 5`.
+bench-first-run ROUNDS="3":
+    benches/python/first_run.sh {{ROUNDS}}
+
 # Density harness: N paused executions (100, 500, 1000, 2000, 5000), memory per execution by
 # PSS, descriptors, what the server gives back 60 s after the last ends (`--released-after-secs`),
 # first-call and round-trip latency, throughput; `--program state` pauses programs with some

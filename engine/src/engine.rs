@@ -22,7 +22,7 @@ use crate::instance::bindings::{Sandbox, SandboxPre};
 use crate::instance::data::DataRuntime;
 use crate::instance::host::HostState;
 use crate::instance::tool_lists::{GuestTools, wit_tools};
-use crate::instance::wasm::{EpochTicker, build_engine};
+use crate::instance::wasm::{EpochTicker, Wasm, build_engine};
 use crate::net::NetSide;
 use crate::run::execution::{Control, Execution};
 use crate::run::job::{Clock, Job, Sides, Start, drive};
@@ -103,20 +103,11 @@ impl Engine {
             let default = &mut config.default_limits.max_memory_bytes;
             *default = (*default).min(reservation);
         }
-        let bytes: std::borrow::Cow<'static, [u8]> = match &config.component {
-            ComponentSource::Embedded => ptc_runtime_python_wasm::COMPONENT.into(),
-            ComponentSource::File(path) => std::fs::read(path)
-                .map_err(|e| Error::engine(&format!("reading component {}", path.display()), e))?
-                .into(),
-        };
-        let build: [u8; 32] = {
-            use sha2::Digest;
-            sha2::Sha256::digest(&bytes).into()
-        };
-        let (wasmtime, component, pooling) = build_engine(&config, &bytes, &build)?;
+        let wasm = Wasm::of(&config.component)?;
+        let (wasmtime, component, pooling) = build_engine(&config, &wasm)?;
         let digest = match &config.component {
             ComponentSource::Embedded => *ptc_runtime_python_wasm::RUNTIME_DIGEST,
-            ComponentSource::File(_) => build,
+            ComponentSource::File(_) => wasm.sha256,
         };
         let seal_key: Arc<[u8]> = match &config.seal_key {
             Some(key) => key.as_slice().into(),
@@ -140,7 +131,7 @@ impl Engine {
         let ticker = EpochTicker::start(engines, config.epoch_tick);
         tracing::info!(pooling, "sandbox engine ready");
         let shares = Shares::new(config.memory_budget, config.tenant_memory_budget, config.tenant_max_running);
-        let stores = Arc::new(Stores::new(&config, (wasmtime, pre, build), data, shares));
+        let stores = Arc::new(Stores::new(&config, (wasmtime, pre, wasm.sha256), data, shares));
         Ok(Engine {
             inner: Arc::new(Inner {
                 digest,

@@ -46,6 +46,7 @@ pub use api::keeper::{Hibernated, Keeper};
 pub use api::request::{DATA_DIR, ExecutionRequest, Runtime, ToolDef};
 pub use calls::schema::{INLINE_CHECK_STEPS, MAX_CHECK_STEPS, MAX_WIDEST, SchemaCache, check_tool_schema};
 pub use engine::{DescribedTool, Engine, ToolDescription};
+pub use instance::wasm::compile_ahead;
 pub use net::{Network, NetworkPolicy, SecretSpec};
 pub use run::execution::{Control, Execution};
 pub use run::session::{DEFAULT_IDLE_TIMEOUT, Dropped, Restored, Session, SessionRequest, SessionState};

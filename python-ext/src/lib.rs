@@ -69,12 +69,16 @@ struct Local {
 
 #[pymethods]
 impl Local {
-    /// Starts the engine (its compiled component from the cache, or compiled now) with the
-    /// server's defaults, and one lane per CPU; session files go under a directory of this
-    /// process's.
+    /// Starts the engine with the server's defaults (its compiled component from the cache,
+    /// else from `ahead`, the package's component compiled ahead, else compiled now), and one
+    /// lane per CPU; session files go under a directory of this process's.
     #[new]
-    fn new(py: Python<'_>) -> PyResult<Self> {
+    #[pyo3(signature = (ahead=None))]
+    fn new(py: Python<'_>, ahead: Option<std::path::PathBuf>) -> PyResult<Self> {
         let mut config = ptc_server::ServerConfig::default();
+        if ahead.is_some() {
+            config.engine.ahead_dir = ahead;
+        }
         let files = std::env::temp_dir().join(format!("ptc-engine-files-{}", std::process::id()));
         config.files.dir = files.clone();
         let runtime = pyo3_async_runtimes::tokio::get_runtime();

@@ -1,4 +1,4 @@
-//! The `ptc-engine` command (`serve`, `mcp`, `run`) as a function: the binary's `main` and the
+//! The `ptc-engine` command (`serve`, `mcp`, `run`, `compile`) as a function: the binary's `main` and the
 //! Python package's `ptc-engine` script (`ptc_engine._native.main`) both run it.
 
 use clap::Parser;
@@ -19,7 +19,7 @@ where
     let default_level = match cli.command {
         Command::Run(_) => "error",
         Command::Mcp(_) => "warn",
-        Command::Serve(_) => "info",
+        Command::Serve(_) | Command::Compile(_) => "info",
     };
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -35,6 +35,13 @@ where
             Command::Serve(args) => serve(*args).await.map(|()| 0),
             Command::Mcp(args) => mcp(args).await.map(|()| 0),
             Command::Run(args) => crate::client::run(args).await,
+            Command::Compile(args) => {
+                let engine = args.engine_config();
+                let written =
+                    tokio::task::spawn_blocking(move || ptc_engine::compile_ahead(&engine, &args.out)).await??;
+                println!("{}", written.display());
+                Ok(0)
+            }
         }
     })
 }

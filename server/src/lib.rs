@@ -120,6 +120,7 @@ impl Default for ServerConfig {
                 // A server answers "busy" at once: its clients retry or go elsewhere.
                 engine.when_busy = ptc_engine::WhenBusy::Refuse;
                 engine.cache_dir = Some(default_cache_dir());
+                engine.ahead_dir = std::env::var_os("PTC_AHEAD_DIR").filter(|dir| !dir.is_empty()).map(PathBuf::from);
                 engine
             },
             shutdown_grace: Duration::from_secs(10),

@@ -6,11 +6,20 @@ use std::time::Duration;
 use ptc_engine::{ComponentSource, EngineConfig, MIB};
 
 use super::{
-    ClusterArgs, EngineArgs, FileArgs, GrpcArgs, HttpArgs, LimitArgs, ListenArgs, McpServeArgs, ServeArgs, SessionArgs,
-    TenantArgs, defaults,
+    ClusterArgs, CompileArgs, EngineArgs, FileArgs, GrpcArgs, HttpArgs, LimitArgs, ListenArgs, McpServeArgs, ServeArgs,
+    SessionArgs, TenantArgs, defaults,
 };
 use crate::ServerConfig;
 use crate::core::auth::ApiKeys;
+
+impl CompileArgs {
+    /// The engine settings to compile for: `serve`'s defaults with these engine flags.
+    pub fn engine_config(&self) -> EngineConfig {
+        let mut engine = defaults().engine.clone();
+        self.engine.apply(&mut engine);
+        engine
+    }
+}
 
 impl ServeArgs {
     pub fn server_config(&self) -> Result<ServerConfig, String> {
@@ -119,6 +128,9 @@ impl EngineArgs {
         }
         if let Some(dir) = &self.cache_dir {
             engine.cache_dir = Some(dir.clone());
+        }
+        if let Some(dir) = &self.ahead_dir {
+            engine.ahead_dir = Some(dir.clone());
         }
         if let Some(mib) = self.memory_budget_mib {
             engine.memory_budget = mib * MIB;

@@ -125,10 +125,12 @@ async fn python_library_strands_integration() {
 
 /// `Sandbox()` with no URL runs programs in the caller's process: the client's wheel (built
 /// with its native module, as `just wheel` builds it) installed in a venv and run with no Rust
-/// toolchain on `PATH`: tools and a gather in one round, a tool that raises, a runaway program,
+/// toolchain on `PATH`: a first run with an empty cache that loads the component compiled ahead
+/// (which the wheel ships), tools and a gather in one round, a tool that raises, a runaway program,
 /// one past its memory limit, one that traps the sandbox, a cancelled caller, a live session, the blocking twin; and no
 /// child process or TCP/UDP socket (`tests/python/in_process.py`). The README's example runs as
-/// written, and the wheel's own `ptc-engine` script serves, and runs a program against that.
+/// written, and the wheel's own `ptc-engine` script serves (with an empty cache, from the
+/// component compiled ahead), and runs a program against that.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_library_runs_programs_in_its_own_process_from_its_wheel() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -136,22 +138,31 @@ async fn the_library_runs_programs_in_its_own_process_from_its_wheel() {
         let wheel = ptc_tests::python::wheel().display().to_string();
         let venv = ptc_tests::python::venv("ptc-in-process", &[wheel.as_str()]);
         let bin = venv.join("bin");
-        let python = |args: &[&str]| {
-            Command::new(bin.join("python"))
+        // A cache of its own for in_process.py, empty: its first run takes the component the
+        // wheel ships compiled ahead.
+        let cache = std::env::temp_dir().join(format!("ptc-wheel-cache-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&cache);
+        let python = |args: &[&str], cache: Option<&Path>| {
+            let mut command = Command::new(bin.join("python"));
+            command
                 .args(args)
                 // Only the venv and the system's own directories: no cargo, no rustc.
                 .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
                 .env("PYTHONDONTWRITEBYTECODE", "1")
                 .env_remove("PTC_ENGINE_URL")
-                .current_dir(std::env::temp_dir())
-                .output()
-                .unwrap()
+                .current_dir(std::env::temp_dir());
+            if let Some(cache) = cache {
+                command.env("XDG_CACHE_HOME", cache);
+            }
+            command.output().unwrap()
         };
         // The README's example, as written.
         let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
         let example = readme.split("```python\n").nth(1).and_then(|b| b.split("```").next()).unwrap().to_string();
         let script = root.join("tests/python/in_process.py");
-        let ran = (python(&[script.to_str().unwrap()]), python(&["-c", &example]));
+        let ran = (python(&[script.to_str().unwrap()], Some(&cache)), python(&["-c", &example], None));
+        let _ = std::fs::remove_dir_all(&cache);
+        std::fs::create_dir_all(&cache).unwrap();
         // The wheel's `ptc-engine` command: a server it serves, and a program `run` sends it.
         let [grpc, http, metrics] = [free_port(), free_port(), free_port()];
         let files = std::env::temp_dir().join(format!("ptc-wheel-serve-{}", std::process::id()));
@@ -163,7 +174,9 @@ async fn the_library_runs_programs_in_its_own_process_from_its_wheel() {
                 .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
                 .arg("--files-dir")
                 .arg(&files)
-                .env("PATH", format!("{}:/usr/bin:/bin", bin.display())),
+                .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+                // An empty cache: the script points the server at the wheel's `_ahead/`.
+                .env("XDG_CACHE_HOME", &cache),
         );
         let program = files.with_extension("py");
         std::fs::write(&program, "print(sum(range(10)))\n").unwrap();
@@ -177,6 +190,13 @@ async fn the_library_runs_programs_in_its_own_process_from_its_wheel() {
         let _ = std::fs::remove_file(&program);
         drop(server);
         let _ = std::fs::remove_dir_all(&files);
+        let served_from = std::fs::read_dir(cache.join("ptc-engine"))
+            .map(|dir| dir.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect::<Vec<_>>());
+        let _ = std::fs::remove_dir_all(&cache);
+        assert!(
+            served_from.as_ref().is_ok_and(|names| names.len() == 1 && names[0].contains("-ahead-")),
+            "the wheel's ptc-engine serve with an empty cache: {served_from:?}"
+        );
         (ran, run)
     })
     .await

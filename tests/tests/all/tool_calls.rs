@@ -151,7 +151,7 @@ async fn a_component_can_be_loaded_from_a_file() {
     let dir = std::env::temp_dir().join(format!("ptc-component-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("sandbox.wasm");
-    std::fs::write(&path, ptc_runtime_python_wasm::COMPONENT).unwrap();
+    std::fs::write(&path, ptc_runtime_python_wasm::component()).unwrap();
     let engine = engine_with(|c| {
         c.component = ptc_engine::ComponentSource::File(path.clone());
         c.max_concurrent = 4;
@@ -163,6 +163,49 @@ async fn a_component_can_be_loaded_from_a_file() {
     let err = ptc_engine::Engine::new(missing).err().unwrap();
     assert!(err.message().contains("missing.wasm"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A component compiled ahead (`ptc-engine compile`, which the Python wheel ships) is what an
+/// engine whose cache is empty loads, and keeps in its cache; an engine with other settings
+/// (no fuel metering: other code) cannot load it and compiles the component instead.
+#[tokio::test]
+async fn an_empty_cache_takes_the_component_compiled_ahead_when_it_fits() {
+    let root = std::env::temp_dir().join(format!("ptc-ahead-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let ahead = root.join("ahead");
+    std::fs::create_dir_all(&ahead).unwrap();
+    std::fs::write(ahead.join("sandbox-000000000000000000000000.cwasm.zst"), b"another component's").unwrap();
+    let mut settings = engine_config();
+    settings.fuel = true;
+    let written = ptc_engine::compile_ahead(&settings, &ahead).unwrap();
+    let names = |dir: &std::path::Path| -> Vec<String> {
+        let mut names: Vec<String> =
+            std::fs::read_dir(dir).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+        names.sort();
+        names
+    };
+    assert_eq!(
+        names(&ahead),
+        [written.file_name().unwrap().to_string_lossy().into_owned()],
+        "another component's file is removed"
+    );
+
+    for (fuel, from_ahead) in [(true, true), (false, false)] {
+        let cache = root.join(format!("cache-fuel-{fuel}"));
+        let engine = engine_with(|c| {
+            c.fuel = fuel;
+            c.cache_dir = Some(cache.clone());
+            c.ahead_dir = Some(ahead.clone());
+            c.max_concurrent = 4;
+        });
+        let exec = engine.start(ptc_engine::ExecutionRequest::new("print(6 * 7)")).await.unwrap();
+        assert_eq!(drive(exec, echo).await.completed().stdout, "42\n");
+        let cached = names(&cache);
+        assert_eq!(cached.len(), 1, "{cached:?}");
+        assert!(cached[0].starts_with("sandbox-") && cached[0].ends_with(".cwasm"), "{cached:?}");
+        assert_eq!(cached[0].contains("-ahead-"), from_ahead, "fuel {fuel}: {cached:?}");
+    }
+    std::fs::remove_dir_all(&root).unwrap();
 }
 
 #[tokio::test]
