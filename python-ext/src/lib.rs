@@ -3,10 +3,12 @@
 //! to a server, as protobuf bytes, and this module answers them with the server's own service
 //! ([`ptc_server::local`]) on the process's lanes (`lanes.rs`): no listener, no socket, no other
 //! process. A message that is ready (or comes within a short spin and sleep) is handed over at
-//! once, with no asyncio future; otherwise the awaitable is asyncio's (pyo3-async-runtimes).
+//! once, with no asyncio future; otherwise the awaitable is an asyncio future set from the
+//! runtime's threads (`exit.rs`).
 //! The GIL is released while the engine starts and whenever a call waits. `main` is the
 //! `ptc-engine` command itself, for the package's script.
 
+mod exit;
 mod lanes;
 
 use std::sync::{Arc, OnceLock};
@@ -54,10 +56,6 @@ fn code_name(code: Code) -> &'static str {
     }
 }
 
-fn bytes(message: Vec<u8>) -> Py<PyBytes> {
-    Python::attach(|py| PyBytes::new(py, &message).unbind())
-}
-
 /// The service in this process, over an engine of its own, and the lanes its calls run on.
 #[pyclass(frozen)]
 struct Local {
@@ -91,10 +89,11 @@ impl Local {
         Ok(Local { service: Arc::new(service), lanes: Arc::new(lanes), files })
     }
 
-    /// Stops taking executions and removes this process's session files (at the process's
-    /// exit: `_local.py` registers it with `atexit`).
-    fn close(&self) {
+    /// Stops taking executions, hands Python no more results (`exit.rs`) and removes this
+    /// process's session files (at the process's exit: `_local.py` registers it with `atexit`).
+    fn close(&self, py: Python<'_>) {
         self.service.engine().stop_accepting();
+        exit::close(py);
         let _ = std::fs::remove_dir_all(&self.files);
     }
 
@@ -102,7 +101,7 @@ impl Local {
     /// runs on a lane: a session opened lives on the lane that opened it.
     fn unary<'py>(&self, py: Python<'py>, method: String, request: &[u8]) -> PyResult<Bound<'py, PyAny>> {
         let (service, lanes, request) = (self.service.clone(), self.lanes.clone(), request.to_vec());
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        exit::awaitable(py, async move {
             let named = session_of(&method, &request);
             let called = method.clone();
             let (answer, placed) =
@@ -117,7 +116,7 @@ impl Local {
                 "CloseSession" => lanes.closed(named.as_deref().unwrap_or_default()),
                 _ => {}
             }
-            Ok(bytes(answer))
+            Ok(exit::Message(answer))
         })
     }
 
@@ -190,7 +189,7 @@ impl Call {
             return Ok(None);
         }
         let (writer, message, wake) = (open.writer.clone(), message.to_vec(), open.lane.wake.clone());
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        exit::awaitable(py, async move {
             writer.write(&message).await.map_err(rpc_error)?;
             wake.wake();
             Ok(())
@@ -234,9 +233,9 @@ impl Call {
     /// The next server message as an awaitable: its bytes, or `None` at the call's end.
     fn wait<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let reader = self.started()?.reader.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        exit::awaitable(py, async move {
             match reader.lock().await.read().await {
-                Some(Ok(message)) => Ok(Some(bytes(message))),
+                Some(Ok(message)) => Ok(Some(exit::Message(message))),
                 Some(Err(status)) => Err(rpc_error(status)),
                 None => Ok(None),
             }
