@@ -199,18 +199,28 @@ impl HostState {
     }
 }
 
-impl Drop for HostState {
-    /// The store (and with it the instance) is gone: this is what "freed" means in tests.
-    fn drop(&mut self) {
+impl HostState {
+    /// The execution has ended: it no longer counts as live (or as hibernated), though its
+    /// instance's memory goes back only as the store drops, after the final event went out
+    /// (`run/job.rs`). The store's drop does the same for an execution that did not say so.
+    pub(crate) fn ended(&mut self) {
         if self.hibernated.is_some() {
             // It ended while hibernated: it was counted there, not as live.
             self.wake_count();
+            self.live = None;
             return;
         }
-        if let Some(live) = &self.live {
+        if let Some(live) = self.live.take() {
             live.fetch_sub(1, Ordering::Relaxed);
             metrics::gauge!("ptc_live_instances").decrement(1.0);
         }
+    }
+}
+
+impl Drop for HostState {
+    /// The store (and with it the instance) is gone: this is what "freed" means in tests.
+    fn drop(&mut self) {
+        self.ended();
     }
 }
 
