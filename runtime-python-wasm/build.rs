@@ -11,6 +11,10 @@ use std::process::Command;
 mod immortal;
 #[path = "build/ondemand.rs"]
 mod ondemand;
+// The library's compressed forms, shared: the build only compresses.
+#[expect(dead_code, reason = "inflate is the library's")]
+#[path = "src/zst.rs"]
+mod zst;
 use ptc_guest_wheels as wheels;
 
 const COMPONENTIZE_PY_VERSION: &str = "0.25.1";
@@ -78,12 +82,7 @@ const ZSTD_LEVEL: i32 = 12;
 fn compress(out: &Path, bytes: &[u8]) {
     use sha2::{Digest, Sha256};
     std::fs::write(out.join("component-sha256"), Sha256::digest(bytes)).expect("writing the component's digest");
-    use zstd::zstd_safe::CParameter;
-    let mut encoder = zstd::bulk::Compressor::new(ZSTD_LEVEL).expect("a zstd compressor");
-    for parameter in [CParameter::EnableLongDistanceMatching(true), CParameter::WindowLog(27)] {
-        encoder.set_parameter(parameter).expect("a zstd parameter");
-    }
-    let packed = encoder.compress(bytes).expect("compressing the component");
+    let packed = zst::compress(bytes, None, ZSTD_LEVEL).expect("compressing the component");
     std::fs::write(out.join("ptc-sandbox.wasm.zst"), packed).expect("writing the compressed component");
 }
 

@@ -3,7 +3,11 @@
 //! The bytes are embedded so the engine needs no files at run time; `WIT_DIR` is where the
 //! world lives for host bindings.
 
-/// The WebAssembly component, zstd-compressed: CPython 3.14 (componentize-py 0.25.1) with the
+mod zst;
+
+pub use zst::{compress, inflate};
+
+/// The WebAssembly component, zstd-compressed ([`compress`]): CPython 3.14 (componentize-py 0.25.1) with the
 /// ptc runtime, pre-initialised with the supported standard library imported. [`component`]
 /// inflates it; a start that finds the compiled form in its cache never does.
 pub static COMPONENT_ZST: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/ptc-sandbox.wasm.zst"));
@@ -14,23 +18,6 @@ pub static COMPONENT_SHA256: &[u8; 32] = include_bytes!(concat!(env!("OUT_DIR"),
 /// The component's bytes (32 MB, inflated in ~0.1 s).
 pub fn component() -> Vec<u8> {
     inflate(COMPONENT_ZST, None).expect("the embedded component inflates")
-}
-
-/// Inflates a zstd frame written with a window of up to 128 MiB, against `prefix` when the
-/// frame was compressed against one (a delta, as `zstd --patch-from` makes).
-pub fn inflate(frame: &[u8], prefix: Option<&[u8]>) -> std::io::Result<Vec<u8>> {
-    let size = zstd::zstd_safe::get_frame_content_size(frame)
-        .ok()
-        .flatten()
-        .ok_or_else(|| std::io::Error::other("a zstd frame without its content size"))?;
-    let failed = |code: usize| std::io::Error::other(zstd::zstd_safe::get_error_name(code));
-    let mut context = zstd::zstd_safe::DCtx::create();
-    if let Some(prefix) = prefix {
-        context.ref_prefix(prefix).map_err(failed)?;
-    }
-    let mut bytes = Vec::with_capacity(usize::try_from(size).map_err(std::io::Error::other)?);
-    context.decompress(&mut bytes, frame).map_err(failed)?;
-    Ok(bytes)
 }
 
 /// Absolute path of the WIT directory the component was built from.
