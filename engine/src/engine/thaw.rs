@@ -60,7 +60,7 @@ impl Engine {
         if request.journal.is_some() {
             return Err(Error::invalid("a thawed execution is not journaled: its image holds all it had done"));
         }
-        let pre = inner.stores.pre(request.runtime)?;
+        let pre = inner.stores.pre(request.runtime).await?;
         let schemas = inner.schemas.compiled(request.tenant.as_deref(), &request.tools).await?;
         let spec = StoreSpec {
             limits: &limits,
@@ -123,7 +123,7 @@ impl Engine {
     pub async fn thaw_session(&self, id: &str, image: &[u8], request: SessionRequest) -> Result<Session> {
         let inner = &self.inner;
         let limits = self.session_limits(&request)?;
-        inner.stores.pre(request.runtime)?;
+        inner.stores.pre(request.runtime).await?;
         let spec = session_spec(&request, &limits);
         let Opened { store, side, asleep, .. } =
             self.asleep_store(Sealed::Session, id, image, spec, None::<fn(&sealed::Host) -> Running>).await?;

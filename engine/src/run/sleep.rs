@@ -236,7 +236,8 @@ impl Hibernation {
         let guest = match warm {
             Some(guest) => guest,
             None => {
-                self.stores.pre(asleep.image.runtime).map_err(wasmtime::Error::msg)?.instantiate(&mut *store).await?
+                let pre = self.stores.pre(asleep.image.runtime).await.map_err(wasmtime::Error::msg)?;
+                pre.instantiate(&mut *store).await?
             }
         };
         let instantiated = started.elapsed();

