@@ -79,7 +79,8 @@ impl Local {
         python_data: Option<std::path::PathBuf>,
     ) -> PyResult<Self> {
         let mut config = ptc_server::ServerConfig::default();
-        if ahead.is_some() {
+        // `PTC_AHEAD_DIR`, when the caller set it, wins (as for the package's `ptc-engine`).
+        if config.engine.ahead_dir.is_none() {
             config.engine.ahead_dir = ahead;
         }
         config.engine.python_data = python_data;

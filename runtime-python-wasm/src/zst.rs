@@ -24,12 +24,19 @@ pub fn compress(bytes: &[u8], prefix: Option<&[u8]>, level: i32) -> Result<Vec<u
     compressor.compress(bytes)
 }
 
+/// The most a frame may inflate to: the component is 32 MB and its compiled form 49 MB, so a
+/// frame that says more is not one of theirs, and is refused before anything is allocated.
+pub const MAX_INFLATED: u64 = 512 << 20;
+
 /// Inflates a frame [`compress`] wrote, against the same `prefix`.
 pub fn inflate(frame: &[u8], prefix: Option<&[u8]>) -> Result<Vec<u8>> {
     let size = zstd_safe::get_frame_content_size(frame)
         .ok()
         .flatten()
         .ok_or_else(|| Error::other("a zstd frame without its content size"))?;
+    if size > MAX_INFLATED {
+        return Err(Error::other(format!("a zstd frame of {size} bytes inflated, more than {MAX_INFLATED}")));
+    }
     let mut context = zstd_safe::DCtx::create();
     if let Some(prefix) = prefix {
         context.ref_prefix(prefix).map_err(failed)?;
