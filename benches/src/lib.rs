@@ -56,7 +56,8 @@ pub fn tools() -> Vec<ToolDef> {
     }))]
 }
 
-fn add(input: &str) -> String {
+/// `add`'s answer to `input` (`{"a": .., "b": ..}`).
+pub fn add(input: &str) -> String {
     let v: serde_json::Value = serde_json::from_str(input).unwrap();
     (v["a"].as_i64().unwrap() + v["b"].as_i64().unwrap()).to_string()
 }

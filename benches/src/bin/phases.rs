@@ -1,5 +1,6 @@
 //! Where a fresh execution's time goes: runs one program many times through the library,
-//! one after another, and prints the medians of the engine's own phases (`just phases`); with
+//! one after another (answering `add` at once), and prints the medians of the engine's own
+//! phases (`just phases`) and how many pages warm instances write ahead; with
 //! `--grpc URL`, the same over gRPC against a server in another process, beside the floors of
 //! the wire (a stream refused at its `Start`, a unary call refused).
 //! Meant to be run under `perf record` too: nothing else happens in the process.
@@ -25,6 +26,10 @@ struct Args {
     /// Pause between executions, ms (an agent's requests arrive spaced; 0: back to back).
     #[arg(long, default_value_t = 0)]
     gap_ms: u64,
+    /// Print each execution's times between its events to stderr, in µs: its start to its
+    /// first tool call, each answer to the next call, the last answer to its end.
+    #[arg(long)]
+    rounds: bool,
     /// After the runs, wait a second (the warm instances are made) and print the process's PSS.
     #[arg(long)]
     pss: bool,
@@ -114,6 +119,7 @@ async fn main() -> anyhow::Result<()> {
             tokio::time::sleep(Duration::from_millis(args.gap_ms)).await;
         }
         let t0 = Instant::now();
+        let mut last = t0;
         let mut request = ExecutionRequest::new(code.clone()).with_tools(tools.clone()).with_runtime(runtime);
         request.network = network.clone();
         let mut exec = match &session {
@@ -124,22 +130,39 @@ async fn main() -> anyhow::Result<()> {
             match event {
                 // A session's execution ends here; its event channel stays with the session.
                 Event::Completed(done) => {
+                    if args.rounds {
+                        eprintln!("{:.0}", last.elapsed().as_secs_f64() * 1e6);
+                    }
                     wall.push(done.stats.wall_time);
                     inst.push(done.stats.instantiate_time);
                     break;
                 }
                 Event::Failed(f) => anyhow::bail!("{}: {}", f.message, f.stderr),
-                _ => {}
+                // `add` answered at once, as over gRPC.
+                Event::ToolCalls { calls, .. } => {
+                    if args.rounds {
+                        eprint!("{:.0} ", last.elapsed().as_secs_f64() * 1e6);
+                    }
+                    exec.submit(
+                        calls
+                            .iter()
+                            .map(|c| ptc_engine::ToolResult::ok_json(&c.id, ptc_benches::add(&c.input)))
+                            .collect(),
+                    )?;
+                    last = Instant::now();
+                }
+                Event::Output { .. } => {}
             }
         }
         total.push(t0.elapsed());
     }
     println!(
-        "n={} total {:.3} ms, engine wall {:.3} ms, instantiate {:.3} ms (medians)",
+        "n={} total {:.3} ms, engine wall {:.3} ms, instantiate {:.3} ms (medians); warm instances write {} pages ahead",
         args.n,
         median(total),
         median(wall),
-        median(inst)
+        median(inst),
+        engine.warm_pages_ahead()
     );
     if args.pss {
         tokio::time::sleep(Duration::from_secs(1)).await;
