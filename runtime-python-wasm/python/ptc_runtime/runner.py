@@ -43,18 +43,26 @@ class _Return(BaseException):
         self.value = value
 
 
-class _TopLevelReturns(ast.NodeTransformer):
-    """Rewrites `return x` outside any def/class/lambda into `raise __ptc_return__(x)`."""
-
-    def visit_FunctionDef(self, node):
-        return node
-
-    visit_AsyncFunctionDef = visit_ClassDef = visit_Lambda = visit_FunctionDef
-
-    def visit_Return(self, node):
-        value = node.value or ast.Constant(None)
-        call = ast.Call(ast.Name("__ptc_return__", ast.Load()), [value], [])
-        return ast.copy_location(ast.Raise(exc=call, cause=None), node)
+def _rewrite_returns(statements):
+    """Rewrites each `return x` among `statements`, and in the statements nested in them but not
+    in a def or class, into `raise __ptc_return__(x)`, in place. Only statements are walked (a
+    `return` is never inside an expression), and the new nodes take the `return`'s location:
+    walking every node and then filling in missing locations took 133 µs of a one-line
+    program's 0.4 ms of checking and compiling, in the component."""
+    for i, node in enumerate(statements):
+        if isinstance(node, ast.Return):
+            value = node.value or ast.copy_location(ast.Constant(None), node)
+            name = ast.copy_location(ast.Name("__ptc_return__", ast.Load()), node)
+            call = ast.copy_location(ast.Call(name, [value], []), node)
+            statements[i] = ast.copy_location(ast.Raise(exc=call, cause=None), node)
+        elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            for field in ("body", "orelse", "finalbody"):
+                inner = getattr(node, field, None)
+                if isinstance(inner, list):
+                    _rewrite_returns(inner)
+            # `except` clauses (`Try`, `TryStar`) and `case` clauses (`Match`).
+            for clause in (*getattr(node, "handlers", ()), *getattr(node, "cases", ())):
+                _rewrite_returns(clause.body)
 
 
 def compile_program(code, filename=FILENAME, tree=None):
@@ -67,7 +75,7 @@ def compile_program(code, filename=FILENAME, tree=None):
     if tree is None:
         tree = ast.parse(code, filename=filename, mode="exec")
     if "return" in code:
-        tree = ast.fix_missing_locations(_TopLevelReturns().visit(tree))
+        _rewrite_returns(tree.body)
     return compile(tree, filename, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
 
 

@@ -288,6 +288,34 @@ class RunnerTest(unittest.TestCase):
         o, _, _, _ = run("def f():\n    return 5\nreturn f() + 1")
         self.assertEqual(o.value_json, "6")
 
+    def test_a_return_inside_any_compound_statement_returns_from_the_program(self):
+        body = {
+            "if": "if x:\n    return 1\nelse:\n    return 2",
+            "else": "if not x:\n    pass\nelif x > 5:\n    pass\nelse:\n    return 3",
+            "for": "for i in range(3):\n    if i == 2:\n        return i",
+            "for-else": "for i in range(3):\n    pass\nelse:\n    return 'else'",
+            "while": "while True:\n    return 'w'",
+            "try": "try:\n    1 / 0\nexcept ZeroDivisionError:\n    return 'caught'",
+            "try-else": "try:\n    pass\nexcept Exception:\n    pass\nelse:\n    return 'else'",
+            "finally": "try:\n    pass\nfinally:\n    return 'finally'",
+            "with": "import contextlib\nwith contextlib.nullcontext():\n    return 'with'",
+            "async with": "import contextlib\nasync with contextlib.AsyncExitStack():\n    return 'async with'",
+            "match": "match x:\n    case 4:\n        return 'four'\n    case _:\n        return 'other'",
+            "bare": "if x:\n    return",
+            "class": "class C:\n    def m(self):\n        return 1\nreturn C().m() + 1",
+            "await": "if x:\n    return await add(a=x, b=1)",
+        }
+        expected = {"if": "1", "else": "3", "for": "2", "for-else": '"else"', "while": '"w"',
+                    "try": '"caught"', "try-else": '"else"', "finally": '"finally"', "with": '"with"',
+                    "async with": '"async with"', "match": '"four"', "bare": "null", "class": "2", "await": "5"}
+        for name, code in body.items():
+            o, _, err, _ = run("x = 4\n" + code + "\nreturn 'after'")
+            self.assertEqual((name, o.ok, o.value_json), (name, True, expected[name]), err)
+        # A syntax error's line is still the program's own.
+        o, _, _, _ = run("x = 1\nif x:\n    return (\n")
+        self.assertEqual(o.kind, "python-error")
+        self.assertIn("line 3", o.message + o.traceback)
+
 
 class PreparedSessionTest(unittest.TestCase):
     """`prepare()` runs a warm-up program and builds the next run's loop ahead of time (in the
