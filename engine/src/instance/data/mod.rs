@@ -103,7 +103,7 @@ impl DataRuntime {
                 artifacts.display()
             )));
         }
-        let len = std::fs::metadata(artifacts.join("python.wasm")).map(|m| m.len().to_string()).unwrap_or_default();
+        let len = std::fs::metadata(artifacts.join("python.wasm")).map_or(0, |m| m.len());
         if len != ptc_runtime_python_data::PYTHON_WASM_LEN {
             return Err(init::not_pinned(artifacts));
         }
