@@ -11,7 +11,7 @@ VENV=target/bench-venvs/python
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 WHEEL=$(benches/python/wheel.sh)
 "$VENV/bin/pip" install --quiet --disable-pip-version-check \
-    "$WHEEL[fastmcp]" "fastmcp[code-mode]==4.1.6" "pydantic-monty==1.4.0"
+    "$WHEEL[fastmcp]" "fastmcp[code-mode]==4.1.6" "pydantic-monty==1.4.0" "grpcio==1.85.1"
 # The wheel's version stays the same from build to build: reinstall it.
 "$VENV/bin/pip" install --quiet --disable-pip-version-check --force-reinstall --no-deps "$WHEEL"
 . benches/python/serve.sh

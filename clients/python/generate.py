@@ -1,4 +1,4 @@
-"""Generates the gRPC stubs in src/ptc_engine/_proto from the repository's proto/ (run it after
+"""Generates the protobuf modules in src/ptc_engine/_proto from the repository's proto/ (run it after
 changing the proto; `tests/test_stubs.py` fails while the committed stubs differ from what this
 makes):
 
@@ -31,7 +31,6 @@ def generate(out_dir):
             f"-I{tmp}",
             f"--python_out={out_dir}",
             f"--pyi_out={out_dir}",
-            f"--grpc_python_out={out_dir}",
             os.path.join(package, "sandbox.proto"),
         ]
         if protoc.main(args) != 0:

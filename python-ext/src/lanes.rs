@@ -73,8 +73,8 @@ pub struct Lanes {
 
 impl Lanes {
     /// `count` lanes (at least one), their threads started.
-    pub fn start(count: usize) -> std::io::Result<Self> {
-        let lanes = (0..count.max(1)).map(Lane::start).collect::<std::io::Result<Vec<_>>>()?;
+    pub fn start(count: usize, spin: Duration) -> std::io::Result<Self> {
+        let lanes = (0..count.max(1)).map(|i| Lane::start(i, spin)).collect::<std::io::Result<Vec<_>>>()?;
         Ok(Lanes { lanes, sessions: Mutex::new(HashMap::new()), turn: AtomicUsize::new(0) })
     }
 
@@ -133,7 +133,7 @@ impl Lanes {
 }
 
 impl Lane {
-    fn start(index: usize) -> std::io::Result<Self> {
+    fn start(index: usize, spin: Duration) -> std::io::Result<Self> {
         let woken = Arc::new(AtomicBool::new(false));
         let spun = woken.clone();
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -143,7 +143,7 @@ impl Lane {
                 // channel) wait in the runtime's global queue: they end the spin too.
                 let queued = Handle::current().metrics();
                 let start = Instant::now();
-                while !spun.swap(false, Ordering::Acquire) && queued.global_queue_depth() == 0 && start.elapsed() < SPIN
+                while !spun.swap(false, Ordering::Acquire) && queued.global_queue_depth() == 0 && start.elapsed() < spin
                 {
                     std::hint::spin_loop();
                 }

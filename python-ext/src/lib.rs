@@ -5,11 +5,13 @@
 //! process. A message that is ready (or comes within a short spin and sleep) is handed over at
 //! once, with no asyncio future; otherwise the awaitable is an asyncio future set from the
 //! runtime's threads (`exit.rs`).
-//! The GIL is released while the engine starts and whenever a call waits. `main` is the
-//! `ptc-engine` command itself, for the package's script.
+//! The GIL is released while the engine starts and whenever a call waits. `Remote` makes the
+//! same calls to a server (`remote.rs`), with the same faces. `main` is the `ptc-engine`
+//! command itself, for the package's script.
 
 mod exit;
 mod lanes;
+mod remote;
 
 use std::sync::{Arc, OnceLock};
 use std::task::Poll;
@@ -28,9 +30,20 @@ use tonic::{Code, Status};
 
 create_exception!(_native, RpcError, PyException, "A call refused with a gRPC status: `(code, message)`.");
 
-/// `status` as a Python `RpcError(code, message)`, `code` a `grpc.StatusCode` name.
+/// `status` as a Python `RpcError(code, message)`, `code` a `grpc.StatusCode` name. A client's
+/// own status (a connection refused, a certificate not trusted) carries its causes, which say
+/// what to fix: `tcp connect error` alone did not.
 fn rpc_error(status: Status) -> PyErr {
-    RpcError::new_err((code_name(status.code()), status.message().to_string()))
+    let mut message = status.message().to_string();
+    let mut cause = std::error::Error::source(&status);
+    while let Some(e) = cause {
+        let said = e.to_string();
+        if !message.contains(&said) {
+            message = format!("{message}: {said}");
+        }
+        cause = e.source();
+    }
+    RpcError::new_err((code_name(status.code()), message))
 }
 
 /// The name `grpc.StatusCode` gives `code`.
@@ -93,7 +106,7 @@ impl Local {
         };
         let service = py.detach(|| runtime.block_on(Service::new(config))).map_err(|e| started(&e))?;
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let lanes = Lanes::start(cpus).map_err(|e| started(&e))?;
+        let lanes = Lanes::start(cpus, lanes::SPIN).map_err(|e| started(&e))?;
         Ok(Local { service: Arc::new(service), lanes: Arc::new(lanes), files })
     }
 
@@ -130,7 +143,42 @@ impl Local {
 
     /// A new `Execute` call; it starts on a lane at its first message (its `Start`).
     fn execute(&self) -> Call {
-        Call { service: self.service.clone(), lanes: self.lanes.clone(), open: OnceLock::new() }
+        Call { via: Via::Local(self.service.clone(), self.lanes.clone()), open: OnceLock::new() }
+    }
+}
+
+/// A ptc-engine server's client: the calls `Local` answers, made to the server.
+#[pyclass(frozen)]
+struct Remote {
+    remote: Arc<remote::Remote>,
+}
+
+#[pymethods]
+impl Remote {
+    /// A client of the server at `url` (`http://host:port` or `https://host:port`), sending
+    /// `api_key` with every call if given; it connects at its first call.
+    #[new]
+    #[pyo3(signature = (url, api_key=None))]
+    fn new(url: &str, api_key: Option<&str>) -> PyResult<Self> {
+        let remote =
+            remote::Remote::new(url, api_key).map_err(|e| RpcError::new_err(("INVALID_ARGUMENT", e.to_string())))?;
+        Ok(Remote { remote: Arc::new(remote) })
+    }
+
+    /// The answer (bytes) of the unary call `method` to `request` (bytes), as an awaitable.
+    fn unary<'py>(&self, py: Python<'py>, method: String, request: &[u8]) -> PyResult<Bound<'py, PyAny>> {
+        let (remote, request) = (self.remote.clone(), request.to_vec());
+        let lane = self.remote.place();
+        exit::awaitable(py, async move {
+            let answer = lane.handle.spawn(async move { remote.unary(&method, &request).await });
+            let answer = answer.await.expect("a lane's task panicked").map_err(rpc_error)?;
+            Ok(exit::Message(answer))
+        })
+    }
+
+    /// A new `Execute` call; it starts at its first message (its `Start`).
+    fn execute(&self) -> Call {
+        Call { via: Via::Remote(self.remote.clone()), open: OnceLock::new() }
     }
 }
 
@@ -148,9 +196,14 @@ fn session_of(method: &str, request: &[u8]) -> Option<String> {
 /// to end it.
 #[pyclass(frozen)]
 struct Call {
-    service: Arc<Service>,
-    lanes: Arc<Lanes>,
+    via: Via,
     open: OnceLock<Open>,
+}
+
+/// What answers a call: the service in this process, or a server.
+enum Via {
+    Local(Arc<Service>, Arc<Lanes>),
+    Remote(Arc<remote::Remote>),
 }
 
 /// A call started on its lane.
@@ -171,16 +224,22 @@ impl Call {
     /// The call, started on its lane at `first` (its first message) if it has not yet been.
     fn open(&self, first: &[u8]) -> &Open {
         self.open.get_or_init(|| {
-            let session = match proto::ClientMessage::decode(first) {
-                Ok(proto::ClientMessage { message: Some(client_message::Message::Start(start)) }) => {
-                    Some(start.session_id).filter(|s| !s.is_empty())
+            let (call, lane) = match &self.via {
+                Via::Local(service, lanes) => {
+                    let session = match proto::ClientMessage::decode(first) {
+                        Ok(proto::ClientMessage { message: Some(client_message::Message::Start(start)) }) => {
+                            Some(start.session_id).filter(|s| !s.is_empty())
+                        }
+                        _ => None,
+                    };
+                    let lane = lanes.place(session.as_deref());
+                    let _on_lane = lane.handle.enter();
+                    (service.execute(), lane)
                 }
-                _ => None,
-            };
-            let lane = self.lanes.place(session.as_deref());
-            let call = {
-                let _on_lane = lane.handle.enter();
-                self.service.execute()
+                Via::Remote(remote) => {
+                    let lane = remote.place();
+                    (remote.execute(&lane), lane)
+                }
             };
             Open { writer: call.writer, reader: Arc::new(Mutex::new(call.reader)), lane }
         })
@@ -269,6 +328,7 @@ fn main(py: Python<'_>, argv: Vec<String>) -> PyResult<i32> {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(main, m)?)?;
     m.add_class::<Local>()?;
+    m.add_class::<Remote>()?;
     m.add_class::<Call>()?;
     m.add("RpcError", m.py().get_type::<RpcError>())?;
     Ok(())

@@ -77,11 +77,8 @@ impl Local {
 
     /// A new `Execute` call: its first message must be the run's `Start`.
     pub fn execute(&self) -> LocalCall {
-        let (tx, inbound) = mpsc::channel(64);
-        let (out, rx) = mpsc::channel(64);
+        let (call, Ends { inbound, out, cancelled }) = pipe();
         let service = self.service.clone();
-        let cancel = CancellationToken::new();
-        let cancelled = cancel.clone();
         tokio::spawn(cancelled.run_until_cancelled_owned(async move {
             let tenant = match service.tenant(&Request::new(())) {
                 Ok(tenant) => tenant,
@@ -103,8 +100,29 @@ impl Local {
                 }
             }
         }));
-        LocalCall { writer: Writer { tx, cancel }, reader: Reader { rx } }
+        call
     }
+}
+
+/// The other ends of a [`LocalCall`]'s pipes, for whatever answers it (the service here, or
+/// a server the Python package's native client reaches).
+pub struct Ends {
+    /// The client messages its writers send.
+    pub inbound: mpsc::Receiver<Result<proto::ClientMessage, Status>>,
+    /// Where its reader's server messages come from.
+    pub out: mpsc::Sender<Result<proto::ServerMessage, Status>>,
+    /// Cancelled by [`Writer::cancel`]: the answering task ends the call then.
+    pub cancelled: CancellationToken,
+}
+
+/// A call's writer and reader, and their other ends. 64 messages each way: a round's answers
+/// and a program's output lines queue without waiting.
+pub fn pipe() -> (LocalCall, Ends) {
+    let (tx, inbound) = mpsc::channel(64);
+    let (out, rx) = mpsc::channel(64);
+    let cancel = CancellationToken::new();
+    let cancelled = cancel.clone();
+    (LocalCall { writer: Writer { tx, cancel }, reader: Reader { rx } }, Ends { inbound, out, cancelled })
 }
 
 /// `bytes` decoded as a `T`, or the status that says `what` was malformed.

@@ -355,8 +355,52 @@ async def test_bad_input_is_named(url, key, sb):
         await sb.run("pass", tools=[chain])
     # Nobody listening there (a URL given is a server, whichever mode this run is in).
     async with Sandbox("http://127.0.0.1:9", api_key=key) as nowhere:
-        with pytest.raises(ptc_engine.ServerUnavailable, match="cannot reach the ptc-engine server at http://127.0.0.1:9"):
+        with pytest.raises(ptc_engine.ServerUnavailable, match="cannot reach the ptc-engine server at http://127.0.0.1:9") as e:
             await nowhere.run("pass")
+    assert "Connection refused" in str(e.value), e.value  # the cause, not only "tcp connect error"
+    with pytest.raises(ptc_engine.InvalidRequest, match="is not a server URL"):
+        await Sandbox("http://not a host:1").run("pass")
+
+
+@pytest.mark.remote
+async def test_a_server_behind_tls_is_reached_with_https_and_its_certificate_checked(url, key, tmp_path, monkeypatch):
+    # A TLS terminator in front of the server (as a platform's ingress is), its certificate
+    # from a CA of the test's own (trustme), which the client trusts only through SSL_CERT_FILE.
+    import ssl
+
+    import trustme
+
+    ca = trustme.CA()
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("localhost").configure_cert(context)
+    context.set_alpn_protocols(["h2"])
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+
+    async def pipe(reader, writer):
+        try:
+            while data := await reader.read(1 << 16):
+                writer.write(data)
+                await writer.drain()
+        finally:
+            writer.close()
+
+    async def terminate(reader, writer):
+        upstream = await asyncio.open_connection(host, int(port))
+        await asyncio.gather(pipe(reader, upstream[1]), pipe(upstream[0], writer), return_exceptions=True)
+
+    async with await asyncio.start_server(terminate, "127.0.0.1", 0, ssl=context) as terminator:
+        tls = f"https://localhost:{terminator.sockets[0].getsockname()[1]}"
+        ca_file = tmp_path / "ca.pem"
+        ca.cert_pem.write_to_path(str(ca_file))
+        monkeypatch.setenv("SSL_CERT_FILE", str(ca_file))
+        async with Sandbox(tls, api_key=key) as sb:
+            assert (await sb.run("return await add(a=6, b=7)", tools=[add])).return_value == 13
+        # Trusting another CA, the client refuses the certificate, and the message says why.
+        trustme.CA().cert_pem.write_to_path(str(ca_file))
+        async with Sandbox(tls, api_key=key) as untrusting:
+            with pytest.raises(ptc_engine.ServerUnavailable, match=f"cannot reach the ptc-engine server at {tls}") as e:
+                await untrusting.run("pass")
+        assert "certificate" in str(e.value), e.value
 
 
 @pytest.mark.remote
@@ -392,8 +436,9 @@ async def test_in_process_no_key_is_needed_and_one_given_is_not_checked(monkeypa
 
 
 def test_a_sandbox_used_under_many_asyncio_runs_keeps_no_dead_channels(url, key):
-    # As frameworks that run each call under asyncio.run use it: one channel per loop, and
-    # those of ended loops dropped (in process: no channel at all, one engine for every loop).
+    # As frameworks that run each call under asyncio.run use it: one connection for every
+    # loop, made on the lane of the native client, not on a loop that ends (in process: no
+    # connection at all, one engine for every loop).
     sb = Sandbox(url, api_key=key)
     for i in range(3):
         assert asyncio.run(sb.run(f"return {i}")).return_value == i
@@ -413,25 +458,3 @@ async def test_text_the_wire_cannot_carry_is_escaped_not_a_crash(sb):
         await sb.run("raise ValueError('\\ud800')")
     with pytest.raises(ptc_engine.PythonError, match=r"called without `await`, so it never ran: write `await echo\(...\)`"):
         await sb.run("return echo(s='x')", tools=[echo])
-
-
-async def test_an_execute_whose_refusal_grpcio_lost_is_made_again(monkeypatch):
-    # A server that refuses a stream at once can end it while the client still sends Start;
-    # grpcio then reports its own INTERNAL error instead of the server's status. The client
-    # makes the call again (nothing ran) to learn the real status, and the last attempt
-    # reports whatever it gets.
-    from ptc_engine import _run
-    from ptc_engine._proto import sandbox_pb2 as pb
-
-    tries = []
-
-    async def once(transport, start, tools, on_output, on_event, on_approval, *, may_retry):
-        tries.append(may_retry)
-        if len(tries) < 3:
-            raise _run.RefusalLost()
-        return "the real answer"
-
-    monkeypatch.setattr(_run, "execute_once", once)
-    async with Sandbox("http://127.0.0.1:9") as sb:
-        assert await _run.execute(sb._transport, pb.Start(code="pass"), [], {}) == "the real answer"
-    assert tries == [True, True, False]

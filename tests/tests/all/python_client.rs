@@ -17,6 +17,8 @@ const TEST_TOOLS: &[&str] = &[
     "mypy==2.4.1",
     "grpcio-tools==1.85.1",
     "types-protobuf==7.35.1.20260906",
+    // A CA of the tests' own, for a server behind TLS (`test_sandbox.py`).
+    "trustme==1.2.1",
 ];
 
 /// The frameworks, pinned: the integrations subclass or follow their code-mode internals.

@@ -1,6 +1,6 @@
 """What can go wrong, one exception type per case, each message saying what happened and what
 to do, in words a model can act on (`str(e)`); and which of them the server's answers become:
-a gRPC status (`from_rpc_error`, the only place that reads status codes) or a program's failure
+a gRPC status (`from_status`, the only place that reads status codes) or a program's failure
 (`for_failure`).
 
 Two families: `ExecutionError`, when the program ran and failed (one subclass per failure
@@ -11,9 +11,7 @@ request itself was refused or could not be sent (`ServerUnavailable`, `Authentic
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-import grpc
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ._result import Result
@@ -210,45 +208,38 @@ def for_failure(
     return cls(message, result, request_id=request_id)
 
 
-def is_lost_refusal(e: Any) -> bool:
-    """Whether `e` (a `grpc.aio.AioRpcError`) is grpcio's "Internal error from Core": what a
-    client that is still sending `Start` reports when the server has already ended the call (a
-    refused key, a full tenant), instead of the server's status. Nothing ran (the server never
-    read `Start`), so the call can be made again to learn the real status; seen once in a CI run."""
-    return bool(e.code() == grpc.StatusCode.INTERNAL and (e.details() or "") == "Internal error from Core")
-
-
 # The statuses the server answers with, and what each means here (see the proto's `Sandbox`).
-_BY_STATUS: dict[Any, type[PtcError]] = {
-    grpc.StatusCode.INVALID_ARGUMENT: InvalidRequest,
-    grpc.StatusCode.FAILED_PRECONDITION: InvalidRequest,
-    grpc.StatusCode.OUT_OF_RANGE: InvalidRequest,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: ServerBusy,
-    grpc.StatusCode.NOT_FOUND: SessionNotFound,
-    grpc.StatusCode.ABORTED: SessionBusy,
-    grpc.StatusCode.ALREADY_EXISTS: DuplicateRequest,
+_BY_STATUS: dict[str, type[PtcError]] = {
+    "INVALID_ARGUMENT": InvalidRequest,
+    "FAILED_PRECONDITION": InvalidRequest,
+    "OUT_OF_RANGE": InvalidRequest,
+    "RESOURCE_EXHAUSTED": ServerBusy,
+    "NOT_FOUND": SessionNotFound,
+    "ABORTED": SessionBusy,
+    "ALREADY_EXISTS": DuplicateRequest,
 }
 
-
-def from_rpc_error(e: Any, url: str, keyed: bool, request_id: str | None = None) -> PtcError:
-    """`e` (a `grpc.aio.AioRpcError` from the server at `url`) as this package's error;
-    `keyed`: whether the call carried an API key; `request_id`: the run's, if it had one."""
-    return from_status(e.code().name, e.details() or "", url, keyed, request_id)
+_CODES = frozenset(
+    "OK CANCELLED UNKNOWN INVALID_ARGUMENT DEADLINE_EXCEEDED NOT_FOUND ALREADY_EXISTS PERMISSION_DENIED "
+    "RESOURCE_EXHAUSTED FAILED_PRECONDITION ABORTED OUT_OF_RANGE UNIMPLEMENTED INTERNAL UNAVAILABLE DATA_LOSS "
+    "UNAUTHENTICATED".split()
+)
+"""The gRPC status codes' names."""
 
 
 def from_status(code: str, details: str, url: str | None, keyed: bool, request_id: str | None = None) -> PtcError:
     """A call refused with the gRPC status named `code` (`"INVALID_ARGUMENT"`) and `details`,
     by the server at `url` (`None`: the engine in this process), as this package's error."""
-    status = getattr(grpc.StatusCode, code, grpc.StatusCode.UNKNOWN)
+    status = code if code in _CODES else "UNKNOWN"
     cls: type[PtcError]
-    if status == grpc.StatusCode.UNAVAILABLE and url is None:
+    if status == "UNAVAILABLE" and url is None:
         cls, message = ServerUnavailable, details
-    elif status == grpc.StatusCode.UNAVAILABLE:
+    elif status == "UNAVAILABLE":
         cls, message = ServerUnavailable, (
             f"cannot reach the ptc-engine server at {url} ({details}): start it (`ptc-engine serve`) or check "
             "the address and port"
         )
-    elif status == grpc.StatusCode.UNAUTHENTICATED:
+    elif status == "UNAUTHENTICATED":
         what = "refused the API key" if keyed else "wants an API key and none was sent"
         cls, message = AuthenticationError, (
             f"the server at {url} {what} ({details}): set one of its keys (`--api-keys tenant:key`) in the "
@@ -258,5 +249,5 @@ def from_status(code: str, details: str, url: str | None, keyed: bool, request_i
     elif status in _BY_STATUS:
         cls, message = _BY_STATUS[status], details
     else:
-        cls, message = PtcError, f"{status.name}: {details}"
-    return cls(message, status=status.name, request_id=request_id)
+        cls, message = PtcError, f"{status}: {details}"
+    return cls(message, status=status, request_id=request_id)

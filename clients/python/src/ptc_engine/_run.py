@@ -9,11 +9,8 @@ import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-import grpc
-import grpc.aio
-
 from . import _wire
-from ._errors import InternalError, InvalidRequest, PtcError, is_lost_refusal
+from ._errors import InternalError, InvalidRequest, PtcError
 from ._proto import sandbox_pb2 as pb
 from ._result import Result
 from ._tools import Tool, ToolFailure
@@ -34,14 +31,6 @@ from ._types import (
 
 Send = Callable[[pb.ClientMessage], Awaitable[None]]
 
-REFUSAL_ATTEMPTS = 3
-"""How many times an `Execute` refused at once is made again to learn why (`is_lost_refusal`)."""
-
-
-class RefusalLost(Exception):
-    """An `Execute` the server refused before it started was reported as grpcio's own error."""
-
-
 async def execute(transport: Transport, start: pb.Start, tools: Sequence[Tool], options: SessionRunOptions) -> Result:
     """Runs `start` on `transport`'s server, answering its calls with `tools`; its `Result`, or
     the `PtcError` it ended with."""
@@ -52,33 +41,20 @@ async def execute(transport: Transport, start: pb.Start, tools: Sequence[Tool], 
             f"tools {asking} need the user's approval for each call: pass on_approval= to decide them",
             request_id=start.request_id or None,
         )
-    for attempt in range(REFUSAL_ATTEMPTS):
-        try:
-            return await execute_once(
-                transport,
-                start,
-                tools,
-                options.get("on_output"),
-                options.get("on_event"),
-                on_approval,
-                may_retry=attempt + 1 < REFUSAL_ATTEMPTS,
-            )
-        except RefusalLost:
-            continue
-    raise AssertionError("unreachable: the last attempt raises")
+    return await _execute(
+        transport, start, tools, options.get("on_output"), options.get("on_event"), on_approval
+    )
 
 
-async def execute_once(
+async def _execute(
     transport: Transport,
     start: pb.Start,
     tools: Sequence[Tool],
     on_output: OutputHandler | None,
     on_event: EventHandler | None,
     on_approval: ApprovalHandler | None,
-    *,
-    may_retry: bool,
 ) -> Result:
-    """One `Execute` call; `RefusalLost` if `may_retry` and grpcio lost the server's refusal."""
+    """One `Execute` call."""
     by_name = {(t.namespace or None, t.name): t for t in tools}
     request_id = start.request_id or None
     call = await transport.open_execute()
@@ -87,7 +63,7 @@ async def execute_once(
     execution_id = ""
 
     async def send(message: pb.ClientMessage) -> None:
-        # grpc.aio allows one write at a time; the answering tasks write whenever they finish.
+        # One write at a time, in order; the answering tasks write whenever they finish.
         async with writing:
             await call.write(message)
 
@@ -111,7 +87,7 @@ async def execute_once(
             pass  # The server ended the call already: reading it says why.
         while True:
             message = await call.read()
-            if message is grpc.aio.EOF:
+            if message is None:
                 raise InternalError(
                     "the server ended the execution's stream without its result",
                     Result(execution_id=execution_id),
@@ -142,10 +118,6 @@ async def execute_once(
                     f"the server refused a message: {message.error.code}: {message.error.message}",
                     request_id=request_id,
                 )
-    except grpc.aio.AioRpcError as e:
-        if may_retry and not execution_id and is_lost_refusal(e):
-            raise RefusalLost() from None
-        raise transport.error(e, request_id) from None
     finally:
         for task in answering:
             task.cancel()
@@ -169,7 +141,7 @@ async def _answer(tools: Mapping[tuple[str | None, str], Tool], call: Call, send
         answer = _wire.tool_result(call.id, error=f"{type(e).__name__}: {e}")
     try:
         await send(answer)
-    except (grpc.aio.AioRpcError, asyncio.InvalidStateError, RuntimeError):
+    except (asyncio.InvalidStateError, RuntimeError):
         pass  # the execution ended meanwhile
 
 
@@ -186,5 +158,5 @@ async def _decide(on_approval: ApprovalHandler, request: ApprovalRequest, send: 
         verdict = Deny(f"asking the user failed ({type(e).__name__}: {e})")
     try:
         await send(_wire.decision(request.call.id, verdict))
-    except (grpc.aio.AioRpcError, asyncio.InvalidStateError, RuntimeError):
+    except (asyncio.InvalidStateError, RuntimeError):
         pass  # the execution ended meanwhile

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from typing_extensions import Unpack
 
-from . import _local, _run, _wire
+from . import _local, _run, _transport, _wire
 from ._result import Result
 from ._tools import Tool, as_tool
 from ._transport import Transport
@@ -49,7 +49,7 @@ class Sandbox:
 
     def __init__(self, url: str | None = None, *, api_key: str | None = None) -> None:
         url = url or os.environ.get("PTC_ENGINE_URL") or None  # an empty one names no server
-        if url is None and _local.native() is not None:
+        if url is None and _transport.native() is not None:
             # No server named, and the engine is installed: it runs in this process.
             self.url = _local.WHERE
             self._transport: Transport = _local.LocalTransport()
