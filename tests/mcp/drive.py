@@ -12,6 +12,7 @@ stdin, so the test can check the instance was freed while this session is still 
 import argparse
 import asyncio
 import os
+import re
 import sys
 import time
 
@@ -201,7 +202,16 @@ print("restarted:", before != after)
     result, text, sc = await run(client, code, progress_callback=on_progress)
     assert not result.is_error and sc["stdout"].count("step") == 4, sc
     assert any("step" in m for m in seen), seen
-    log(f"progress: ok ({len(seen)} notifications)")
+    # A chatty program: at most one notification per 250 ms (and one at once, one at the end),
+    # each its last 1,000 characters, the last with the last line.
+    seen.clear()
+    code = "for i in range(3000):\n    print('line', i)\n    if i % 1000 == 0:\n        await asyncio.sleep(0.2)"
+    began = time.monotonic()
+    result, text, sc = await run(client, code, progress_callback=on_progress)
+    took = time.monotonic() - began
+    assert not result.is_error and 2 <= len(seen) <= 2 + took / 0.25, (len(seen), took)
+    assert all(len(m) <= 1001 for m in seen) and seen[-1].endswith("line 2999"), seen
+    log(f"progress: ok ({len(seen)} notifications in {took:.2f} s)")
 
     # A failing program: the error and a hint, with isError.
     result, text, sc = await run(client, "print('partial')\n1/0")
@@ -300,11 +310,16 @@ print(a, "|", b, "|", c)
     log("llm_query with sampling: ok")
 
 
+ANSWERED = []
+"""When `ask_user` answered (`time.monotonic()`)."""
+
+
 async def ask_user(context, params):
     """The client's "user", asked through elicitation: takes half a second to answer (so that
     the program's other calls finish first), approves note 1 as it is, note 2 with another id,
     and refuses the rest."""
     await asyncio.sleep(0.5)
+    ANSWERED.append(time.monotonic())
     assert "Its reason: note" in params.message and "notes.delete_note" in params.message, params.message
     if '"id": 1' in params.message:
         return types.ElicitResult(action="accept", content={"approve": True})
@@ -340,7 +355,12 @@ print(len(found["result"]), body, a["deleted"], b["deleted"], c)
 print(done[:2])
 return [a["key"], b["key"]]
 """
-        result, text, sc = await run(client, code)
+        seen = []
+
+        async def on_progress(progress, total, message):
+            seen.append((time.monotonic(), message or ""))
+
+        result, text, sc = await run(client, code, progress_callback=on_progress)
         assert not result.is_error, text
         lines = sc["stdout"].splitlines()
         assert lines[0] == "2 borrow, don't clone 1 20 denied by the user: keep note 3", sc
@@ -350,7 +370,17 @@ return [a["key"], b["key"]]
         assert all(k in calls and calls[k]["tool_name"] == "notes.delete_note" for k in keys), (keys, calls)
         assert calls[keys[1]]["args"] == {"id": 20}, calls[keys[1]]
         assert keys[0] != keys[1] and keys[0].startswith("call_"), keys
-    log("approval with elicitation: ok")
+        # Progress named each call as it started, waited for the user (said before the user
+        # answered) and ended, and the user's answers; never a call's arguments.
+        said = "\n".join(m for _, m in seen)
+        waiting = [t for t, m in seen if "[call] notes.delete_note is waiting for the user's approval" in m]
+        assert waiting and waiting[0] < ANSWERED[0], (seen, ANSWERED)
+        for line in ("notes.search_notes started", "notes.delete_note approved by the user", "notes.delete_note denied by the user"):
+            assert f"[call] {line}" in said, seen
+        assert re.search(r"\[call\] notes\.search_notes finished in \d+ ms", said), seen
+        assert said.count("[call] notes.delete_note finished in") == 2, seen
+        assert "stale" not in said and '"id"' not in said, seen
+    log(f"approval with elicitation: ok ({len(seen)} progress notifications)")
 
 
 def connect(args):

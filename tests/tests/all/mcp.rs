@@ -14,7 +14,7 @@ use ptc_tests::binary::{self, Process, free_port};
 use ptc_tests::{eventually, grpc, http, node, python};
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction,
-    ProtocolVersion,
+    NumberOrString, ProgressNotificationParam, ProgressToken, ProtocolVersion, RequestParamsMeta,
 };
 use rmcp::service::RunningService;
 use rmcp::transport::StreamableHttpClientTransport;
@@ -166,8 +166,17 @@ async fn streamable_http_behind_api_keys() {
 
 /// A client of protocol 2025-06-18 that can ask its user (elicitation): the "user" approves
 /// deleting note 1 and refuses the rest, saying why.
-#[derive(Clone)]
-struct AskingClient;
+#[derive(Clone, Default)]
+struct AskingClient {
+    /// The progress notifications' messages, as they came.
+    progress: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl AskingClient {
+    fn said(&self) -> String {
+        self.progress.lock().unwrap().join("\n")
+    }
+}
 
 impl rmcp::ClientHandler for AskingClient {
     fn get_info(&self) -> ClientConfig {
@@ -175,6 +184,10 @@ impl rmcp::ClientHandler for AskingClient {
         info.protocol_version = ProtocolVersion::V_2025_06_18;
         info.capabilities.elicitation = Some(Default::default());
         info
+    }
+
+    async fn on_progress(&self, params: ProgressNotificationParam, _: rmcp::service::NotificationContext<RoleClient>) {
+        self.progress.lock().unwrap().push(params.message.unwrap_or_default());
     }
 
     async fn create_elicitation(
@@ -185,6 +198,13 @@ impl rmcp::ClientHandler for AskingClient {
         let ElicitRequestParams::FormElicitationParams { message, .. } = request else {
             return Err(rmcp::ErrorData::invalid_params("a form was expected", None));
         };
+        // The program waits for this answer, and its client was told so: the user is asked
+        // only once progress has said which call waits (it would wait here forever otherwise,
+        // and the test fail at its deadline).
+        let waiting = "[call] notes.delete_note is waiting for the user's approval";
+        while !self.said().contains(waiting) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         let approve = message.contains("\"id\": 1") && message.contains("Its reason: tidy");
         Ok(ElicitResult::new(ElicitationAction::Accept)
             .with_content(json!({"approve": approve, "reason": "not that one"})))
@@ -201,13 +221,23 @@ async fn before_protocol_2026_07_28_a_write_tool_waits_for_an_elicitation() {
     let server = grpc::serve(config).await;
     let transport = StreamableHttpClientTransportConfig::with_uri(format!("http://{}/mcp", server.http_addr))
         .auth_header("acme-key");
-    let client = AskingClient.serve(StreamableHttpClientTransport::from_config(transport)).await.unwrap();
+    let asking = AskingClient::default();
+    let client = asking.clone().serve(StreamableHttpClientTransport::from_config(transport)).await.unwrap();
     let code = "async def rm(i):\n    try:\n        return (await notes.delete_note(id=i, _reason='tidy'))['deleted']\n    \
                 except ToolError as e:\n        return str(e)\n\
                 print(await asyncio.gather(notes.get_body(id=2), rm(1), rm(3)))";
     let args = json!({"code": code}).as_object().unwrap().clone();
-    let r = client.call_tool(CallToolRequestParams::new("execute_code").with_arguments(args)).await.unwrap();
+    let mut params = CallToolRequestParams::new("execute_code").with_arguments(args);
+    params.set_progress_token(ProgressToken(NumberOrString::Number(7)));
+    let r = tokio::time::timeout(Duration::from_secs(60), client.call_tool(params)).await.expect("answered").unwrap();
     assert_eq!(stdout(&r), "['gather independent awaits', 1, 'denied by the user: not that one']\n", "{r:?}");
+    // Progress said each call, and the user's answers, while the program ran (the user was
+    // asked only after it said which call waits); never a call's arguments.
+    let said = asking.said();
+    for line in ["notes.get_body started", "notes.get_body finished in", "notes.delete_note approved by the user"] {
+        assert!(said.contains(&format!("[call] {line}")), "{line}: {said}");
+    }
+    assert!(said.contains("[call] notes.delete_note denied by the user") && !said.contains("tidy"), "{said}");
     client.cancel().await.unwrap();
     server.shutdown();
     server.wait().await;
@@ -219,7 +249,7 @@ struct AbsentUser;
 
 impl rmcp::ClientHandler for AbsentUser {
     fn get_info(&self) -> ClientConfig {
-        AskingClient.get_info()
+        AskingClient::default().get_info()
     }
 
     async fn create_elicitation(

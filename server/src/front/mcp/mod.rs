@@ -11,6 +11,7 @@ pub mod downstream;
 mod handler;
 pub mod http_sessions;
 mod program;
+mod progress;
 mod results;
 #[allow(deprecated)] // sampling (see `sampling`)
 mod run;

@@ -91,6 +91,9 @@ pub(super) struct Program {
     pub notice: Option<String>,
     /// The id of the session the program named (`session`), said after its output.
     pub named: Option<String>,
+    /// What its client is told while it runs; kept while it is parked, so that the retry's
+    /// progress names the calls that started before.
+    pub progress: super::progress::Progress,
 }
 
 impl Held for Program {

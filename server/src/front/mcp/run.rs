@@ -1,15 +1,15 @@
 //! One `execute_code`: the program starts through the core's run path (in a fresh sandbox, the
 //! MCP session's live session, or one the program names), its calls go to the downstream
-//! servers (all of one round at once), its printed output goes out as progress, and its end
-//! becomes the tool's result.
+//! servers (all of one round at once), what it prints and each nested call go out as progress
+//! (`progress.rs`), and its end becomes the tool's result.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use ptc_engine::{ApprovalRequest, Decision, Event, ExecutionRequest, FailureKind, OutputStream, ToolCall, ToolResult};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CreateMessageRequest, ElicitRequest, InputRequest, InputRequests,
-    JsonObject, ProgressNotificationParam, ProtocolVersion,
+    JsonObject, ProtocolVersion,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer};
@@ -20,16 +20,14 @@ use super::approvals;
 use super::catalog::catalog;
 use super::catalog::idle_minutes;
 use super::program::{HeldSession, Mode, Program, elicits, tenant_of};
-use super::results::{IMAGES, add_session, ended_result, failed_before_start, prefix_text, tail};
+use super::progress::Progress;
+use super::results::{IMAGES, add_session, ended_result, failed_before_start, prefix_text};
 use super::sampling::{self, LLM_QUERY, NO_SAMPLING, llm_query_def, sampled_answer, sampling_params};
 use super::state::McpState;
 use crate::core::auth::LOCAL_TENANT;
 use crate::core::runs::{DataDir, Start};
 use crate::core::sessions::{LiveSession, OpenOptions, Sessions};
 use crate::core::{Error, ErrorKind};
-
-/// Printed output is sent as progress at most this often while a program runs.
-const PROGRESS_EVERY: Duration = Duration::from_millis(250);
 
 /// How a program ended, or what its client's model must be asked before it can go on.
 enum Stop {
@@ -157,6 +155,7 @@ impl Runs {
             decisions: JoinSet::new(),
             notice,
             named,
+            progress: Progress::default(),
         })
     }
 
@@ -246,13 +245,22 @@ impl Runs {
 
     /// The program's events until it ends or is parked.
     async fn drive(&self, program: &mut Program, ctx: &RequestContext<RoleServer>) -> Stop {
-        let progress = ctx.meta.get_progress_token();
-        let mut printed = String::new();
-        let mut progress_count = 0u32;
-        let mut last_progress = Instant::now();
+        let mut progress = std::mem::take(&mut program.progress);
+        progress.attach(ctx);
+        let stop = self.events(program, ctx, &mut progress).await;
+        // What is left to say goes before the result (or the question that parks the program).
+        progress.flush().await;
+        program.progress = progress;
+        stop
+    }
+
+    async fn events(&self, program: &mut Program, ctx: &RequestContext<RoleServer>, progress: &mut Progress) -> Stop {
         let mut cancelled = false;
         loop {
+            progress.send_due().await;
+            let due = progress.due();
             tokio::select! {
+                _ = tokio::time::sleep_until(due.unwrap_or_else(tokio::time::Instant::now)), if due.is_some() => {}
                 _ = ctx.ct.cancelled(), if !cancelled => {
                     // notifications/cancelled: the instance is freed; its final event follows.
                     cancelled = true;
@@ -260,35 +268,27 @@ impl Runs {
                 }
                 Some(done) = program.calls.join_next(), if !program.calls.is_empty() => {
                     if let Ok(result) = done {
+                        progress.ended(&result);
                         // The execution may have ended meanwhile; its end event follows.
                         let _ = program.run.execution.submit(vec![result]);
                     }
                 }
                 Some(done) = program.decisions.join_next(), if !program.decisions.is_empty() => {
                     if let Ok(decision) = done {
+                        progress.decided(&decision);
                         approvals::decide(&program.run.execution, decision).await;
                     }
                 }
                 event = program.run.execution.next_event() => match event {
                     Some(Event::ToolCalls { calls, approvals, .. }) => {
+                        progress.calls(&calls, &approvals);
                         let mut asks = self.call(program, calls, ctx);
-                        self.ask(program, approvals, ctx, &mut asks).await;
+                        self.ask(program, approvals, ctx, &mut asks, progress).await;
                         if !asks.is_empty() {
                             return Stop::Park(asks);
                         }
                     }
-                    Some(Event::Output { stream: OutputStream::Stdout, data }) => {
-                        if let Some(token) = &progress {
-                            printed.push_str(&String::from_utf8_lossy(&data));
-                            if last_progress.elapsed() >= PROGRESS_EVERY {
-                                progress_count += 1;
-                                last_progress = Instant::now();
-                                let message = tail(&std::mem::take(&mut printed), 1000);
-                                let param = ProgressNotificationParam::new(token.clone(), progress_count.into()).with_message(message);
-                                let _ = ctx.peer.notify_progress(param).await;
-                            }
-                        }
-                    }
+                    Some(Event::Output { stream: OutputStream::Stdout, data }) => progress.printed(&data),
                     Some(Event::Output { .. }) => {}
                     Some(Event::Completed(done)) => return Stop::Ended(Ok(done)),
                     Some(Event::Failed(failure)) => return Stop::Ended(Err(failure)),
@@ -312,12 +312,14 @@ impl Runs {
         requests: Vec<ApprovalRequest>,
         ctx: &RequestContext<RoleServer>,
         asks: &mut InputRequests,
+        progress: &mut Progress,
     ) {
         let modern = ctx.protocol_version().is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
         for request in requests {
             let id = request.call.id.clone();
             if !elicits(ctx) {
                 let refused = Decision::unasked(id, approvals::cannot_ask(&approvals::label(&request)));
+                progress.decided(&refused);
                 approvals::decide(&program.run.execution, refused).await;
             } else if modern {
                 asks.insert(id.clone(), InputRequest::Elicitation(ElicitRequest::new(approvals::form(&request))));

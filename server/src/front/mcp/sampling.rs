@@ -85,7 +85,9 @@ pub(super) async fn retried(
     let _ = program.run.execution.submit(answers.collect());
     for id in std::mem::take(&mut program.asked) {
         let answer = responses.remove(&id);
-        super::approvals::decide(&program.run.execution, super::approvals::decision(id, answer)).await;
+        let decision = super::approvals::decision(id, answer);
+        program.progress.decided(&decision);
+        super::approvals::decide(&program.run.execution, decision).await;
     }
     Ok(program)
 }
@@ -95,6 +97,7 @@ pub(super) fn park(state: &Arc<McpState>, mut run: Program, asks: InputRequests)
     let handle = random_hex::<16>();
     let deadline = tokio::time::Instant::from_std(run.started + run.timeout_limit);
     let (mut calls, control) = (std::mem::take(&mut run.calls), run.run.execution.control());
+    let ends = run.progress.parked_ends();
     if let Err(full) = state.parked.insert(handle.clone(), run) {
         let (full, run) = match full {
             Full::Tenant(mine, run) => (
@@ -130,6 +133,7 @@ pub(super) fn park(state: &Arc<McpState>, mut run: Program, asks: InputRequests)
             tokio::select! {
                 Some(done) = calls.join_next() => {
                     if let Ok(result) = done {
+                        ends.ended(&result);
                         let _ = control.submit(vec![result]);
                     }
                 }
