@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use prost::Message;
-use ptc_server::local::{Ends, LocalCall, pipe};
+use ptc_server::local::{Ends, LocalCall, decode, pipe};
 use ptc_server::proto::sandbox_client::SandboxClient;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
@@ -113,18 +113,19 @@ impl Remote {
     /// The answer of the unary call `method` (`"OpenSession"`, `"CloseSession"`,
     /// `"SnapshotSession"`, `"DescribeTools"`) to `request`, both encoded, from the server.
     pub async fn unary(&self, method: &str, request: &[u8]) -> Result<Vec<u8>, Status> {
-        fn decoded<T: Message + Default>(bytes: &[u8]) -> Result<T, Status> {
-            T::decode(bytes).map_err(|e| Status::invalid_argument(format!("a malformed request: {e}")))
-        }
         let mut client = self.client.clone();
         Ok(match method {
-            "OpenSession" => client.open_session(self.request(decoded(request)?)).await?.into_inner().encode_to_vec(),
-            "CloseSession" => client.close_session(self.request(decoded(request)?)).await?.into_inner().encode_to_vec(),
+            "OpenSession" => {
+                client.open_session(self.request(decode(request, "request")?)).await?.into_inner().encode_to_vec()
+            }
+            "CloseSession" => {
+                client.close_session(self.request(decode(request, "request")?)).await?.into_inner().encode_to_vec()
+            }
             "SnapshotSession" => {
-                client.snapshot_session(self.request(decoded(request)?)).await?.into_inner().encode_to_vec()
+                client.snapshot_session(self.request(decode(request, "request")?)).await?.into_inner().encode_to_vec()
             }
             "DescribeTools" => {
-                client.describe_tools(self.request(decoded(request)?)).await?.into_inner().encode_to_vec()
+                client.describe_tools(self.request(decode(request, "request")?)).await?.into_inner().encode_to_vec()
             }
             other => return Err(Status::unimplemented(format!("no method {other:?} in ptc.v1.Sandbox"))),
         })

@@ -126,7 +126,7 @@ pub fn pipe() -> (LocalCall, Ends) {
 }
 
 /// `bytes` decoded as a `T`, or the status that says `what` was malformed.
-fn decode<T: Message + Default>(bytes: &[u8], what: &str) -> Result<T, Status> {
+pub fn decode<T: Message + Default>(bytes: &[u8], what: &str) -> Result<T, Status> {
     T::decode(bytes).map_err(|e| Status::invalid_argument(format!("a malformed {what}: {e}")))
 }
 

@@ -1,6 +1,7 @@
 """The in-process transport: the same `ptc.v1.Sandbox` calls `_transport.Transport` makes to a
-server, with the same call objects (`NativeCall`), answered in this process by the native module (`_native`, the engine and the server's
-own service compiled in): no server to start, no socket, no other process. `Sandbox()` uses it
+server, with the same call objects (`NativeCall`), answered in this process by the native
+module (`_native`, the engine and the server's own service compiled in): no server to start,
+no socket, no other process. `Sandbox()` uses it
 when it is given no URL (and `PTC_ENGINE_URL` is unset) and the module is installed.
 
 One engine serves the whole process; it starts at the first call, loading its compiled
@@ -21,7 +22,7 @@ from types import ModuleType
 from typing import Any
 
 from . import _data
-from ._errors import PtcError, from_status
+from ._errors import PtcError
 from ._transport import Transport, native
 
 WHERE = "in-process"
@@ -58,19 +59,13 @@ def _started() -> tuple[ModuleType, Any]:
 
 
 class LocalTransport(Transport):
-    """A `Transport` whose calls this process answers."""
+    """A `Transport` whose calls this process answers (its errors name no server)."""
 
     def __init__(self) -> None:
         super().__init__(WHERE, None)
+        self.server = None
 
     async def started(self) -> tuple[ModuleType, Any]:
         if _module is not None and _service is not None:
             return _module, _service
         return await asyncio.to_thread(_started)
-
-    def channels(self) -> int:
-        return 0
-
-    def error(self, e: BaseException, request_id: str | None = None) -> PtcError:
-        code, message = e.args if len(e.args) == 2 else ("UNKNOWN", str(e))
-        return from_status(code, message, None, False, request_id)

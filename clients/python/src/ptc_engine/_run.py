@@ -21,10 +21,8 @@ from ._types import (
     Call,
     Deny,
     Event,
-    EventHandler,
     Finished,
     Output,
-    OutputHandler,
     SessionRunOptions,
     Verdict,
 )
@@ -41,20 +39,7 @@ async def execute(transport: Transport, start: pb.Start, tools: Sequence[Tool], 
             f"tools {asking} need the user's approval for each call: pass on_approval= to decide them",
             request_id=start.request_id or None,
         )
-    return await _execute(
-        transport, start, tools, options.get("on_output"), options.get("on_event"), on_approval
-    )
-
-
-async def _execute(
-    transport: Transport,
-    start: pb.Start,
-    tools: Sequence[Tool],
-    on_output: OutputHandler | None,
-    on_event: EventHandler | None,
-    on_approval: ApprovalHandler | None,
-) -> Result:
-    """One `Execute` call."""
+    on_output, on_event = options.get("on_output"), options.get("on_event")
     by_name = {(t.namespace or None, t.name): t for t in tools}
     request_id = start.request_id or None
     call = await transport.open_execute()

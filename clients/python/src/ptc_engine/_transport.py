@@ -67,6 +67,8 @@ class Transport:
 
     def __init__(self, url: str, api_key: str | None) -> None:
         self.url = url
+        self.server: str | None = url
+        """The server errors name (`None`: the engine in this process)."""
         self._api_key = api_key
         self._client: Any = None
         self._module: ModuleType | None = None
@@ -108,10 +110,9 @@ class Transport:
     # ---------------------------------------------------------------- calls
 
     def error(self, e: BaseException, request_id: str | None = None) -> PtcError:
-        """The native module's `RpcError(code, message)` from this server as this package's
-        error."""
+        """The native module's `RpcError(code, message)` as this package's error."""
         code, message = e.args if len(e.args) == 2 else ("UNKNOWN", str(e))
-        return from_status(code, message, self.url, bool(self._api_key), request_id)
+        return from_status(code, message, self.server, bool(self._api_key), request_id)
 
     async def unary(self, method: str, request: Any) -> Any:
         """The answer of the unary RPC `method` (`"OpenSession"`, ...) to `request`."""

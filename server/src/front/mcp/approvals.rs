@@ -31,10 +31,7 @@ pub(super) fn unanswered(message: &str) -> String {
 
 /// The tool's label as programs call it (`server.tool`).
 pub(super) fn label(request: &ApprovalRequest) -> String {
-    match &request.call.namespace {
-        Some(ns) => format!("{ns}.{}", request.call.name),
-        None => request.call.name.clone(),
-    }
+    super::convert::label(request.call.namespace.as_deref(), &request.call.name)
 }
 
 /// The form asking the user about `request`.

@@ -97,6 +97,14 @@ fn decoded(text: String) -> Value {
     Value::String(text)
 }
 
+/// A tool's label as programs call it: `server.tool`, or the bare name outside a namespace.
+pub fn label(namespace: Option<&str>, name: &str) -> String {
+    match namespace {
+        Some(ns) => format!("{ns}.{name}"),
+        None => name.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use rmcp::model::{ContentBlock, Resource};

@@ -59,10 +59,7 @@ impl ParkedEnds {
 
 /// A call's name as the program wrote it: `namespace.name`.
 fn label(call: &ToolCall) -> String {
-    match &call.namespace {
-        Some(ns) => format!("{ns}.{}", call.name),
-        None => call.name.clone(),
-    }
+    super::convert::label(call.namespace.as_deref(), &call.name)
 }
 
 impl Progress {

@@ -229,10 +229,7 @@ fn report(
         .iter()
         .take(LISTED_CALLS)
         .map(|c| {
-            let name = match &c.namespace {
-                Some(ns) => format!("{ns}.{}", c.name),
-                None => c.name.clone(),
-            };
+            let name = super::convert::label(c.namespace.as_deref(), &c.name);
             let args: Value = serde_json::from_str(&c.input)
                 .ok()
                 .filter(|_| c.input.chars().count() <= LISTED_INPUT_CHARS)
