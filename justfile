@@ -23,6 +23,13 @@ build:
 wheel:
     ls -l $(benches/python/wheel.sh)
 
+# The container image (OCI), without a Docker daemon: the release binary, the sandbox component
+# compiled ahead and the libraries they need, FROM scratch, built with buildah (Debian's
+# `buildah`; `podman run` runs it). Prints the tag, localhost/ptc-engine:<version> unless given,
+# e.g. `just image registry.example/ptc-engine:0.1.0`.
+image *TAG:
+    deploy/image.sh {{TAG}}
+
 # Benchmarks: library, gRPC, `python3 -c` and warm CPython side by side; then ptc-engine beside
 # Monty and pyeryx from PyPI in one run (`bench-peers`).
 bench:

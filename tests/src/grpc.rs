@@ -16,10 +16,27 @@ pub fn config(keys: &[&str]) -> ServerConfig {
     config.api_keys = ApiKeys::parse(&keys.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
     config.shutdown_grace = Duration::from_millis(300);
     config.engine.max_concurrent = 200;
-    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    config.files.dir = std::env::temp_dir().join(format!("ptc-test-files-{}-{n}", std::process::id()));
+    config.files.dir = files_dir();
     config
+}
+
+/// A files directory of its own for each server, under `<temp>/ptc-test-files/<pid>/`. The
+/// first call removes what test processes that have ended left there: a server's files and
+/// hibernated images outlive it, and a CI machine's disk is shared.
+fn files_dir() -> std::path::PathBuf {
+    static SWEEP: std::sync::Once = std::sync::Once::new();
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let root = std::env::temp_dir().join("ptc-test-files");
+    SWEEP.call_once(|| {
+        for entry in std::fs::read_dir(&root).into_iter().flatten().flatten() {
+            let pid = entry.file_name().to_string_lossy().into_owned();
+            if !std::path::Path::new("/proc").join(&pid).exists() {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    });
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    root.join(std::process::id().to_string()).join(n.to_string())
 }
 
 /// [`config`] with the data runtime enabled, in the settings of `data_engine()` (fuel on), so
