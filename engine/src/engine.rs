@@ -28,6 +28,7 @@ use crate::run::execution::{Control, Execution};
 use crate::run::job::{Clock, Job, Sides, Start, drive};
 use crate::run::sleep::{Hibernation, Sealing};
 use crate::run::stores::{Running, StoreSpec, Stores};
+use crate::run::trace::{self, Trace};
 use crate::run::warm::Refill;
 
 mod describe;
@@ -316,13 +317,15 @@ impl Engine {
             GuestTools::Sent(wit_tools(&request.tools, inner.stores.observed.as_deref(), request.tenant.as_deref()));
         let sides = Sides { fuel: host.fuel, output: host.output, events: host.events };
         let clock = Clock { started, deadline, timeout: limits.timeout };
+        let run = trace::Run { id: &id, runtime: request.runtime, tenant: request.tenant.as_deref(), how: "start" };
+        let trace = Trace::start(inner.config.tracer.as_ref(), request.trace_parent.as_ref(), run);
         let job = Job::new(pre, request.code, tools, clock, sides, &inner.shutdown, &inner.running)
             .holding(permit, hibernation)
             .refilling((request.runtime == Runtime::Python).then(|| self.refill(!host.ahead)));
         let cancel = job.cancel.clone();
         let span = tracing::info_span!("execution", id = %id, session = request.session_id.as_deref().unwrap_or(""));
         inner.drivers.spawn(tracing::Instrument::instrument(drive(job, store, Start::Fresh(instance)), span));
-        let control = Control { id, exchange: host.exchange, cancel, journal, schemas };
+        let control = Control { id, exchange: host.exchange, cancel, journal, schemas, trace };
         Ok(Execution::new(control, host.events_rx))
     }
 

@@ -44,6 +44,7 @@ pub use api::events::{
 pub use api::journal::{Entry, Journal, JournalTake, RecordedCall, RecordedHttp, RecordedResult};
 pub use api::keeper::{Hibernated, Keeper};
 pub use api::request::{DATA_DIR, ExecutionRequest, Runtime, ToolDef};
+pub use api::trace::Tracer;
 pub use calls::schema::{INLINE_CHECK_STEPS, MAX_CHECK_STEPS, MAX_WIDEST, SchemaCache, check_tool_schema};
 pub use engine::{DescribedTool, Engine, ToolDescription};
 pub use instance::wasm::compile_ahead;

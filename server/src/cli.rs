@@ -74,6 +74,8 @@ pub struct ServeArgs {
     pub mcp: McpServeArgs,
     #[command(flatten)]
     pub cluster: ClusterArgs,
+    #[command(flatten)]
+    pub traces: TraceArgs,
 }
 
 /// Where the server listens, and how long it takes to stop.
@@ -383,6 +385,24 @@ pub struct ClusterArgs {
     /// MiB of journals all tenants together may keep in the cluster store.
     #[arg(long, env = "PTC_JOURNAL_MAX_MIB", default_value_t = defaults().journal_limits.total_bytes >> 20)]
     pub journal_max_mib: u64,
+}
+
+/// Where spans go.
+#[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Traces")]
+pub struct TraceArgs {
+    /// Export OpenTelemetry traces to this OTLP collector (`http://collector:4317` for gRPC,
+    /// `http://collector:4318/v1/traces` for HTTP): a span per request, execution, round and
+    /// nested tool call (`execute_tool`), continuing the caller's W3C `traceparent`. Off by
+    /// default.
+    #[arg(long, env = "PTC_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+    /// The OTLP transport.
+    #[arg(long, env = "PTC_OTLP_PROTOCOL", value_enum, default_value = "grpc")]
+    pub otlp_protocol: crate::traces::OtlpProtocol,
+    /// Milliseconds spans wait to go out together in one batch.
+    #[arg(long, env = "PTC_OTLP_BATCH_DELAY_MS", default_value_t = 5000)]
+    pub otlp_batch_delay_ms: u64,
 }
 
 #[derive(Args, Debug, Clone)]

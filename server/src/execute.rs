@@ -23,6 +23,17 @@ impl ExecuteStream {
         start: proto::Start,
         api_key: Option<&str>,
     ) -> Result<Self, Status> {
+        Self::open_traced(client, start, api_key, None).await
+    }
+
+    /// [`ExecuteStream::open`] as a part of the caller's trace: `traceparent` (W3C) goes in
+    /// the call's metadata, and the server's spans continue it.
+    pub async fn open_traced(
+        client: &mut SandboxClient<Channel>,
+        start: proto::Start,
+        api_key: Option<&str>,
+        traceparent: Option<&str>,
+    ) -> Result<Self, Status> {
         let (tx, rx) = mpsc::channel(16);
         let start = proto::ClientMessage { message: Some(client_message::Message::Start(start)) };
         tx.send(start).await.map_err(|_| Status::internal("the request stream closed before Start"))?;
@@ -30,6 +41,11 @@ impl ExecuteStream {
         if let Some(key) = api_key {
             let key = key.parse().map_err(|_| Status::invalid_argument("the API key is not valid gRPC metadata"))?;
             request.metadata_mut().insert("x-api-key", key);
+        }
+        if let Some(parent) = traceparent {
+            let parent =
+                parent.parse().map_err(|_| Status::invalid_argument("the traceparent is not valid gRPC metadata"))?;
+            request.metadata_mut().insert("traceparent", parent);
         }
         let rx = client.execute(request).await?.into_inner();
         Ok(ExecuteStream { tx, rx })

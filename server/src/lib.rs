@@ -17,6 +17,7 @@ pub mod front;
 pub mod local;
 pub mod metrics;
 pub mod proto;
+pub mod traces;
 
 /// The allocator the server's binaries use (`ptc-engine`, the density harness's child):
 /// jemalloc, with its background threads giving freed memory back. 60 s after 2,000 paused
@@ -100,6 +101,8 @@ pub struct ServerConfig {
     pub journal_limits: cluster::JournalLimits,
     /// What each tenant's programs may reach over HTTP (`--network-policy`); empty: nothing.
     pub network: core::network::NetworkPolicies,
+    /// Where spans go (`--otlp-endpoint`). Default none: no spans are made.
+    pub otlp: Option<traces::OtlpConfig>,
 }
 
 impl Default for ServerConfig {
@@ -136,6 +139,7 @@ impl Default for ServerConfig {
             redis_url: None,
             journal_limits: cluster::JournalLimits::default(),
             network: Default::default(),
+            otlp: None,
         }
     }
 }
@@ -185,11 +189,21 @@ pub struct RunningServer {
     shutdown: CancellationToken,
     /// The listeners, the sweeper and the shutdown sequence.
     tasks: TaskTracker,
+    /// The OTLP exporter, when there is one.
+    traces: Option<Arc<traces::Traces>>,
 }
 
 impl RunningServer {
     pub fn shutdown(&self) {
         self.shutdown.cancel();
+    }
+
+    /// Sends the spans that have ended to the collector now (they otherwise wait for their
+    /// batch, `OtlpConfig::batch_delay`).
+    pub fn flush_traces(&self) {
+        if let Some(traces) = &self.traces {
+            traces.flush();
+        }
     }
 
     pub async fn wait(self) {
@@ -218,6 +232,15 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     let http_listener = listen(config.http_addr, "HTTP", "--http-addr").await?;
     let signer = token::Signer::new(config.token_secret.as_deref());
     let cluster = build_cluster(&config, &signer).await?;
+    let mut config = config;
+    let traces = match &config.otlp {
+        Some(otlp) => {
+            let (traces, tracer) = traces::Traces::start(otlp, &config.node_id)?;
+            config.engine.tracer = Some(tracer);
+            Some(Arc::new(traces))
+        }
+        None => None,
+    };
     let core = build_core(&config, &signer, &cluster).await?;
     let downstream = mcp::Downstream::new(&config.mcp);
     let mcp = mcp::McpState::new(
@@ -258,7 +281,13 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     tasks.spawn(mcp_sessions.clone().run_sweeper(stop_serving.clone()));
     tasks.spawn(close_idle_downstream(downstream.clone(), stop_serving.clone()));
     tasks.spawn(serve_metrics(metrics_listener, shutdown.clone(), stop_serving.clone()));
-    let stopping = Stopping { core: core.clone(), http: http.clone(), downstream: downstream.clone(), health_reporter };
+    let stopping = Stopping {
+        core: core.clone(),
+        http: http.clone(),
+        downstream: downstream.clone(),
+        health_reporter,
+        traces: traces.clone(),
+    };
     tasks.spawn(stopping.run(shutdown.clone(), config.shutdown_grace, stop_serving));
 
     tracing::info!(grpc = %grpc_addr, http = %http_addr, metrics = %metrics_addr, "serving");
@@ -277,6 +306,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         cluster,
         shutdown,
         tasks,
+        traces,
     })
 }
 
@@ -401,6 +431,7 @@ struct Stopping {
     http: Arc<http::HttpState>,
     downstream: Arc<mcp::Downstream>,
     health_reporter: tonic_health::server::HealthReporter,
+    traces: Option<Arc<traces::Traces>>,
 }
 
 impl Stopping {
@@ -409,7 +440,7 @@ impl Stopping {
     /// the listeners (`stop_serving`).
     async fn run(self, signal: CancellationToken, grace: Duration, stop_serving: CancellationToken) {
         signal.cancelled().await;
-        let Stopping { core, http, downstream, health_reporter } = self;
+        let Stopping { core, http, downstream, health_reporter, traces } = self;
         let engine = &core.engine;
         tracing::info!(grace = ?grace, live = engine.live_instances(), "shutting down");
         health_reporter.set_not_serving::<SandboxServer<grpc::SandboxService>>().await;
@@ -429,6 +460,10 @@ impl Stopping {
         core.tasks.close();
         if tokio::time::timeout(FINAL_EVENTS_GRACE, core.tasks.wait()).await.is_err() {
             tracing::warn!("some clients did not take their final events in time");
+        }
+        if let Some(traces) = traces {
+            // The batch processor's thread blocks on its last export.
+            let _ = tokio::task::spawn_blocking(move || traces.shutdown()).await;
         }
         stop_serving.cancel();
     }

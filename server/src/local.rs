@@ -87,7 +87,7 @@ impl Local {
                     return;
                 }
             };
-            match service.execute_stream(tenant, Box::pin(ReceiverStream::new(inbound))).await {
+            match service.execute_stream(tenant, Box::pin(ReceiverStream::new(inbound)), None).await {
                 Ok(mut stream) => {
                     while let Some(message) = stream.next().await {
                         if out.send(message).await.is_err() {

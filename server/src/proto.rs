@@ -93,7 +93,14 @@ impl From<ToolResult> for ptc_engine::ToolResult {
 
 impl From<ptc_engine::ToolCall> for ToolCall {
     fn from(c: ptc_engine::ToolCall) -> Self {
-        ToolCall { id: c.id, name: c.name, input_json: c.input, namespace: c.namespace.unwrap_or_default() }
+        let traceparent = crate::traces::traceparent(c.trace.as_ref());
+        ToolCall {
+            id: c.id,
+            name: c.name,
+            input_json: c.input,
+            namespace: c.namespace.unwrap_or_default(),
+            traceparent,
+        }
     }
 }
 

@@ -203,6 +203,9 @@ pub struct EngineConfig {
     /// takes ~10 s. Its files are loaded as native code, so it must be as trusted as the
     /// program's own (the package installs it beside its native module). Default `None`.
     pub ahead_dir: Option<PathBuf>,
+    /// Where executions' spans go (an execution's, and an `execute_tool` span per nested call,
+    /// `run/trace.rs`). Default `None`: no spans are made.
+    pub tracer: Option<crate::api::trace::Tracer>,
     /// The data-science runtime ([`crate::api::request::Runtime::PythonData`]): the directory of its unpacked
     /// artifacts ([`python_data_artifacts`] is the one this build fetched). Its first start
     /// pre-initialises and compiles it (~75 s on two cores; a start with other engine settings
@@ -331,6 +334,7 @@ impl Default for EngineConfig {
             component: ComponentSource::Embedded,
             cache_dir: None,
             ahead_dir: None,
+            tracer: None,
             python_data: None,
             python_data_at_first_use: false,
             max_concurrent: default_max_concurrent(memory_budget),

@@ -44,6 +44,10 @@ pub struct ToolCall {
     pub namespace: Option<String>,
     /// The keyword arguments as JSON text (an object), already valid against the schema.
     pub input: String,
+    /// The call's `execute_tool` span, when the engine traces: a client passes it on (W3C
+    /// `traceparent`) so that the tool's own spans nest under the program's call.
+    #[serde(skip)]
+    pub trace: Option<opentelemetry::trace::SpanContext>,
 }
 
 impl ToolCall {

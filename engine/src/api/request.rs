@@ -122,6 +122,9 @@ pub struct ExecutionRequest {
     /// What the program may reach over HTTP ([`crate::net::Network`], the tenant's policy, perhaps
     /// narrowed); `None`: nothing, and every request is refused in words.
     pub network: Option<std::sync::Arc<crate::net::Network>>,
+    /// The client's span this execution continues (W3C trace context from the request), so
+    /// that its spans join the client's trace. `None`: a trace of its own.
+    pub trace_parent: Option<opentelemetry::trace::SpanContext>,
 }
 
 /// The Python a program runs in, chosen per execution (and per session).

@@ -22,6 +22,7 @@ use crate::run::job::{Clock, Job, Sides, Start};
 use crate::run::session::{self, Restored, Session, SessionCore, SessionRequest};
 use crate::run::sleep::Hibernation;
 use crate::run::stores::StoreSpec;
+use crate::run::trace::{self, Trace};
 
 impl Engine {
     /// Opens a live session (see [`Session`]): instantiates the sandbox and, with
@@ -147,6 +148,9 @@ impl Engine {
         let fuel = inner.stores.fuel(&limits);
         let output = session.output();
         let need_approval = NeedApproval::of(&request.tools);
+        let id: Arc<str> = request.id.clone().unwrap_or_else(new_id).into();
+        let run = trace::Run { id: &id, runtime: request.runtime, tenant: session.tenant(), how: "session" };
+        let trace = Trace::start(inner.config.tracer.as_ref(), request.trace_parent.as_ref(), run);
         let (given, observed, tenant) =
             (request.tools, inner.stores.observed.clone(), session.tenant().map(str::to_string));
         let make = move || wit_tools(&given, observed.as_deref(), tenant.as_deref());
@@ -165,7 +169,6 @@ impl Engine {
         .cancelled_by(cancel.clone());
         let ceilings = inner.config.ceilings.clone();
         let install_exchange = exchange.clone();
-        let id: Arc<str> = request.id.clone().unwrap_or_else(new_id).into();
         let (install_id, control_schemas) = (id.clone(), schemas.clone());
         let net = NetSide::new(request.network.clone(), Some(tokio::time::Instant::from_std(started + limits.timeout)));
         let install = move |store: &mut Store<HostState>| {
@@ -179,7 +182,7 @@ impl Engine {
             }
         };
         session.send(session::Command::Execute(Box::new(job), Box::new(install)))?;
-        let control = Control { id, exchange, cancel, journal: None, schemas: control_schemas };
+        let control = Control { id, exchange, cancel, journal: None, schemas: control_schemas, trace };
         Ok(Execution::new(control, events_rx))
     }
 }

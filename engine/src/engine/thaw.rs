@@ -23,6 +23,7 @@ use crate::run::job::{Clock, Job, Sides, Start, drive};
 use crate::run::session::{self, Session, SessionCore, SessionRequest};
 use crate::run::sleep::Asleep;
 use crate::run::stores::{HostSide, Running, StoreSpec};
+use crate::run::trace::{self, Trace};
 
 /// What a sealed image is of, as a refusal names it.
 #[derive(Clone, Copy)]
@@ -99,6 +100,8 @@ impl Engine {
             GuestTools::Sent(wit_tools(&request.tools, inner.stores.observed.as_deref(), request.tenant.as_deref()));
         let sides = Sides { fuel: h.fuel_initial, output: side.output, events: side.events };
         let clock = Clock { started, deadline, timeout: limits.timeout };
+        let run = trace::Run { id: &id, runtime: request.runtime, tenant: request.tenant.as_deref(), how: "thaw" };
+        let trace = Trace::start(inner.config.tracer.as_ref(), request.trace_parent.as_ref(), run);
         let job = Job::new(pre, String::new(), tools, clock, sides, &inner.shutdown, &inner.running)
             .holding(None, Some(self.hibernation(None, sealing)))
             .refilling((request.runtime == Runtime::Python).then(|| self.refill(false)));
@@ -106,7 +109,7 @@ impl Engine {
         let span = tracing::info_span!("execution", id = %id, session = request.session_id.as_deref().unwrap_or(""));
         tracing::debug!(parent: &span, round, bytes = image.len(), "thawing a sealed image");
         inner.drivers.spawn(tracing::Instrument::instrument(drive(job, store, Start::Asleep(asleep)), span));
-        let control = Control { id, exchange: side.exchange, cancel, journal: None, schemas };
+        let control = Control { id, exchange: side.exchange, cancel, journal: None, schemas, trace };
         Ok(Execution::new(control, side.events_rx))
     }
 

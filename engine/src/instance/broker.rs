@@ -555,7 +555,7 @@ fn recorded(r: &wit::ToolResult) -> RecordedResult {
 
 /// A call as the client sees it.
 fn api_call(c: wit::ToolCall) -> ToolCall {
-    ToolCall { id: c.id, namespace: namespace(&c.namespace), name: c.name, input: c.input }
+    ToolCall { id: c.id, namespace: namespace(&c.namespace), name: c.name, input: c.input, trace: None }
 }
 
 /// What a live session's next execution brings its broker ([`Broker::reset`]).

@@ -12,6 +12,8 @@ use crate::api::journal::{JournalTake, Recorder};
 use crate::calls::exchange::Exchange;
 use crate::calls::schema::Schemas;
 
+use super::trace::{self, Trace};
+
 /// The client's side of one execution. Dropping it cancels the execution and frees the instance.
 pub struct Execution {
     control: Control,
@@ -29,7 +31,11 @@ impl Execution {
 
     /// The next event; `None` after the final `Completed`/`Failed` has been taken.
     pub async fn next_event(&mut self) -> Option<Event> {
-        self.events.recv().await
+        let mut event = self.events.recv().await;
+        if let (Some(trace), Some(event)) = (&self.control.trace, &mut event) {
+            trace.event(event);
+        }
+        event
     }
 
     /// See [`Control::submit`].
@@ -68,6 +74,8 @@ pub struct Control {
     pub(crate) journal: Option<Arc<Recorder>>,
     /// The tools' compiled input schemas, which approved inputs that were changed must fit.
     pub(crate) schemas: Arc<Schemas>,
+    /// Its spans, when the engine traces.
+    pub(crate) trace: Option<Arc<Trace>>,
 }
 
 impl Control {
@@ -91,7 +99,12 @@ impl Control {
         if self.cancel.is_cancelled() {
             return Err(Error::new(ErrorKind::Finished, "the execution has already ended"));
         }
-        self.exchange.submit(results)
+        let outcomes = self.trace.as_ref().map(|_| trace::outcomes(&results));
+        self.exchange.submit(results)?;
+        if let (Some(trace), Some(outcomes)) = (&self.trace, outcomes) {
+            trace.answered(&outcomes);
+        }
+        Ok(())
     }
 
     /// A person's decisions on calls held for approval ([`crate::api::events::Event::ToolCalls`]'s
@@ -157,6 +170,9 @@ impl Control {
             for d in decisions {
                 journal.decision(d);
             }
+        }
+        if let Some(trace) = &self.trace {
+            trace.decided(decisions);
         }
         Ok(())
     }

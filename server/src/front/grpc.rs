@@ -19,6 +19,9 @@ use crate::core::sessions::OpenOptions;
 use crate::core::{Core, Error, ErrorKind};
 use crate::proto::sandbox_server::SandboxServer;
 use crate::proto::{self, client_message, sandbox_server, server_message};
+use opentelemetry::KeyValue;
+use opentelemetry::global::BoxedSpan;
+use opentelemetry::trace::{Span as _, SpanContext, SpanKind};
 use ptc_engine::{Event, ExecutionRequest, Runtime};
 
 /// A client's messages on one `Execute` stream: tonic's, or an in-process caller's
@@ -45,7 +48,14 @@ impl SandboxService {
 
     /// One `Execute` stream of `tenant`'s: its `Start` read from `inbound`, the run started,
     /// and its pump spawned; the server's messages come out of the returned stream.
-    pub async fn execute_stream(&self, tenant: String, mut inbound: Inbound) -> Result<Outbound, Status> {
+    /// `parent` is the client's span (W3C trace context in the call's metadata), which the
+    /// call's span continues when the server traces.
+    pub async fn execute_stream(
+        &self,
+        tenant: String,
+        mut inbound: Inbound,
+        parent: Option<SpanContext>,
+    ) -> Result<Outbound, Status> {
         let start = match inbound.next().await.transpose()? {
             Some(proto::ClientMessage { message: Some(client_message::Message::Start(start)) }) => start,
             Some(_) => return Err(Status::invalid_argument("the first message must be Start")),
@@ -53,7 +63,25 @@ impl SandboxService {
         };
         let return_files = start.return_files.then_some(self.max_returned_file_bytes);
         let session_id = (!start.session_id.is_empty()).then(|| start.session_id.clone());
-        let run = self.start_run(&tenant, start).await?;
+        let mut call_span = self.core.engine.config().tracer.as_ref().map(|tracer| {
+            let attributes = vec![
+                KeyValue::new("rpc.system", "grpc"),
+                KeyValue::new("rpc.service", "ptc.v1.Sandbox"),
+                KeyValue::new("rpc.method", "Execute"),
+                KeyValue::new("ptc.tenant", tenant.clone()),
+            ];
+            tracer.span("ptc.v1.Sandbox/Execute", SpanKind::Server, parent.as_ref(), attributes)
+        });
+        let traced = call_span.as_ref().map(|span| span.span_context().clone());
+        let run = match self.start_run(&tenant, start, traced).await {
+            Ok(run) => run,
+            Err(refused) => {
+                if let Some(span) = &mut call_span {
+                    span.set_status(opentelemetry::trace::Status::error(refused.code().description()));
+                }
+                return Err(refused);
+            }
+        };
         let span = tracing::info_span!("grpc_execute", execution = %run.execution.id(), tenant = %tenant,
             session = session_id.as_deref().unwrap_or(""));
         let (tx, rx) = mpsc::channel(64);
@@ -63,7 +91,7 @@ impl SandboxService {
             })),
         };
         tx.send(Ok(started)).await.map_err(|_| Status::cancelled("client went away"))?;
-        let pump = Pump { run, inbound, tx, return_files, max_message_bytes: self.max_message_bytes };
+        let pump = Pump { run, inbound, tx, return_files, max_message_bytes: self.max_message_bytes, _span: call_span };
         self.core.tasks.spawn(pump.run().instrument(span));
         Ok(ReceiverStream::new(rx))
     }
@@ -139,13 +167,14 @@ fn dropped(d: Vec<ptc_engine::Dropped>) -> Vec<proto::DroppedGlobal> {
 impl SandboxService {
     /// Starts `start`'s run: fresh (with a `/mnt/data` of its own when it brings files or
     /// wants them back), or in the live session it names (opened first with `open_session`).
-    async fn start_run(&self, tenant: &str, start: proto::Start) -> Result<Run, Status> {
+    async fn start_run(&self, tenant: &str, start: proto::Start, parent: Option<SpanContext>) -> Result<Run, Status> {
         let core = &self.core;
         let tools = proto::tool_defs(core.engine.schemas(), tenant, start.tools).map_err(Status::invalid_argument)?;
         let runtime: Runtime = start.runtime.parse().map_err(engine_status)?;
         let session_id = (!start.session_id.is_empty()).then_some(start.session_id);
         let mut request = ExecutionRequest::new(start.code).with_tools(tools).with_runtime(runtime);
         request.session_id = session_id.clone();
+        request.trace_parent = parent;
         let prepared = core
             .prepare(Start {
                 tenant: Some(tenant),
@@ -218,7 +247,8 @@ impl sandbox_server::Sandbox for SandboxService {
                 return Err(refused);
             }
         };
-        Ok(Response::new(self.execute_stream(tenant, Box::pin(request.into_inner())).await?))
+        let parent = crate::traces::extract(|name| Some(request.metadata().get(name)?.to_str().ok()?.to_string()));
+        Ok(Response::new(self.execute_stream(tenant, Box::pin(request.into_inner()), parent).await?))
     }
     async fn open_session(
         &self,
@@ -310,6 +340,8 @@ struct Pump {
     /// `Start.return_files`: the byte budget of the files the final message carries.
     return_files: Option<u64>,
     max_message_bytes: usize,
+    /// The call's span, ended with the stream.
+    _span: Option<BoxedSpan>,
 }
 
 impl Pump {

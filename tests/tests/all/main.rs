@@ -40,3 +40,4 @@ mod stdlib;
 mod tenant_bounds;
 mod tool_calls;
 mod tool_errors;
+mod traces;

@@ -36,7 +36,7 @@ fn submit_is_all_or_nothing() {
 }
 
 fn held(id: &str) -> (String, ApprovalRequest) {
-    let call = ToolCall { id: id.into(), name: "delete".into(), namespace: None, input: "{}".into() };
+    let call = ToolCall { id: id.into(), name: "delete".into(), namespace: None, input: "{}".into(), trace: None };
     ("delete".into(), ApprovalRequest { call, reason: Some("stale".into()) })
 }
 

@@ -117,8 +117,13 @@ mod tests {
         assert_eq!(decision(id(), Some(json!({"action": "decline"}))), Decision::deny("c1", "they declined"));
         assert!(matches!(decision(id(), None).verdict, ptc_engine::Verdict::Unasked { .. }));
         // The form is one the SDK accepts.
-        let call =
-            ptc_engine::ToolCall { id: id(), name: "rm".into(), namespace: Some("fs".into()), input: "{}".into() };
+        let call = ptc_engine::ToolCall {
+            id: id(),
+            name: "rm".into(),
+            namespace: Some("fs".into()),
+            input: "{}".into(),
+            trace: None,
+        };
         let ElicitRequestParams::FormElicitationParams { message, .. } =
             form(&ApprovalRequest { call, reason: Some("cleanup".into()) })
         else {

@@ -1,0 +1,49 @@
+//! Where an engine's spans go ([`Tracer`], in [`crate::api::config::EngineConfig::tracer`]) and
+//! what a client's span a run continues ([`crate::api::request::ExecutionRequest::trace_parent`]).
+//! The spans themselves are made in `run/trace.rs`.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use opentelemetry::global::{BoxedSpan, BoxedTracer};
+use opentelemetry::trace::{SpanContext, SpanKind, TraceContextExt, Tracer as _};
+use opentelemetry::{Context, KeyValue};
+
+/// An OpenTelemetry tracer the engine makes its spans with: an execution's, and one
+/// `execute_tool` span per nested tool call. Each engine has its own (the server's exporter),
+/// not the process's global one, so that two servers in one process trace apart.
+#[derive(Clone)]
+pub struct Tracer(pub(crate) Arc<BoxedTracer>);
+
+impl Tracer {
+    /// Any OpenTelemetry tracer, e.g. an SDK provider's `tracer("ptc-engine")`.
+    pub fn new<T, S>(tracer: T) -> Self
+    where
+        T: opentelemetry::trace::Tracer<Span = S> + Send + Sync + 'static,
+        S: opentelemetry::trace::Span + Send + Sync + 'static,
+    {
+        Tracer(Arc::new(BoxedTracer::new(Box::new(tracer))))
+    }
+
+    /// A span started now, under `parent` (another process's span, or one of this one's
+    /// passed by its context) or as a trace of its own.
+    pub fn span(
+        &self,
+        name: impl Into<Cow<'static, str>>,
+        kind: SpanKind,
+        parent: Option<&SpanContext>,
+        attributes: Vec<KeyValue>,
+    ) -> BoxedSpan {
+        let parent = match parent {
+            Some(span) => Context::new().with_remote_span_context(span.clone()),
+            None => Context::new(),
+        };
+        self.0.span_builder(name).with_kind(kind).with_attributes(attributes).start_with_context(&*self.0, &parent)
+    }
+}
+
+impl std::fmt::Debug for Tracer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Tracer")
+    }
+}
