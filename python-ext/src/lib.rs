@@ -141,9 +141,11 @@ impl Local {
         })
     }
 
-    /// A new `Execute` call; it starts on a lane at its first message (its `Start`).
-    fn execute(&self) -> Call {
-        Call { via: Via::Local(self.service.clone(), self.lanes.clone()), open: OnceLock::new() }
+    /// A new `Execute` call; it starts on a lane at its first message (its `Start`), as a
+    /// part of the caller's trace when given its `traceparent`.
+    #[pyo3(signature = (traceparent=None))]
+    fn execute(&self, traceparent: Option<String>) -> Call {
+        Call { via: Via::Local(self.service.clone(), self.lanes.clone()), traceparent, open: OnceLock::new() }
     }
 }
 
@@ -176,9 +178,11 @@ impl Remote {
         })
     }
 
-    /// A new `Execute` call; it starts at its first message (its `Start`).
-    fn execute(&self) -> Call {
-        Call { via: Via::Remote(self.remote.clone()), open: OnceLock::new() }
+    /// A new `Execute` call; it starts at its first message (its `Start`), as a part of the
+    /// caller's trace when given its `traceparent`.
+    #[pyo3(signature = (traceparent=None))]
+    fn execute(&self, traceparent: Option<String>) -> Call {
+        Call { via: Via::Remote(self.remote.clone()), traceparent, open: OnceLock::new() }
     }
 }
 
@@ -197,6 +201,8 @@ fn session_of(method: &str, request: &[u8]) -> Option<String> {
 #[pyclass(frozen)]
 struct Call {
     via: Via,
+    /// The caller's span (W3C `traceparent`), which the run continues.
+    traceparent: Option<String>,
     open: OnceLock<Open>,
 }
 
@@ -234,11 +240,11 @@ impl Call {
                     };
                     let lane = lanes.place(session.as_deref());
                     let _on_lane = lane.handle.enter();
-                    (service.execute(), lane)
+                    (service.execute(self.traceparent.as_deref()), lane)
                 }
                 Via::Remote(remote) => {
                     let lane = remote.place();
-                    (remote.execute(&lane), lane)
+                    (remote.execute(&lane, self.traceparent.as_deref()), lane)
                 }
             };
             Open { writer: call.writer, reader: Arc::new(Mutex::new(call.reader)), lane }

@@ -139,10 +139,14 @@ impl Remote {
     /// A new `Execute` call on `lane`: what its writer sends goes to the server as it comes,
     /// what the server sends comes out of its reader; cancelling it drops the stream, which
     /// the server sees as the client's cancellation.
-    pub fn execute(&self, lane: &Placed) -> LocalCall {
+    /// `traceparent` (the caller's span, W3C) goes in the call's metadata.
+    pub fn execute(&self, lane: &Placed, traceparent: Option<&str>) -> LocalCall {
         let (call, Ends { inbound, out, cancelled }) = pipe();
         let mut client = self.client.clone();
-        let request = self.request(ReceiverStream::new(inbound).map_while(Result::ok));
+        let mut request = self.request(ReceiverStream::new(inbound).map_while(Result::ok));
+        if let Some(parent) = traceparent.and_then(|t| AsciiMetadataValue::try_from(t).ok()) {
+            request.metadata_mut().insert("traceparent", parent);
+        }
         lane.handle.spawn(cancelled.run_until_cancelled_owned(async move {
             let mut stream = match client.execute(request).await {
                 Ok(response) => response.into_inner(),

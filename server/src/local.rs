@@ -75,10 +75,12 @@ impl Local {
         })
     }
 
-    /// A new `Execute` call: its first message must be the run's `Start`.
-    pub fn execute(&self) -> LocalCall {
+    /// A new `Execute` call: its first message must be the run's `Start`. `traceparent` is
+    /// the caller's span (W3C), which the run's spans continue when this engine traces.
+    pub fn execute(&self, traceparent: Option<&str>) -> LocalCall {
         let (call, Ends { inbound, out, cancelled }) = pipe();
         let service = self.service.clone();
+        let parent = traceparent.and_then(|t| crate::traces::extract(|k| (k == "traceparent").then(|| t.to_string())));
         tokio::spawn(cancelled.run_until_cancelled_owned(async move {
             let tenant = match service.tenant(&Request::new(())) {
                 Ok(tenant) => tenant,
@@ -87,7 +89,7 @@ impl Local {
                     return;
                 }
             };
-            match service.execute_stream(tenant, Box::pin(ReceiverStream::new(inbound)), None).await {
+            match service.execute_stream(tenant, Box::pin(ReceiverStream::new(inbound)), parent).await {
                 Ok(mut stream) => {
                     while let Some(message) = stream.next().await {
                         if out.send(message).await.is_err() {

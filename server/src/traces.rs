@@ -7,10 +7,12 @@
 //! (`ptc_trace_spans_exported_total`, `ptc_trace_spans_failed_total`) and a failure logged.
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
+use opentelemetry::global::BoxedSpan;
 use opentelemetry::propagation::TextMapPropagator;
-use opentelemetry::trace::{SpanContext, TraceContextExt, TracerProvider as _};
+use opentelemetry::trace::{SpanContext, SpanKind, TraceContextExt, TracerProvider as _};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::error::OTelSdkResult;
@@ -53,7 +55,9 @@ impl Traces {
             }
         };
         let batch = BatchConfigBuilder::default().with_scheduled_delay(config.batch_delay).build();
-        let processor = BatchSpanProcessor::builder(Counted(exporter)).with_batch_config(batch).build();
+        let processor = BatchSpanProcessor::builder(Counted { exporter, unreported: Mutex::default() })
+            .with_batch_config(batch)
+            .build();
         let resource = opentelemetry_sdk::Resource::builder()
             .with_service_name("ptc-engine")
             .with_attribute(KeyValue::new("service.instance.id", node.to_string()))
@@ -78,35 +82,71 @@ impl Traces {
     }
 }
 
-/// An exporter whose outcomes are counted and failures logged.
+/// An exporter whose outcomes are counted and failures logged, at most once a minute (a
+/// collector that is gone would otherwise fill the log at every batch).
 #[derive(Debug)]
-struct Counted<E>(E);
+struct Counted<E> {
+    exporter: E,
+    /// Spans dropped since the last warning, and when that was.
+    unreported: Mutex<(u64, Option<Instant>)>,
+}
+
+const WARN_EVERY: Duration = Duration::from_secs(60);
 
 impl<E: SpanExporter> SpanExporter for Counted<E> {
     async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
         let count = batch.len() as u64;
-        let result = self.0.export(batch).await;
+        let result = self.exporter.export(batch).await;
         match &result {
             Ok(()) => metrics::counter!("ptc_trace_spans_exported_total").increment(count),
             Err(e) => {
                 metrics::counter!("ptc_trace_spans_failed_total").increment(count);
-                tracing::warn!("traces: {count} spans could not be sent to the collector, and are dropped: {e}");
+                let mut unreported = self.unreported.lock().unwrap();
+                unreported.0 += count;
+                if unreported.1.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
+                    let dropped = std::mem::take(&mut unreported.0);
+                    *unreported = (0, Some(Instant::now()));
+                    tracing::warn!(
+                        "traces: {dropped} spans could not be sent to the collector and were dropped \
+                         (ptc_trace_spans_failed_total counts them; next warning in a minute at most): {e}"
+                    );
+                }
             }
         }
         result
     }
 
     fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
-        self.0.shutdown_with_timeout(timeout)
+        self.exporter.shutdown_with_timeout(timeout)
     }
 
     fn force_flush(&self) -> OTelSdkResult {
-        self.0.force_flush()
+        self.exporter.force_flush()
     }
 
     fn set_resource(&mut self, resource: &opentelemetry_sdk::Resource) {
-        self.0.set_resource(resource);
+        self.exporter.set_resource(resource);
     }
+}
+
+/// A request's span (kind server) under the caller's `parent`, when the server traces.
+pub fn request_span(
+    tracer: Option<&ptc_engine::Tracer>,
+    name: &'static str,
+    parent: Option<&SpanContext>,
+    attributes: Vec<KeyValue>,
+) -> Option<BoxedSpan> {
+    Some(tracer?.span(name, SpanKind::Server, parent, attributes))
+}
+
+/// The caller's span from an HTTP request's headers (`traceparent`, `tracestate`).
+pub fn from_headers(headers: &axum::http::HeaderMap) -> Option<SpanContext> {
+    extract(|name| Some(headers.get(name)?.to_str().ok()?.to_string()))
+}
+
+/// The span a `traceparent` (as [`traceparent`] writes it) names.
+pub fn from_traceparent(traceparent: &str) -> Option<SpanContext> {
+    (!traceparent.is_empty()).then(|| extract(|name| (name == "traceparent").then(|| traceparent.to_string())))?
 }
 
 /// The caller's span from W3C trace context (`traceparent`, `tracestate`) as `get` finds its

@@ -93,10 +93,11 @@ async def slow(seconds: float) -> str:
 @mcp.tool(annotations=WRITES)
 def delete_note(id: int, ctx: Context) -> dict:
     """Deletes a note (not read-only: callable from programs only with the user's approval).
-    Says which note, and the idempotency key ptc-engine sent in the call's `_meta`."""
+    Says which note, and the idempotency key and trace context ptc-engine sent in the call's
+    `_meta`."""
     meta = ctx.request_context.meta
     extra = meta if isinstance(meta, dict) else (getattr(meta, "model_extra", None) or {})
-    return {"deleted": id, "key": extra.get("ptc-engine/idempotency-key")}
+    return {"deleted": id, "key": extra.get("ptc-engine/idempotency-key"), "trace": extra.get("traceparent")}
 
 
 def shout(text: str) -> str:

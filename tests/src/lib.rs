@@ -6,6 +6,7 @@ pub mod binary;
 pub mod grpc;
 pub mod http;
 pub mod node;
+pub mod otlp;
 pub mod python;
 pub mod redis;
 pub mod web;

@@ -212,6 +212,10 @@ pub struct JournalHeader {
     /// The hosts the request narrowed its tenant's network policy to (empty: all of it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub network_allow: Vec<String>,
+    /// The span its execution's span is under (W3C `traceparent`; empty: none), so that a
+    /// replay or a thaw on another node stays in the caller's trace.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub traceparent: String,
 }
 
 #[cfg(test)]

@@ -251,6 +251,7 @@ mod tests {
             expires_at_ms,
             files: Vec::new(),
             network_allow: Vec::new(),
+            traceparent: String::new(),
         };
         serde_json::to_vec(&header).unwrap()
     }

@@ -21,7 +21,7 @@ use crate::proto::sandbox_server::SandboxServer;
 use crate::proto::{self, client_message, sandbox_server, server_message};
 use opentelemetry::KeyValue;
 use opentelemetry::global::BoxedSpan;
-use opentelemetry::trace::{Span as _, SpanContext, SpanKind};
+use opentelemetry::trace::{Span as _, SpanContext};
 use ptc_engine::{Event, ExecutionRequest, Runtime};
 
 /// A client's messages on one `Execute` stream: tonic's, or an in-process caller's
@@ -63,15 +63,14 @@ impl SandboxService {
         };
         let return_files = start.return_files.then_some(self.max_returned_file_bytes);
         let session_id = (!start.session_id.is_empty()).then(|| start.session_id.clone());
-        let mut call_span = self.core.engine.config().tracer.as_ref().map(|tracer| {
-            let attributes = vec![
-                KeyValue::new("rpc.system", "grpc"),
-                KeyValue::new("rpc.service", "ptc.v1.Sandbox"),
-                KeyValue::new("rpc.method", "Execute"),
-                KeyValue::new("ptc.tenant", tenant.clone()),
-            ];
-            tracer.span("ptc.v1.Sandbox/Execute", SpanKind::Server, parent.as_ref(), attributes)
-        });
+        let attributes = vec![
+            KeyValue::new("rpc.system", "grpc"),
+            KeyValue::new("rpc.service", "ptc.v1.Sandbox"),
+            KeyValue::new("rpc.method", "Execute"),
+            KeyValue::new("ptc.tenant", tenant.clone()),
+        ];
+        let tracer = self.core.engine.config().tracer.as_ref();
+        let mut call_span = crate::traces::request_span(tracer, "ptc.v1.Sandbox/Execute", parent.as_ref(), attributes);
         let traced = call_span.as_ref().map(|span| span.span_context().clone());
         let run = match self.start_run(&tenant, start, traced).await {
             Ok(run) => run,

@@ -243,6 +243,52 @@ async fn before_protocol_2026_07_28_a_write_tool_waits_for_an_elicitation() {
     server.wait().await;
 }
 
+/// With `--otlp-endpoint`, an `execute_code` call continues the client's `_meta.traceparent`:
+/// its span (`tools/call execute_code`) is under the client's, the program's execution under
+/// it, and each downstream call carries its own `execute_tool` span in its `_meta`, so that
+/// the downstream server's spans nest under the program's call.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_execute_code_call_continues_the_client_s_trace_down_to_each_downstream_call() {
+    use ptc_server::traces::{OtlpConfig, OtlpProtocol};
+    use ptc_tests::otlp::{Receiver, hex};
+    let receiver = Receiver::default();
+    let endpoint = receiver.start().await;
+    let setup = tokio::task::spawn_blocking(|| downstream("trace")).await.unwrap();
+    let mut config = grpc::config(&["acme:acme-key"]);
+    config.mcp = McpConfig::load(&setup.config).unwrap();
+    config.otlp = Some(OtlpConfig { endpoint, protocol: OtlpProtocol::Grpc, batch_delay: Duration::from_millis(100) });
+    let server = grpc::serve(config).await;
+    let transport = StreamableHttpClientTransportConfig::with_uri(format!("http://{}/mcp", server.http_addr))
+        .auth_header("acme-key");
+    let asking = AskingClient::default();
+    let client = asking.clone().serve(StreamableHttpClientTransport::from_config(transport)).await.unwrap();
+    let (trace, client_span) = ("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331");
+    let code = "r = await notes.delete_note(id=1, _reason='tidy')\nprint(r['trace'])";
+    let args = json!({"code": code}).as_object().unwrap().clone();
+    let mut params = CallToolRequestParams::new("execute_code").with_arguments(args);
+    params.set_progress_token(ProgressToken(NumberOrString::Number(7)));
+    let meta = &mut params.meta.as_mut().unwrap().0.0;
+    meta.insert("traceparent".into(), json!(format!("00-{trace}-{client_span}-01")));
+    let r = tokio::time::timeout(Duration::from_secs(60), client.call_tool(params)).await.expect("answered").unwrap();
+    let downstream_saw = stdout(&r).trim().to_string();
+    assert!(downstream_saw.starts_with(&format!("00-{trace}-")), "{r:?}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while receiver.named("tools/call execute_code").is_empty() {
+        server.flush_traces();
+        assert!(Instant::now() < deadline, "spans did not arrive");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let call = &receiver.named("tools/call execute_code")[0];
+    assert_eq!((hex(&call.trace_id), hex(&call.parent_span_id)), (trace.to_string(), client_span.to_string()));
+    let execution = &receiver.named("ptc.execution")[0];
+    assert_eq!(execution.parent_span_id, call.span_id, "the program under the call");
+    let tool = &receiver.named("execute_tool delete_note")[0];
+    assert_eq!(downstream_saw, format!("00-{trace}-{}-01", hex(&tool.span_id)), "the downstream call's _meta");
+    client.cancel().await.unwrap();
+    server.shutdown();
+    server.wait().await;
+}
+
 /// A client that can ask its user, whose user never answers.
 #[derive(Clone)]
 struct AbsentUser;

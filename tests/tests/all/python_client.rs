@@ -19,6 +19,9 @@ const TEST_TOOLS: &[&str] = &[
     "types-protobuf==7.35.1.20260906",
     // A CA of the tests' own, for a server behind TLS (`test_sandbox.py`).
     "trustme==1.2.1",
+    // The caller's trace, continued through the server to the tools (`test_tracing.py`).
+    "opentelemetry-api==1.45.1",
+    "opentelemetry-sdk==1.45.1",
 ];
 
 /// The frameworks, pinned: the integrations subclass or follow their code-mode internals.
@@ -50,6 +53,9 @@ async fn library_suite(
     mypy: &'static [&'static str],
 ) {
     let extras = extras.to_string();
+    // The server exports its spans here (`test_tracing.py` follows a trace through it).
+    let receiver = ptc_tests::otlp::Receiver::default();
+    let otlp = receiver.start().await;
     tokio::task::spawn_blocking(move || {
         let package = format!("{}[{extras}]", ptc_tests::python::wheel().display());
         let all: Vec<&str> =
@@ -90,9 +96,16 @@ async fn library_suite(
                 .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
                 .arg("--files-dir")
                 .arg(&files)
+                .args(["--otlp-endpoint", &otlp, "--otlp-batch-delay-ms", "200"])
                 .env("PATH", &path),
         );
         run("pytest", pytest, Some(&format!("http://127.0.0.1:{grpc}")));
+        // The wheel's server sent its spans: an execution's, each call's.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while receiver.named("ptc.execution").is_empty() {
+            assert!(std::time::Instant::now() < deadline, "the wheel's server exported no spans to {otlp}");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
         drop(server);
         let _ = std::fs::remove_dir_all(&files);
         run("mypy", mypy, None);

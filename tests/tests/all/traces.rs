@@ -6,70 +6,14 @@
 //! input, result or error text) is in the export.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
-use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
-use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::trace::v1::{Span, span::SpanKind, status::StatusCode};
-use prost::Message;
 use ptc_server::execute::ExecuteStream;
 use ptc_server::proto::{self, decision, sandbox_client::SandboxClient, tool_result};
 use ptc_server::traces::{OtlpConfig, OtlpProtocol};
 use ptc_tests::grpc::{self, Msg, Stream};
-
-/// What the receiver was sent: every span, and every request's bytes as they came.
-#[derive(Clone, Default)]
-struct Receiver {
-    spans: Arc<Mutex<Vec<Span>>>,
-    raw: Arc<Mutex<Vec<u8>>>,
-}
-
-#[tonic::async_trait]
-impl TraceService for Receiver {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        let request = request.into_inner();
-        self.raw.lock().unwrap().extend(request.encode_to_vec());
-        let mut spans = self.spans.lock().unwrap();
-        for resource in request.resource_spans {
-            spans.extend(resource.scope_spans.into_iter().flat_map(|scope| scope.spans));
-        }
-        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
-    }
-}
-
-impl Receiver {
-    /// Serves OTLP/gRPC on a free port of 127.0.0.1: its endpoint.
-    async fn start(&self) -> String {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let service = TraceServiceServer::new(self.clone());
-        tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(service)
-                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
-        );
-        format!("http://{addr}")
-    }
-}
-
-fn attribute(span: &Span, key: &str) -> Option<String> {
-    let value = span.attributes.iter().find(|a| a.key == key)?.value.as_ref()?.value.as_ref()?;
-    Some(match value {
-        AnyValue::StringValue(s) => s.clone(),
-        AnyValue::IntValue(i) => i.to_string(),
-        AnyValue::BoolValue(b) => b.to_string(),
-        other => format!("{other:?}"),
-    })
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
+use ptc_tests::otlp::{Receiver, attribute, hex};
 
 const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CLIENT_SPAN: &str = "00f067aa0ba902b7";
@@ -242,4 +186,98 @@ async fn a_collector_that_is_gone_costs_runs_nothing_and_is_counted() {
         assert!(Instant::now() < deadline, "no failed export counted:\n{metrics}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// The HTTP API in a cluster: the first request's span continues its `traceparent` header and
+/// the execution's goes under it; each call in `tool_calls` names its span; when the node is
+/// gone and another replays the execution from its journal, the replay's execution span is in
+/// the same trace, under the same request's span, as is the continuation's own request span
+/// (under the header it brought).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_http_execution_replayed_on_another_node_stays_in_the_caller_s_trace() {
+    use ptc_server::cluster::Peers;
+    use ptc_tests::http::post_raw;
+    use serde_json::{Value, json};
+
+    let receiver = Receiver::default();
+    let endpoint = receiver.start().await;
+    let (_redis, port) = tokio::task::spawn_blocking(|| ptc_tests::redis::start(None)).await.unwrap();
+    let files = std::env::temp_dir().join(format!("ptc-traces-cluster-{}", std::process::id()));
+    let (p1, p2) = (ptc_tests::binary::free_port(), ptc_tests::binary::free_port());
+    let peers = Peers::List(vec![
+        ("n1".into(), format!("http://127.0.0.1:{p1}")),
+        ("n2".into(), format!("http://127.0.0.1:{p2}")),
+    ]);
+    let node = |id: &str, http: u16| {
+        let mut config = grpc::config(&["a:key-a"]);
+        config.node_id = id.into();
+        config.peers = peers.clone();
+        config.redis_url = Some(format!("redis://127.0.0.1:{port}"));
+        config.token_secret = Some("a-secret-both-nodes-share".into());
+        config.files.dir = files.clone();
+        config.http_addr = ([127, 0, 0, 1], http).into();
+        config.otlp = Some(OtlpConfig {
+            endpoint: endpoint.clone(),
+            protocol: OtlpProtocol::Grpc,
+            batch_delay: Duration::from_millis(100),
+        });
+        config
+    };
+    let (n1, n2) = (grpc::serve(node("n1", p1)).await, grpc::serve(node("n2", p2)).await);
+    let first_parent = format!("00-{TRACE}-{CLIENT_SPAN}-01");
+    let second_client_span = "1111111111111111";
+    let second_parent = format!("00-{TRACE}-{second_client_span}-01");
+    let post = |addr, traceparent: String, body: Value| async move {
+        let headers = [("X-API-Key", "key-a"), ("traceparent", traceparent.as_str())];
+        post_raw(addr, "/exec/programmatic", &headers, body.to_string().as_bytes()).await
+    };
+    let tools = json!([{"name": "t", "parameters": {"type": "object"}}]);
+    let code = "r = await t()\nprint(r + await t())";
+    let paused = post(n1.http_addr, first_parent, json!({"code": code, "tools": tools})).await;
+    assert_eq!(paused.body["status"], "tool_call_required", "{}", paused.text);
+    let handed = paused.body["tool_calls"][0]["traceparent"].as_str().unwrap().to_string();
+    assert!(handed.starts_with(&format!("00-{TRACE}-")), "{handed}");
+    n1.shutdown();
+    n1.wait().await;
+    // n2 cannot reach n1, and runs the execution again from its journal.
+    let results = json!([{"call_id": paused.body["tool_calls"][0]["id"], "result": 1}]);
+    let token = paused.body["continuation_token"].clone();
+    let next = post(n2.http_addr, second_parent, json!({"continuation_token": token, "tool_results": results})).await;
+    assert_eq!(next.body["status"], "tool_call_required", "{}", next.text);
+    let results = json!([{"call_id": next.body["tool_calls"][0]["id"], "result": 1}]);
+    let token = next.body["continuation_token"].clone();
+    let end = post(
+        n2.http_addr,
+        format!("00-{TRACE}-{CLIENT_SPAN}-01"),
+        json!({"continuation_token": token, "tool_results": results}),
+    )
+    .await;
+    assert_eq!(end.body["stdout"], "2\n", "{}", end.text);
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        n2.flush_traces();
+        // n1's execution and n2's replay, each ended.
+        if receiver.named("ptc.execution").len() >= 2 && receiver.named("POST /exec").len() >= 3 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "spans did not arrive");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let spans = receiver.spans.lock().unwrap().clone();
+    assert!(spans.iter().all(|s| hex(&s.trace_id) == TRACE), "one trace, the caller's");
+    let requests = receiver.named("POST /exec");
+    let first = requests.iter().find(|s| hex(&s.parent_span_id) == CLIENT_SPAN && attribute(s, "ptc.tenant").is_some());
+    let first = first.expect("the first request's span, under the client's");
+    assert!(requests.iter().any(|s| hex(&s.parent_span_id) == second_client_span), "the continuation's own span");
+    for execution in receiver.named("ptc.execution") {
+        assert_eq!(execution.parent_span_id, first.span_id, "n1's run and n2's replay are under the first request");
+    }
+    // The call n1 handed out is the execute_tool span n1 exported.
+    let tools =
+        receiver.spans.lock().unwrap().iter().filter(|s| s.name == "execute_tool t").cloned().collect::<Vec<_>>();
+    assert!(tools.iter().any(|s| handed == format!("00-{TRACE}-{}-01", hex(&s.span_id))), "{handed}");
+    n2.shutdown();
+    n2.wait().await;
+    let _ = std::fs::remove_dir_all(files);
 }

@@ -9,7 +9,7 @@ import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-from . import _wire
+from . import _tracing, _wire
 from ._errors import InternalError, InvalidRequest, PtcError
 from ._proto import sandbox_pb2 as pb
 from ._result import Result
@@ -42,7 +42,7 @@ async def execute(transport: Transport, start: pb.Start, tools: Sequence[Tool], 
     on_output, on_event = options.get("on_output"), options.get("on_event")
     by_name = {(t.namespace or None, t.name): t for t in tools}
     request_id = start.request_id or None
-    call = await transport.open_execute()
+    call = await transport.open_execute(_tracing.current())
     writing = asyncio.Lock()
     answering: set[asyncio.Task[None]] = set()
     execution_id = ""
@@ -117,7 +117,9 @@ async def _answer(tools: Mapping[tuple[str | None, str], Tool], call: Call, send
         if tool is None:
             raise LookupError(f"this client has no tool {call.name!r}")
         arguments = call.input if isinstance(call.input, dict) else {}
-        answer = _wire.tool_result(call.id, result_json=await tool.call(arguments))
+        with _tracing.within(call.traceparent):
+            result_json = await tool.call(arguments)
+        answer = _wire.tool_result(call.id, result_json=result_json)
     except asyncio.CancelledError:
         raise
     except ToolFailure as e:

@@ -123,10 +123,11 @@ class Transport:
             raise self.error(e) from None
         return RESPONSES[method].FromString(data)
 
-    async def open_execute(self) -> NativeCall:
-        """A new `Execute` call (its first message is the run's `Start`)."""
+    async def open_execute(self, traceparent: str | None = None) -> NativeCall:
+        """A new `Execute` call (its first message is the run's `Start`), continuing the
+        caller's span `traceparent` (W3C) when given."""
         module, client = await self.started()
-        return NativeCall(client.execute(), module.RpcError, self)
+        return NativeCall(client.execute(traceparent), module.RpcError, self)
 
     # ---------------------------------------------------------------- the sync thread
 

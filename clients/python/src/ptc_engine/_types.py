@@ -42,6 +42,9 @@ class Call:
     name: str
     namespace: str | None
     input: Any
+    #: The call's `execute_tool` span on the server (W3C `traceparent`), when it traces; the
+    #: tool runs within it when `opentelemetry-api` is installed.
+    traceparent: str | None = None
 
 
 @dataclass(frozen=True)

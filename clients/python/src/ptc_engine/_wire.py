@@ -154,7 +154,7 @@ def _input(text: str) -> Any:
 
 
 def call(c: pb.ToolCall) -> Call:
-    return Call(c.id, c.name, c.namespace or None, _input(c.input_json))
+    return Call(c.id, c.name, c.namespace or None, _input(c.input_json), c.traceparent or None)
 
 
 def tool_calls(message: pb.ToolCalls) -> ToolCalls:

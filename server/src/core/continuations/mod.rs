@@ -62,6 +62,8 @@ pub struct Program {
     pub imports: Vec<Import>,
     /// Hosts that narrow the tenant's network policy.
     pub network_allow: Vec<String>,
+    /// The span its execution's span goes under (the first request's).
+    pub trace_parent: Option<opentelemetry::trace::SpanContext>,
 }
 
 /// What a continuation brings: results for the calls the pause listed, and decisions on the

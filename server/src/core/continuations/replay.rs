@@ -93,12 +93,13 @@ impl Continuations {
         let store = &self.cluster.store;
         let started = Instant::now();
         // Its first run's id: the same calls get the same ids (a client may have run some).
-        let request = ExecutionRequest::new(header.code)
+        let mut request = ExecutionRequest::new(header.code)
             .with_id(claims.execution_id.clone())
             .with_tools(header.tools)
             .with_session_id(header.session_id.clone())
             .with_runtime(runtime_of(&header.runtime)?)
             .with_journal(journal);
+        request.trace_parent = crate::traces::from_traceparent(&header.traceparent);
         let mut prepared =
             self.core.prepare(self.carried_on(tenant, header.expires_at_ms, &header.network_allow, request))?;
         prepared.request.keeper = self.keeper(tenant, header.expires_at_ms, true, &Arc::default());
@@ -182,10 +183,11 @@ impl Continuations {
         image: Vec<u8>,
     ) -> Result<Option<Paused>, Error> {
         let started = Instant::now();
-        let request = ExecutionRequest::new(String::new())
+        let mut request = ExecutionRequest::new(String::new())
             .with_tools(header.tools.clone())
             .with_session_id(header.session_id.clone())
             .with_runtime(runtime_of(&header.runtime)?);
+        request.trace_parent = crate::traces::from_traceparent(&header.traceparent);
         let mut prepared =
             self.core.prepare(self.carried_on(tenant, header.expires_at_ms, &header.network_allow, request))?;
         let disk_header = Arc::new(OnceLock::new());

@@ -20,10 +20,12 @@ impl Continuations {
     /// Starts `program` for `tenant` (`request_id`: the client's idempotency key) and runs it
     /// to its first stop: paused for tools, or ended.
     pub async fn start(&self, tenant: String, request_id: Option<&str>, program: Program) -> Result<Turn, Error> {
-        let Program { code, tools, runtime, timeout_ms, session_id, imports, network_allow } = program;
+        let Program { code, tools, runtime, timeout_ms, session_id, imports, network_allow, trace_parent } = program;
         let session_id = session_id.filter(|s| !s.is_empty()).unwrap_or_else(new_session_id);
-        let request =
+        let traceparent = crate::traces::traceparent(trace_parent.as_ref());
+        let mut request =
             ExecutionRequest::new(code).with_tools(tools).with_session_id(session_id.clone()).with_runtime(runtime);
+        request.trace_parent = trace_parent;
         let start = Start {
             tenant: Some(&tenant),
             request_id,
@@ -54,6 +56,7 @@ impl Continuations {
             expires_at_ms,
             files: Vec::new(),
             network_allow,
+            traceparent,
         };
         if imaged {
             request.hibernate_after = Some(Duration::ZERO);

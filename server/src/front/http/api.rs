@@ -183,6 +183,10 @@ pub(crate) struct ToolCallOut {
     pub id: String,
     pub name: String,
     pub input: Value,
+    /// The call's `execute_tool` span (W3C), when the server traces: send it on as the
+    /// tool's `traceparent` header.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 /// A call that waits for a person's decision, as `tool_call_required` lists it in `approvals`.

@@ -6,6 +6,9 @@
 use axum::Json;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use opentelemetry::KeyValue;
+use opentelemetry::global::BoxedSpan;
+use opentelemetry::trace::Span as _;
 use ptc_engine::{FailureKind, ToolDef};
 use serde_json::json;
 
@@ -14,6 +17,7 @@ use super::state::{HttpState, REQUEST_ID_HEADER};
 use crate::core::advice::{self, Advice};
 use crate::core::continuations::{self, Forward, Program, Turn};
 use crate::core::runs::{Ending, Outcome};
+use crate::traces;
 
 /// Starts a first request's program (`/exec`, or `/exec/programmatic` without a token) and
 /// answers where it stopped: paused for tools, or ended.
@@ -38,9 +42,35 @@ pub(super) async fn initial(
         session_id: options.session_id,
         imports: options.files.unwrap_or_default().into_iter().map(Into::into).collect(),
         network_allow: options.network_allow.unwrap_or_default(),
+        trace_parent: None,
     };
     let request_id = headers.get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok());
-    Ok(response(state.continuations.start(tenant, request_id, program).await?))
+    let (span, program) = traced(state, headers, &tenant, program);
+    let turn = state.continuations.start(tenant, request_id, program).await;
+    Ok(response(ended(span, turn)?))
+}
+
+/// The request's span (`POST /exec`), under the caller's `traceparent` header, when the server
+/// traces; the execution's span goes under it.
+fn traced(state: &HttpState, headers: &HeaderMap, tenant: &str, mut program: Program) -> (Option<BoxedSpan>, Program) {
+    let span = request_span(state, headers, tenant);
+    program.trace_parent = span.as_ref().map(|s| s.span_context().clone());
+    (span, program)
+}
+
+fn request_span(state: &HttpState, headers: &HeaderMap, tenant: &str) -> Option<BoxedSpan> {
+    let attributes =
+        vec![KeyValue::new("http.request.method", "POST"), KeyValue::new("ptc.tenant", tenant.to_string())];
+    let tracer = state.core.engine.config().tracer.as_ref();
+    traces::request_span(tracer, "POST /exec", traces::from_headers(headers).as_ref(), attributes)
+}
+
+/// `turn`, with the request's span ended as it ended (a refusal as its status).
+fn ended(span: Option<BoxedSpan>, turn: Result<Turn, crate::core::Error>) -> Result<Turn, crate::core::Error> {
+    if let (Some(mut span), Err(e)) = (span, &turn) {
+        span.set_status(opentelemetry::trace::Status::error(format!("{:?}", e.kind())));
+    }
+    turn
 }
 
 /// Answers a continuation with `token` (wherever its execution is held).
@@ -65,15 +95,24 @@ pub(super) async fn continuation(
             }),
         },
     };
-    Ok(response(state.continuations.resume(tenant, token, answers).await?))
+    let span = request_span(state, headers, &tenant);
+    let turn = state.continuations.resume(tenant, token, answers).await;
+    Ok(response(ended(span, turn)?))
 }
 
 /// A turn as LibreChat's client reads it.
 fn response(turn: Turn) -> Response {
     match turn {
         Turn::Paused { session_id, token, calls, approvals } => {
-            let tool_calls: Vec<ToolCallOut> =
-                calls.into_iter().map(|c| ToolCallOut { input: c.input_value(), id: c.id, name: c.name }).collect();
+            let tool_calls: Vec<ToolCallOut> = calls
+                .into_iter()
+                .map(|c| ToolCallOut {
+                    input: c.input_value(),
+                    traceparent: c.trace.as_ref().map(|span| traces::traceparent(Some(span))),
+                    id: c.id,
+                    name: c.name,
+                })
+                .collect();
             let mut body = json!({
                 "status": "tool_call_required", "session_id": session_id,
                 "continuation_token": token, "tool_calls": tool_calls,

@@ -274,9 +274,11 @@ impl Server {
     }
 
     /// Calls `tool` with `arguments`; `Err` is the message of the program's `ToolError`.
-    /// Calls `tool`; `call_id` (the program's call's id: unique, and the same when the
-    /// execution is replayed or thawed) goes in `_meta` as [`IDEMPOTENCY_KEY`].
-    pub async fn call(&self, tool: &str, arguments: Value, call_id: &str) -> Result<Value, String> {
+    /// `call_id` (the program's call's id: unique, and the same when the execution is
+    /// replayed or thawed) goes in `_meta` as [`IDEMPOTENCY_KEY`], and the call's span
+    /// (`traceparent`, W3C; empty: none) as `traceparent`, so that the server's spans nest
+    /// under the program's call.
+    pub async fn call(&self, tool: &str, arguments: Value, call_id: &str, traceparent: &str) -> Result<Value, String> {
         *self.last_used.lock().unwrap() = Instant::now();
         let label = format!("{}.{tool}", self.name);
         let peer = self.peer().await?;
@@ -286,6 +288,9 @@ impl Server {
         }
         let mut meta = rmcp::model::MetaObject::default();
         meta.0.insert(IDEMPOTENCY_KEY.into(), Value::String(call_id.to_string()));
+        if !traceparent.is_empty() {
+            meta.0.insert("traceparent".into(), Value::String(traceparent.to_string()));
+        }
         params.meta = Some(rmcp::model::RequestMetaObject(meta));
         let timeout = self.spec.call_timeout;
         match tokio::time::timeout(timeout, peer.call_tool(params)).await {

@@ -6,6 +6,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use opentelemetry::KeyValue;
+use opentelemetry::trace::Span as _;
 use ptc_engine::{ApprovalRequest, Decision, Event, ExecutionRequest, FailureKind, OutputStream, ToolCall, ToolResult};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CreateMessageRequest, ElicitRequest, InputRequest, InputRequests,
@@ -28,6 +30,7 @@ use crate::core::auth::LOCAL_TENANT;
 use crate::core::runs::{DataDir, Start};
 use crate::core::sessions::{LiveSession, OpenOptions, Sessions};
 use crate::core::{Error, ErrorKind};
+use crate::traces;
 
 /// How a program ended, or what its client's model must be asked before it can go on.
 enum Stop {
@@ -54,6 +57,17 @@ impl Runs {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let tenant = tenant_of(&ctx.extensions);
+        // This call's span, under the client's (`_meta.traceparent`), when the server traces;
+        // a program it starts has its span under it.
+        let parent = ctx.meta.0.0.get("traceparent").and_then(Value::as_str).and_then(traces::from_traceparent);
+        let attributes = vec![
+            KeyValue::new("mcp.method.name", "tools/call"),
+            KeyValue::new("gen_ai.tool.name", "execute_code"),
+            KeyValue::new("ptc.tenant", tenant.clone().unwrap_or_default()),
+        ];
+        let tracer = self.state.core.engine.config().tracer.as_ref();
+        let span = traces::request_span(tracer, "tools/call execute_code", parent.as_ref(), attributes);
+        let trace_parent = span.as_ref().map(|s| s.span_context().clone());
         if let Some(handle) = &request.request_state {
             let program =
                 sampling::retried(&self.state, handle, &tenant, request.input_responses.unwrap_or_default()).await?;
@@ -70,7 +84,8 @@ impl Runs {
             _ => None,
         };
         let shapes = self.state.core.engine.result_shapes_version(tenant.as_deref());
-        let program = match self.start(&args, mode, held.as_deref_mut(), tenant.clone(), elicits(&ctx)).await {
+        let started = self.start(&args, mode, held.as_deref_mut(), tenant.clone(), elicits(&ctx), trace_parent).await;
+        let program = match started {
             Ok(program) => program,
             Err(message) => return Ok(failed_before_start(message).into()),
         };
@@ -94,6 +109,7 @@ impl Runs {
         held: Option<&mut Option<HeldSession>>,
         tenant: Option<String>,
         elicits: bool,
+        trace_parent: Option<opentelemetry::trace::SpanContext>,
     ) -> Result<Program, String> {
         let Some(code) = args.get("code").and_then(Value::as_str) else {
             return Err("execute_code needs \"code\": the Python program to run, as a string".into());
@@ -119,7 +135,8 @@ impl Runs {
         let state = &self.state;
         let mut catalog = catalog(&self.state, false, Mode::Fresh, tenant.as_deref(), elicits).await?;
         catalog.defs.push(llm_query_def());
-        let request = ExecutionRequest::new(code).with_tools(catalog.defs).with_runtime(state.runtime);
+        let mut request = ExecutionRequest::new(code).with_tools(catalog.defs).with_runtime(state.runtime);
+        request.trace_parent = trace_parent;
         let start = Start {
             tenant: tenant.as_deref(),
             request_id: None,
@@ -368,9 +385,10 @@ impl Runs {
             }
             let server =
                 call.namespace.as_deref().and_then(|ns| self.state.downstream.server(ns, program.tenant.as_deref()));
+            let traceparent = traces::traceparent(call.trace.as_ref());
             program.calls.spawn(async move {
                 let outcome = match server {
-                    Some(server) => server.call(&call.name, call.input_value(), &call.id).await,
+                    Some(server) => server.call(&call.name, call.input_value(), &call.id, &traceparent).await,
                     None => Err(format!("no downstream server for tool {:?}", call.name)),
                 };
                 match outcome {

@@ -186,16 +186,18 @@ class Started(_message.Message):
     def __init__(self, execution_id: _Optional[str] = ...) -> None: ...
 
 class ToolCall(_message.Message):
-    __slots__ = ("id", "name", "input_json", "namespace")
+    __slots__ = ("id", "name", "input_json", "namespace", "traceparent")
     ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     INPUT_JSON_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
     id: str
     name: str
     input_json: str
     namespace: str
-    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., input_json: _Optional[str] = ..., namespace: _Optional[str] = ...) -> None: ...
+    traceparent: str
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., input_json: _Optional[str] = ..., namespace: _Optional[str] = ..., traceparent: _Optional[str] = ...) -> None: ...
 
 class ToolCalls(_message.Message):
     __slots__ = ("calls", "round", "approvals")
