@@ -208,6 +208,29 @@ fn benches(c: &mut Criterion) {
     }
     group.finish();
 
+    // Tracing's cost: the same engine settings without a tracer and with one (the SDK's batch
+    // processor, as `--otlp-endpoint` sets it up, over an exporter that discards what it gets).
+    let mut traced_config = cold.config().clone();
+    traced_config.warm_instances = engine.config().warm_instances;
+    let untraced = Engine::new(traced_config.clone()).unwrap();
+    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+        .with_span_processor(opentelemetry_sdk::trace::BatchSpanProcessor::builder(Discard).build())
+        .build();
+    traced_config.tracer =
+        Some(ptc_engine::Tracer::new(opentelemetry::trace::TracerProvider::tracer(&provider, "bench")));
+    let traced = Engine::new(traced_config).unwrap();
+    let mut group = c.benchmark_group("tracing");
+    group.measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_millis(500)).sample_size(20);
+    let sequential_100 = workloads().into_iter().find(|w| w.name == "sequential_100").unwrap().code;
+    for (name, code) in [("pass", "pass"), ("sequential_100", sequential_100.as_str())] {
+        for (tracing, engine) in [("off", &untraced), ("on", &traced)] {
+            group.bench_function(format!("{name}_library/{tracing}"), |b| {
+                b.to_async(&rt).iter(|| run_library(engine, code))
+            });
+        }
+    }
+    group.finish();
+
     for w in workloads() {
         let mut group = c.benchmark_group(w.name);
         group.measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_millis(500)).sample_size(20);
@@ -235,6 +258,17 @@ async fn spaced<F: std::future::Future<Output = ()>>(iters: u64, run: impl Fn() 
         total += started.elapsed();
     }
     total
+}
+
+/// An exporter that drops what it is given: the `tracing` rows measure making and batching
+/// spans, not a collector.
+#[derive(Debug)]
+struct Discard;
+
+impl opentelemetry_sdk::trace::SpanExporter for Discard {
+    async fn export(&self, _: Vec<opentelemetry_sdk::trace::SpanData>) -> opentelemetry_sdk::error::OTelSdkResult {
+        Ok(())
+    }
 }
 
 criterion_group!(all, benches);

@@ -405,6 +405,18 @@ pub struct TraceArgs {
     pub otlp_batch_delay_ms: u64,
 }
 
+impl TraceArgs {
+    /// The exporter's settings, if an endpoint is given.
+    pub fn otlp(&self) -> Option<crate::traces::OtlpConfig> {
+        let endpoint = self.otlp_endpoint.as_ref().filter(|e| !e.is_empty())?;
+        Some(crate::traces::OtlpConfig {
+            endpoint: endpoint.clone(),
+            protocol: self.otlp_protocol,
+            batch_delay: Duration::from_millis(self.otlp_batch_delay_ms),
+        })
+    }
+}
+
 #[derive(Args, Debug, Clone)]
 pub struct McpArgs {
     /// The downstream MCP servers: `{"mcpServers": {"NAME": {"command", "args", "env"} |
@@ -446,6 +458,8 @@ pub struct McpArgs {
     /// (docs/network.md). Without it, programs have no network.
     #[arg(long, env = "PTC_NETWORK_POLICY")]
     pub network_policy: Option<PathBuf>,
+    #[command(flatten)]
+    pub traces: TraceArgs,
 }
 
 impl McpArgs {

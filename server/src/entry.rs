@@ -59,7 +59,15 @@ async fn serve(args: crate::cli::ServeArgs) -> anyhow::Result<()> {
 }
 
 async fn mcp(args: crate::cli::McpArgs) -> anyhow::Result<()> {
-    let (engine_config, mcp_config) = args.configs().map_err(anyhow::Error::msg)?;
+    let (mut engine_config, mcp_config) = args.configs().map_err(anyhow::Error::msg)?;
+    let traces = match args.traces.otlp() {
+        Some(otlp) => {
+            let (traces, tracer) = crate::traces::Traces::start(&otlp, &crate::cluster::default_node_id())?;
+            engine_config.tracer = Some(tracer);
+            Some(traces)
+        }
+        None => None,
+    };
     let engine = tokio::task::spawn_blocking(move || ptc_engine::Engine::new(engine_config)).await??;
     engine.warm_up();
     // One client owns a stdio server: its requests name no tenant (no tenant caps), its
@@ -75,7 +83,12 @@ async fn mcp(args: crate::cli::McpArgs) -> anyhow::Result<()> {
     };
     let downstream = crate::front::mcp::Downstream::new(&mcp_config);
     let state = crate::front::mcp::McpState::new(core, downstream, args.runtime, !args.stateless, args.discovery_above);
-    crate::front::mcp::serve_stdio(state).await
+    let served = crate::front::mcp::serve_stdio(state).await;
+    if let Some(traces) = traces {
+        // The batch processor's thread blocks on its last export.
+        let _ = tokio::task::spawn_blocking(move || traces.shutdown()).await;
+    }
+    served
 }
 
 async fn server_shutdown_signal() {

@@ -65,3 +65,33 @@ pub fn attribute(span: &Span, key: &str) -> Option<String> {
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+
+/// `spans` as an indented tree, each with its duration and its events, children in the order
+/// they started (for a test's output and docs/observability.md).
+pub fn tree(spans: &[Span]) -> String {
+    fn walk(spans: &[Span], parent: &[u8], depth: usize, out: &mut String) {
+        let mut children: Vec<&Span> = spans.iter().filter(|s| s.parent_span_id == parent).collect();
+        children.sort_by_key(|s| s.start_time_unix_nano);
+        for span in children {
+            let ms = span.end_time_unix_nano.saturating_sub(span.start_time_unix_nano) as f64 / 1e6;
+            let status = match span.status.as_ref().map(|s| s.code) {
+                Some(2) => " ERROR",
+                _ => "",
+            };
+            let events: Vec<&str> = span.events.iter().map(|e| e.name.as_str()).collect();
+            let events = if events.is_empty() { String::new() } else { format!(" [{}]", events.join(", ")) };
+            out.push_str(&format!("{}{} ({ms:.2} ms){status}{events}\n", "  ".repeat(depth), span.name));
+            walk(spans, &span.span_id, depth + 1, out);
+        }
+    }
+    let ids: Vec<&[u8]> = spans.iter().map(|s| s.span_id.as_slice()).collect();
+    let mut out = String::new();
+    let mut roots: Vec<&[u8]> = spans.iter().map(|s| s.parent_span_id.as_slice()).filter(|p| !ids.contains(p)).collect();
+    roots.sort();
+    roots.dedup();
+    for root in roots {
+        out.push_str(&format!("(the client's span {})\n", hex(root)));
+        walk(spans, root, 1, &mut out);
+    }
+    out
+}

@@ -44,12 +44,7 @@ impl ServeArgs {
         self.cluster.apply(&mut config)?;
         // After the files' and the tenants' (where images go, and whether there are tenants).
         self.hibernated_images(&mut config);
-        config.otlp =
-            self.traces.otlp_endpoint.as_ref().filter(|e| !e.is_empty()).map(|endpoint| crate::traces::OtlpConfig {
-                endpoint: endpoint.clone(),
-                protocol: self.traces.otlp_protocol,
-                batch_delay: std::time::Duration::from_millis(self.traces.otlp_batch_delay_ms),
-            });
+        config.otlp = self.traces.otlp();
         Ok(config)
     }
 

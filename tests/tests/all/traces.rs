@@ -93,6 +93,7 @@ print(a, b, c)
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
+    eprintln!("{}", ptc_tests::otlp::tree(&spans));
     assert!(spans.iter().all(|s| hex(&s.trace_id) == TRACE), "one trace, the client's: {names:?}");
     let one = |name: &str| -> &Span {
         let found: Vec<&Span> = spans.iter().filter(|s| s.name == name).collect();
