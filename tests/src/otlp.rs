@@ -86,7 +86,8 @@ pub fn tree(spans: &[Span]) -> String {
     }
     let ids: Vec<&[u8]> = spans.iter().map(|s| s.span_id.as_slice()).collect();
     let mut out = String::new();
-    let mut roots: Vec<&[u8]> = spans.iter().map(|s| s.parent_span_id.as_slice()).filter(|p| !ids.contains(p)).collect();
+    let mut roots: Vec<&[u8]> =
+        spans.iter().map(|s| s.parent_span_id.as_slice()).filter(|p| !ids.contains(p)).collect();
     roots.sort();
     roots.dedup();
     for root in roots {
