@@ -22,17 +22,38 @@ impl TraceService for Receiver {
         &self,
         request: tonic::Request<ExportTraceServiceRequest>,
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        let request = request.into_inner();
-        self.raw.lock().unwrap().extend(request.encode_to_vec());
-        let mut spans = self.spans.lock().unwrap();
-        for resource in request.resource_spans {
-            spans.extend(resource.scope_spans.into_iter().flat_map(|scope| scope.spans));
-        }
+        self.keep(request.into_inner());
         Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
     }
 }
 
 impl Receiver {
+    fn keep(&self, request: ExportTraceServiceRequest) {
+        self.raw.lock().unwrap().extend(request.encode_to_vec());
+        let mut spans = self.spans.lock().unwrap();
+        for resource in request.resource_spans {
+            spans.extend(resource.scope_spans.into_iter().flat_map(|scope| scope.spans));
+        }
+    }
+
+    /// Serves OTLP/HTTP (protobuf bodies, `POST /v1/traces`) on a free port of 127.0.0.1: its
+    /// endpoint.
+    pub async fn start_http(&self) -> String {
+        use axum::body::Bytes;
+        use axum::extract::State;
+        use axum::http::{StatusCode, header};
+        async fn traces(State(receiver): State<Receiver>, body: Bytes) -> Result<impl axum::response::IntoResponse, StatusCode> {
+            let request = ExportTraceServiceRequest::decode(body).map_err(|_| StatusCode::BAD_REQUEST)?;
+            receiver.keep(request);
+            Ok(([(header::CONTENT_TYPE, "application/x-protobuf")], ExportTraceServiceResponse::default().encode_to_vec()))
+        }
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = axum::Router::new().route("/v1/traces", axum::routing::post(traces)).with_state(self.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        format!("http://{addr}/v1/traces")
+    }
+
     /// The spans named `name` so far.
     pub fn named(&self, name: &str) -> Vec<Span> {
         self.spans.lock().unwrap().iter().filter(|s| s.name == name).cloned().collect()

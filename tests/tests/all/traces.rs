@@ -282,3 +282,28 @@ async fn an_http_execution_replayed_on_another_node_stays_in_the_caller_s_trace(
     n2.wait().await;
     let _ = std::fs::remove_dir_all(files);
 }
+
+/// OTLP/HTTP (protobuf) reaches a receiver as OTLP/gRPC does.
+#[tokio::test(flavor = "multi_thread")]
+async fn spans_go_out_over_otlp_http_too() {
+    let receiver = Receiver::default();
+    let endpoint = receiver.start_http().await;
+    let mut config = grpc::config(&["t1:k1"]);
+    config.otlp = Some(OtlpConfig { endpoint, protocol: OtlpProtocol::Http, batch_delay: Duration::from_millis(100) });
+    let server = grpc::serve(config).await;
+    let mut client = SandboxClient::connect(format!("http://{}", server.grpc_addr)).await.unwrap();
+    let start = grpc::start_message("print(await lookup(q='a'))", vec![grpc::tool("lookup", None)]);
+    let stream = ExecuteStream::open(&mut client, start, Some("k1")).await.unwrap();
+    let (end, _) = Stream(stream).drive(|_| Ok(serde_json::json!("found"))).await;
+    assert_eq!(grpc::completed(end).stdout, "found\n");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while receiver.named("execute_tool lookup").is_empty() || receiver.named("ptc.v1.Sandbox/Execute").is_empty() {
+        server.flush_traces();
+        assert!(Instant::now() < deadline, "no spans over OTLP/HTTP");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let execution = &receiver.named("ptc.execution")[0];
+    assert_eq!(execution.parent_span_id, receiver.named("ptc.v1.Sandbox/Execute")[0].span_id);
+    server.shutdown();
+    server.wait().await;
+}

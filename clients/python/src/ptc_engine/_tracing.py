@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from types import ModuleType
 
+_context: ModuleType | None
+_propagate: ModuleType | None
 try:
-    from opentelemetry import context as _context
-    from opentelemetry import propagate as _propagate
+    from opentelemetry import context as _otel_context
+    from opentelemetry import propagate as _otel_propagate
+
+    _context, _propagate = _otel_context, _otel_propagate
 except ImportError:  # pragma: no cover - exercised where opentelemetry is absent
-    _context = None
-    _propagate = None
+    _context = _propagate = None
 
 
 def current() -> str | None:
