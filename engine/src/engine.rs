@@ -285,6 +285,8 @@ impl Engine {
         let started = Instant::now();
         let hibernate_after = request.hibernate_after.or(inner.config.hibernate_after);
         let id: Arc<str> = request.id.clone().unwrap_or_else(new_id).into();
+        let run = trace::Run { id: &id, runtime: request.runtime, tenant: request.tenant.as_deref(), how: "start" };
+        let trace = Trace::start(inner.config.tracer.as_ref(), request.trace_parent.as_ref(), run);
         let suffix = match &request.journal {
             Some(journal) => crate::calls::approval::journal_suffix(&journal.seed),
             None => crate::calls::approval::id_suffix(&id),
@@ -309,7 +311,7 @@ impl Engine {
             None => (Some(permit), None),
             Some(_) => {
                 let sealing = self.sealing(request.keeper.as_ref(), request.tenant.as_ref(), &id, started, host.fuel);
-                (None, Some(self.hibernation(Some(permit), sealing)))
+                (None, Some(self.hibernation(Some(permit), sealing).traced(trace.clone())))
             }
         };
 
@@ -317,8 +319,6 @@ impl Engine {
             GuestTools::Sent(wit_tools(&request.tools, inner.stores.observed.as_deref(), request.tenant.as_deref()));
         let sides = Sides { fuel: host.fuel, output: host.output, events: host.events };
         let clock = Clock { started, deadline, timeout: limits.timeout };
-        let run = trace::Run { id: &id, runtime: request.runtime, tenant: request.tenant.as_deref(), how: "start" };
-        let trace = Trace::start(inner.config.tracer.as_ref(), request.trace_parent.as_ref(), run);
         let job = Job::new(pre, request.code, tools, clock, sides, &inner.shutdown, &inner.running)
             .holding(permit, hibernation)
             .refilling((request.runtime == Runtime::Python).then(|| self.refill(!host.ahead)));
@@ -364,6 +364,7 @@ impl Engine {
             slots: inner.slots.clone(),
             permit: std::sync::Mutex::new(permit),
             sealing,
+            trace: None,
         }
     }
 

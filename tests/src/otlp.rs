@@ -42,10 +42,16 @@ impl Receiver {
         use axum::body::Bytes;
         use axum::extract::State;
         use axum::http::{StatusCode, header};
-        async fn traces(State(receiver): State<Receiver>, body: Bytes) -> Result<impl axum::response::IntoResponse, StatusCode> {
+        async fn traces(
+            State(receiver): State<Receiver>,
+            body: Bytes,
+        ) -> Result<impl axum::response::IntoResponse, StatusCode> {
             let request = ExportTraceServiceRequest::decode(body).map_err(|_| StatusCode::BAD_REQUEST)?;
             receiver.keep(request);
-            Ok(([(header::CONTENT_TYPE, "application/x-protobuf")], ExportTraceServiceResponse::default().encode_to_vec()))
+            Ok((
+                [(header::CONTENT_TYPE, "application/x-protobuf")],
+                ExportTraceServiceResponse::default().encode_to_vec(),
+            ))
         }
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();

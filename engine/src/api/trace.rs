@@ -40,6 +40,20 @@ impl Tracer {
         };
         self.0.span_builder(name).with_kind(kind).with_attributes(attributes).start_with_context(&*self.0, &parent)
     }
+
+    /// An internal span under `parent` that started at `start` (a phase timed before it is
+    /// known to be one).
+    pub(crate) fn span_since(
+        &self,
+        name: &'static str,
+        parent: &SpanContext,
+        start: std::time::SystemTime,
+        attributes: Vec<KeyValue>,
+    ) -> BoxedSpan {
+        let parent = Context::new().with_remote_span_context(parent.clone());
+        let builder = self.0.span_builder(name).with_kind(SpanKind::Internal).with_start_time(start);
+        builder.with_attributes(attributes).start_with_context(&*self.0, &parent)
+    }
 }
 
 impl std::fmt::Debug for Tracer {

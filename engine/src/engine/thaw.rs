@@ -103,7 +103,7 @@ impl Engine {
         let run = trace::Run { id: &id, runtime: request.runtime, tenant: request.tenant.as_deref(), how: "thaw" };
         let trace = Trace::start(inner.config.tracer.as_ref(), request.trace_parent.as_ref(), run);
         let job = Job::new(pre, String::new(), tools, clock, sides, &inner.shutdown, &inner.running)
-            .holding(None, Some(self.hibernation(None, sealing)))
+            .holding(None, Some(self.hibernation(None, sealing).traced(trace.clone())))
             .refilling((request.runtime == Runtime::Python).then(|| self.refill(false)));
         let cancel = job.cancel.clone();
         let span = tracing::info_span!("execution", id = %id, session = request.session_id.as_deref().unwrap_or(""));

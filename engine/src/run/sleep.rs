@@ -6,9 +6,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use opentelemetry::KeyValue;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use wasmtime::Store;
 
+use super::trace::Trace;
 use crate::api::keeper::{Hibernated, Keeper};
 use crate::api::request::Runtime;
 use crate::calls::shares::MemoryClaim;
@@ -28,6 +30,17 @@ pub(crate) struct Hibernation {
     pub(crate) permit: Mutex<Option<OwnedSemaphorePermit>>,
     /// Where its sealed image goes at each hibernation, if anywhere.
     pub(crate) sealing: Option<Sealing>,
+    /// The execution's spans, when the engine traces (a session's idle hibernations have
+    /// none: they belong to no execution).
+    pub(crate) trace: Option<Arc<Trace>>,
+}
+
+impl Hibernation {
+    /// With each hibernation and thaw a span under `trace`'s execution.
+    pub(crate) fn traced(mut self, trace: Option<Arc<Trace>>) -> Self {
+        self.trace = trace;
+        self
+    }
 }
 
 /// Where a hibernating execution's sealed image goes, and what it is bound to.
@@ -215,6 +228,14 @@ impl Hibernation {
         drop(self.permit.lock().unwrap_or_else(|e| e.into_inner()).take());
         tracing::debug!(bytes = size, on_disk = !frozen.in_memory(), elapsed = ?started.elapsed(), "hibernated");
         metrics::histogram!("ptc_hibernate_seconds").record(started.elapsed().as_secs_f64());
+        if let Some(trace) = &self.trace {
+            let attributes = vec![
+                KeyValue::new("ptc.hibernated.bytes", size as i64),
+                KeyValue::new("ptc.hibernated.on_disk", !frozen.in_memory()),
+                KeyValue::new("ptc.hibernated.sealed", self.sealing.is_some()),
+            ];
+            trace.phase("ptc.hibernate", started, attributes);
+        }
         Ok(Asleep { kept: frozen, len, image, fuel })
     }
 
@@ -250,6 +271,13 @@ impl Hibernation {
         store.data_mut().awake();
         tracing::debug!(?instantiated, elapsed = ?started.elapsed(), "thawed");
         metrics::histogram!("ptc_thaw_seconds").record(started.elapsed().as_secs_f64());
+        if let Some(trace) = &self.trace {
+            let attributes = vec![
+                KeyValue::new("ptc.hibernated.bytes", size as i64),
+                KeyValue::new("ptc.hibernated.on_disk", !in_memory),
+            ];
+            trace.phase("ptc.thaw", started, attributes);
+        }
         Ok(guest)
     }
 }

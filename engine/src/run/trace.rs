@@ -12,6 +12,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime};
 
 use opentelemetry::KeyValue;
 use opentelemetry::global::BoxedSpan;
@@ -126,6 +127,12 @@ impl Trace {
                 (span, round)
             })
             .0
+    }
+
+    /// A span under the execution's from `started` to now (hibernation, thaw).
+    pub(crate) fn phase(&self, name: &'static str, started: Instant, attributes: Vec<KeyValue>) {
+        let start = SystemTime::now() - started.elapsed();
+        self.tracer.span_since(name, &self.context, start, attributes).end();
     }
 
     /// Results the execution took: their calls' spans end (a tool's error as the span's

@@ -307,3 +307,42 @@ async fn spans_go_out_over_otlp_http_too() {
     server.shutdown();
     server.wait().await;
 }
+
+/// An execution that waits past `--hibernate-after-ms` is hibernated and thawed: a span each,
+/// under its execution, with the image's size.
+#[tokio::test(flavor = "multi_thread")]
+async fn hibernation_and_thaw_are_spans_of_the_execution() {
+    let receiver = Receiver::default();
+    let endpoint = receiver.start().await;
+    let mut config = grpc::config(&["t1:k1"]);
+    config.engine.hibernate_after = Some(Duration::from_millis(50));
+    config.otlp = Some(OtlpConfig { endpoint, protocol: OtlpProtocol::Grpc, batch_delay: Duration::from_millis(100) });
+    let server = grpc::serve(config).await;
+    let mut client = SandboxClient::connect(format!("http://{}", server.grpc_addr)).await.unwrap();
+    let start = grpc::start_message("print(await lookup(q='a'))", vec![grpc::tool("lookup", None)]);
+    let stream = ExecuteStream::open(&mut client, start, Some("k1")).await.unwrap();
+    let mut stream = Stream(stream);
+    let round = stream.until(|m| if let Msg::ToolCalls(r) = m { Some(r) } else { None }).await;
+    ptc_tests::eventually("the execution hibernates", || server.engine.hibernated() == 1).await;
+    let outcome = Some(tool_result::Outcome::ResultJson("\"found\"".into()));
+    stream.0.send_results(vec![proto::ToolResult { call_id: round.calls[0].id.clone(), outcome }]).await.unwrap();
+    let done = stream.until(|m| if let Msg::Completed(c) = m { Some(c) } else { None }).await;
+    assert_eq!(done.stdout, "found\n");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while receiver.named("ptc.execution").is_empty() {
+        server.flush_traces();
+        assert!(Instant::now() < deadline, "spans did not arrive");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let execution = &receiver.named("ptc.execution")[0];
+    for name in ["ptc.hibernate", "ptc.thaw"] {
+        let phase = receiver.named(name);
+        assert_eq!(phase.len(), 1, "{name}");
+        assert_eq!(phase[0].parent_span_id, execution.span_id, "{name} is the execution's");
+        assert!(attribute(&phase[0], "ptc.hibernated.bytes").is_some_and(|b| b.parse::<u64>().unwrap() > 0), "{name}");
+        assert!(phase[0].end_time_unix_nano >= phase[0].start_time_unix_nano);
+    }
+    assert!(
+        receiver.named("ptc.hibernate")[0].end_time_unix_nano <= receiver.named("ptc.thaw")[0].start_time_unix_nano
+    );
+}
