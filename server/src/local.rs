@@ -80,7 +80,7 @@ impl Local {
     pub fn execute(&self, traceparent: Option<&str>) -> LocalCall {
         let (call, Ends { inbound, out, cancelled }) = pipe();
         let service = self.service.clone();
-        let parent = traceparent.and_then(|t| crate::traces::extract(|k| (k == "traceparent").then(|| t.to_string())));
+        let parent = traceparent.and_then(crate::traces::from_traceparent);
         tokio::spawn(cancelled.run_until_cancelled_owned(async move {
             let tenant = match service.tenant(&Request::new(())) {
                 Ok(tenant) => tenant,

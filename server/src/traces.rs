@@ -144,9 +144,10 @@ pub fn from_headers(headers: &axum::http::HeaderMap) -> Option<SpanContext> {
     extract(|name| Some(headers.get(name)?.to_str().ok()?.to_string()))
 }
 
-/// The span a `traceparent` (as [`traceparent`] writes it) names.
+/// The span a `traceparent` (as [`traceparent`] writes it) names; `None` for an empty or
+/// malformed one.
 pub fn from_traceparent(traceparent: &str) -> Option<SpanContext> {
-    (!traceparent.is_empty()).then(|| extract(|name| (name == "traceparent").then(|| traceparent.to_string())))?
+    extract(|name| (name == "traceparent").then(|| traceparent.to_string()))
 }
 
 /// The caller's span from W3C trace context (`traceparent`, `tracestate`) as `get` finds its

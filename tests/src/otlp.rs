@@ -2,12 +2,21 @@
 //! OpenTelemetry protocol's own crate, served with tonic, keeping what it is sent.
 
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
 use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
+use ptc_server::RunningServer;
+use ptc_server::traces::{OtlpConfig, OtlpProtocol};
+
+/// A server's exporter to `endpoint` over `protocol`, sending every 100 ms (tests wait for
+/// spans, and flush besides).
+pub fn config(endpoint: &str, protocol: OtlpProtocol) -> OtlpConfig {
+    OtlpConfig { endpoint: endpoint.to_string(), protocol, batch_delay: Duration::from_millis(100) }
+}
 
 /// What the receiver was sent: every span, and every request's bytes as they came.
 #[derive(Clone, Default)]
@@ -58,6 +67,21 @@ impl Receiver {
         let app = axum::Router::new().route("/v1/traces", axum::routing::post(traces)).with_state(self.clone());
         tokio::spawn(async move { axum::serve(listener, app).await });
         format!("http://{addr}/v1/traces")
+    }
+
+    /// Flushes `server`'s spans until `arrived` says what came is enough (within 20 s); what
+    /// came then.
+    pub async fn until(&self, server: &RunningServer, arrived: impl Fn(&Receiver) -> bool) -> Vec<Span> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            server.flush_traces();
+            if arrived(self) {
+                return self.spans.lock().unwrap().clone();
+            }
+            let names: Vec<String> = self.spans.lock().unwrap().iter().map(|s| s.name.clone()).collect();
+            assert!(Instant::now() < deadline, "the spans did not arrive; these did: {names:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// The spans named `name` so far.

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use opentelemetry::global::{BoxedSpan, BoxedTracer};
-use opentelemetry::trace::{SpanContext, SpanKind, TraceContextExt, Tracer as _};
+use opentelemetry::trace::{SpanBuilder, SpanContext, SpanKind, TraceContextExt, Tracer as _};
 use opentelemetry::{Context, KeyValue};
 
 /// An OpenTelemetry tracer the engine makes its spans with: an execution's, and one
@@ -34,11 +34,7 @@ impl Tracer {
         parent: Option<&SpanContext>,
         attributes: Vec<KeyValue>,
     ) -> BoxedSpan {
-        let parent = match parent {
-            Some(span) => Context::new().with_remote_span_context(span.clone()),
-            None => Context::new(),
-        };
-        self.0.span_builder(name).with_kind(kind).with_attributes(attributes).start_with_context(&*self.0, &parent)
+        self.start(self.0.span_builder(name).with_kind(kind).with_attributes(attributes), parent)
     }
 
     /// An internal span under `parent` that started at `start` (a phase timed before it is
@@ -50,9 +46,17 @@ impl Tracer {
         start: std::time::SystemTime,
         attributes: Vec<KeyValue>,
     ) -> BoxedSpan {
-        let parent = Context::new().with_remote_span_context(parent.clone());
         let builder = self.0.span_builder(name).with_kind(SpanKind::Internal).with_start_time(start);
-        builder.with_attributes(attributes).start_with_context(&*self.0, &parent)
+        self.start(builder.with_attributes(attributes), Some(parent))
+    }
+
+    /// `builder`'s span, under `parent` or as a trace of its own.
+    fn start(&self, builder: SpanBuilder, parent: Option<&SpanContext>) -> BoxedSpan {
+        let parent = match parent {
+            Some(span) => Context::new().with_remote_span_context(span.clone()),
+            None => Context::new(),
+        };
+        builder.start_with_context(&*self.0, &parent)
     }
 }
 

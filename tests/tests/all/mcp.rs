@@ -249,14 +249,14 @@ async fn before_protocol_2026_07_28_a_write_tool_waits_for_an_elicitation() {
 /// the downstream server's spans nest under the program's call.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_execute_code_call_continues_the_client_s_trace_down_to_each_downstream_call() {
-    use ptc_server::traces::{OtlpConfig, OtlpProtocol};
-    use ptc_tests::otlp::{Receiver, hex};
+    use ptc_server::traces::OtlpProtocol;
+    use ptc_tests::otlp::{self, Receiver, hex};
     let receiver = Receiver::default();
     let endpoint = receiver.start().await;
     let setup = tokio::task::spawn_blocking(|| downstream("trace")).await.unwrap();
     let mut config = grpc::config(&["acme:acme-key"]);
     config.mcp = McpConfig::load(&setup.config).unwrap();
-    config.otlp = Some(OtlpConfig { endpoint, protocol: OtlpProtocol::Grpc, batch_delay: Duration::from_millis(100) });
+    config.otlp = Some(otlp::config(&endpoint, OtlpProtocol::Grpc));
     let server = grpc::serve(config).await;
     let transport = StreamableHttpClientTransportConfig::with_uri(format!("http://{}/mcp", server.http_addr))
         .auth_header("acme-key");
@@ -272,12 +272,7 @@ async fn an_execute_code_call_continues_the_client_s_trace_down_to_each_downstre
     let r = tokio::time::timeout(Duration::from_secs(60), client.call_tool(params)).await.expect("answered").unwrap();
     let downstream_saw = stdout(&r).trim().to_string();
     assert!(downstream_saw.starts_with(&format!("00-{trace}-")), "{r:?}");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while receiver.named("tools/call execute_code").is_empty() {
-        server.flush_traces();
-        assert!(Instant::now() < deadline, "spans did not arrive");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    receiver.until(&server, |r| !r.named("tools/call execute_code").is_empty()).await;
     let call = &receiver.named("tools/call execute_code")[0];
     assert_eq!((hex(&call.trace_id), hex(&call.parent_span_id)), (trace.to_string(), client_span.to_string()));
     let execution = &receiver.named("ptc.execution")[0];

@@ -13,7 +13,7 @@ use ptc_server::execute::ExecuteStream;
 use ptc_server::proto::{self, decision, sandbox_client::SandboxClient, tool_result};
 use ptc_server::traces::{OtlpConfig, OtlpProtocol};
 use ptc_tests::grpc::{self, Msg, Stream};
-use ptc_tests::otlp::{Receiver, attribute, hex};
+use ptc_tests::otlp::{self, Receiver, attribute, hex};
 
 const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CLIENT_SPAN: &str = "00f067aa0ba902b7";
@@ -23,7 +23,7 @@ async fn a_program_s_calls_are_execute_tool_spans_under_the_client_s_trace_and_t
     let receiver = Receiver::default();
     let endpoint = receiver.start().await;
     let mut config = grpc::config(&["t1:k1"]);
-    config.otlp = Some(OtlpConfig { endpoint, protocol: OtlpProtocol::Grpc, batch_delay: Duration::from_millis(100) });
+    config.otlp = Some(otlp::config(&endpoint, OtlpProtocol::Grpc));
     let server = grpc::serve(config).await;
     let mut client = SandboxClient::connect(format!("http://{}", server.grpc_addr)).await.unwrap();
 
@@ -78,20 +78,7 @@ print(a, b, c)
 
     // The spans reach the receiver: the call's span ends with its stream, just after the
     // final message.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let spans = loop {
-        server.flush_traces();
-        let spans = receiver.spans.lock().unwrap().clone();
-        if spans.iter().any(|s| s.name == "ptc.v1.Sandbox/Execute") {
-            break spans;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "spans did not arrive: {:?}",
-            spans.iter().map(|s| &s.name).collect::<Vec<_>>()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let spans = receiver.until(&server, |r| !r.named("ptc.v1.Sandbox/Execute").is_empty()).await;
     let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
     eprintln!("{}", ptc_tests::otlp::tree(&spans));
     assert!(spans.iter().all(|s| hex(&s.trace_id) == TRACE), "one trace, the client's: {names:?}");
@@ -217,11 +204,7 @@ async fn an_http_execution_replayed_on_another_node_stays_in_the_caller_s_trace(
         config.token_secret = Some("a-secret-both-nodes-share".into());
         config.files.dir = files.clone();
         config.http_addr = ([127, 0, 0, 1], http).into();
-        config.otlp = Some(OtlpConfig {
-            endpoint: endpoint.clone(),
-            protocol: OtlpProtocol::Grpc,
-            batch_delay: Duration::from_millis(100),
-        });
+        config.otlp = Some(otlp::config(&endpoint, OtlpProtocol::Grpc));
         config
     };
     let (n1, n2) = (grpc::serve(node("n1", p1)).await, grpc::serve(node("n2", p2)).await);
@@ -255,17 +238,8 @@ async fn an_http_execution_replayed_on_another_node_stays_in_the_caller_s_trace(
     .await;
     assert_eq!(end.body["stdout"], "2\n", "{}", end.text);
 
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        n2.flush_traces();
-        // n1's execution and n2's replay, each ended.
-        if receiver.named("ptc.execution").len() >= 2 && receiver.named("POST /exec").len() >= 3 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "spans did not arrive");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let spans = receiver.spans.lock().unwrap().clone();
+    // n1's execution and n2's replay, each ended.
+    let spans = receiver.until(&n2, |r| r.named("ptc.execution").len() >= 2 && r.named("POST /exec").len() >= 3).await;
     assert!(spans.iter().all(|s| hex(&s.trace_id) == TRACE), "one trace, the caller's");
     let requests = receiver.named("POST /exec");
     let first = requests.iter().find(|s| hex(&s.parent_span_id) == CLIENT_SPAN && attribute(s, "ptc.tenant").is_some());
@@ -289,19 +263,16 @@ async fn spans_go_out_over_otlp_http_too() {
     let receiver = Receiver::default();
     let endpoint = receiver.start_http().await;
     let mut config = grpc::config(&["t1:k1"]);
-    config.otlp = Some(OtlpConfig { endpoint, protocol: OtlpProtocol::Http, batch_delay: Duration::from_millis(100) });
+    config.otlp = Some(otlp::config(&endpoint, OtlpProtocol::Http));
     let server = grpc::serve(config).await;
     let mut client = SandboxClient::connect(format!("http://{}", server.grpc_addr)).await.unwrap();
     let start = grpc::start_message("print(await lookup(q='a'))", vec![grpc::tool("lookup", None)]);
     let stream = ExecuteStream::open(&mut client, start, Some("k1")).await.unwrap();
     let (end, _) = Stream(stream).drive(|_| Ok(serde_json::json!("found"))).await;
     assert_eq!(grpc::completed(end).stdout, "found\n");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while receiver.named("execute_tool lookup").is_empty() || receiver.named("ptc.v1.Sandbox/Execute").is_empty() {
-        server.flush_traces();
-        assert!(Instant::now() < deadline, "no spans over OTLP/HTTP");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let arrived =
+        |r: &Receiver| !r.named("execute_tool lookup").is_empty() && !r.named("ptc.v1.Sandbox/Execute").is_empty();
+    receiver.until(&server, arrived).await;
     let execution = &receiver.named("ptc.execution")[0];
     assert_eq!(execution.parent_span_id, receiver.named("ptc.v1.Sandbox/Execute")[0].span_id);
     server.shutdown();
@@ -316,7 +287,7 @@ async fn hibernation_and_thaw_are_spans_of_the_execution() {
     let endpoint = receiver.start().await;
     let mut config = grpc::config(&["t1:k1"]);
     config.engine.hibernate_after = Some(Duration::from_millis(50));
-    config.otlp = Some(OtlpConfig { endpoint, protocol: OtlpProtocol::Grpc, batch_delay: Duration::from_millis(100) });
+    config.otlp = Some(otlp::config(&endpoint, OtlpProtocol::Grpc));
     let server = grpc::serve(config).await;
     let mut client = SandboxClient::connect(format!("http://{}", server.grpc_addr)).await.unwrap();
     let start = grpc::start_message("print(await lookup(q='a'))", vec![grpc::tool("lookup", None)]);
@@ -328,12 +299,7 @@ async fn hibernation_and_thaw_are_spans_of_the_execution() {
     stream.0.send_results(vec![proto::ToolResult { call_id: round.calls[0].id.clone(), outcome }]).await.unwrap();
     let done = stream.until(|m| if let Msg::Completed(c) = m { Some(c) } else { None }).await;
     assert_eq!(done.stdout, "found\n");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while receiver.named("ptc.execution").is_empty() {
-        server.flush_traces();
-        assert!(Instant::now() < deadline, "spans did not arrive");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    receiver.until(&server, |r| !r.named("ptc.execution").is_empty()).await;
     let execution = &receiver.named("ptc.execution")[0];
     for name in ["ptc.hibernate", "ptc.thaw"] {
         let phase = receiver.named(name);
