@@ -287,6 +287,9 @@ impl Engine {
         let id: Arc<str> = request.id.clone().unwrap_or_else(new_id).into();
         let run = trace::Run { id: &id, runtime: request.runtime, tenant: request.tenant.as_deref(), how: "start" };
         let trace = Trace::start(inner.config.tracer.as_ref(), request.trace_parent.as_ref(), run);
+        if let (Some(journal), Some(trace)) = (&journal, &trace) {
+            journal.traced(&trace.parent());
+        }
         let suffix = match &request.journal {
             Some(journal) => crate::calls::approval::journal_suffix(&journal.seed),
             None => crate::calls::approval::id_suffix(&id),
@@ -296,6 +299,7 @@ impl Engine {
             net: NetSide::new(request.network.clone(), Some(deadline)),
             hibernate_after,
             identity: (suffix, NeedApproval::of(&request.tools)),
+            trace: trace.as_ref().map(|t| t.parent()),
         };
         let (store, instance, host) = inner.stores.new_instance(StoreSpec {
             limits: &limits,

@@ -139,6 +139,17 @@ pub fn request_span(
     Some(tracer?.span(name, SpanKind::Server, parent, attributes))
 }
 
+/// A call this server makes for a program (a downstream MCP tool's), kind client, under the
+/// program's call's span, when the server traces.
+pub fn client_span(
+    tracer: Option<&ptc_engine::Tracer>,
+    name: String,
+    parent: Option<&SpanContext>,
+    attributes: Vec<KeyValue>,
+) -> Option<BoxedSpan> {
+    Some(tracer?.span(name, SpanKind::Client, parent, attributes))
+}
+
 /// The caller's span from an HTTP request's headers (`traceparent`, `tracestate`).
 pub fn from_headers(headers: &axum::http::HeaderMap) -> Option<SpanContext> {
     extract(|name| Some(headers.get(name)?.to_str().ok()?.to_string()))

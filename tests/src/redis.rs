@@ -43,3 +43,13 @@ pub fn command(port: u16, words: &[&str]) -> String {
     let n = s.read(&mut buf).unwrap_or(0);
     String::from_utf8_lossy(&buf[..n]).into_owned()
 }
+
+/// Changes one byte in the middle of the first sealed execution image in the Redis at `port`:
+/// a node must refuse to thaw it (and replay the journal instead).
+pub fn alter_an_image(port: u16) {
+    let keys = command(port, &["KEYS", "ptc:j:*:s"]);
+    let key = keys.lines().find(|l| l.starts_with("ptc:j:")).unwrap().to_string();
+    let flip = "local v = redis.call('HGET', KEYS[1], 'image') local i = math.floor(#v / 2) \
+                redis.call('HSET', KEYS[1], 'image', string.sub(v, 1, i - 1) .. string.char((string.byte(v, i) + 1) % 256) .. string.sub(v, i + 1)) return 1";
+    assert!(command(port, &["EVAL", flip, "1", &key]).starts_with(":1"));
+}

@@ -21,7 +21,12 @@ use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
 use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtxBuilder};
 
+use opentelemetry::KeyValue;
+use opentelemetry::global::BoxedSpan;
+use opentelemetry::trace::{Span, SpanKind, Status};
+
 use crate::api::events::{ApprovalRequest, Decision, ToolResult, Verdict};
+use crate::api::trace::Parent;
 use crate::net::{Failure, Response};
 
 /// What a journaled execution starts from: its seed, and what an earlier run of the same
@@ -287,6 +292,9 @@ struct State {
     started: Instant,
     /// Clocks are read live and not recorded (`Recorder::set_quiet`).
     quiet: bool,
+    /// The replay's span (`ptc.replay`, [`Recorder::traced`]) until the recorded entries are
+    /// used up or the program diverges from them.
+    span: Option<BoxedSpan>,
 }
 
 impl Recorder {
@@ -321,6 +329,7 @@ impl Recorder {
                 last_monotonic: 0,
                 started: Instant::now(),
                 quiet: false,
+                span: None,
             }),
         })
     }
@@ -338,6 +347,34 @@ impl Recorder {
             .insecure_random_seed(u128::from_le_bytes(insecure_seed) ^ 3)
             .wall_clock(Clock(self.clone()))
             .monotonic_clock(Clock(self.clone()));
+    }
+
+    /// A replay's span under the execution's (`parent`), from now until the program has
+    /// repeated every recorded entry (or diverged): how long taking over a run cost. Nothing
+    /// when there is nothing to replay.
+    pub(crate) fn traced(&self, parent: &Parent) {
+        let mut state = self.state();
+        if state.replay.is_empty() {
+            return;
+        }
+        let attributes = vec![
+            KeyValue::new("ptc.replay.entries", state.replay.len() as i64),
+            KeyValue::new("ptc.replay.decisions", state.decided.len() as i64),
+        ];
+        state.span = Some(parent.span("ptc.replay", SpanKind::Internal, attributes));
+    }
+
+    /// Ends the replay's span once the record is used up (or the program left it: `diverged`).
+    fn replaying(state: &mut State, diverged: bool) {
+        let diverged = diverged || state.diverged.is_some();
+        if state.span.is_none() || !(diverged || state.replay.is_empty()) {
+            return;
+        }
+        let Some(mut span) = state.span.take() else { return };
+        if diverged {
+            span.set_status(Status::error("diverged"));
+        }
+        span.end();
     }
 
     /// Entries recorded since the last take.
@@ -365,12 +402,18 @@ impl Recorder {
     /// The guest passes `calls` to `wait-for-tools` in `round` (the round they would start).
     pub(crate) fn calls(&self, calls: &[RecordedCall], round: u32) -> Replayed {
         let mut state = self.state();
+        let replayed = Self::calls_in(&mut state, calls, round);
+        Self::replaying(&mut state, matches!(replayed, Replayed::Diverged(_)));
+        replayed
+    }
+
+    fn calls_in(state: &mut State, calls: &[RecordedCall], round: u32) -> Replayed {
         if let Some(why) = state.diverged.take() {
             return Replayed::Diverged(format!("before round {round}: {why}"));
         }
         match state.replay.pop_front() {
             None => {
-                Self::record(&mut state, Entry::Calls(calls.to_vec()));
+                Self::record(state, Entry::Calls(calls.to_vec()));
                 Replayed::Live
             }
             Some(Entry::Calls(recorded)) if recorded == calls => match state.replay.front() {
@@ -408,6 +451,12 @@ impl Recorder {
     /// lasts (and checked to be the recorded one), else made live.
     pub(crate) fn http(&self, method: &str, url: &str) -> HttpReplay {
         let mut state = self.state();
+        let replay = Self::http_in(&mut state, method, url);
+        Self::replaying(&mut state, matches!(replay, HttpReplay::Diverged(_)));
+        replay
+    }
+
+    fn http_in(state: &mut State, method: &str, url: &str) -> HttpReplay {
         if let Some(why) = state.diverged.take() {
             return HttpReplay::Diverged(why);
         }
@@ -440,11 +489,13 @@ impl Recorder {
     /// Why the replay went wrong, if it did: a clock read out of turn, or entries the program
     /// never asked for.
     pub(crate) fn divergence(&self) -> Option<String> {
-        let state = self.state();
+        let mut state = self.state();
         if let Some(why) = &state.diverged {
             return Some(why.clone());
         }
-        (!state.replay.is_empty()).then(|| "it ended before making all the tool calls of its first run".to_string())
+        let short = !state.replay.is_empty();
+        Self::replaying(&mut state, short);
+        short.then(|| "it ended before making all the tool calls of its first run".to_string())
     }
 
     /// Between a wait that answered `hibernate` and the program's next wait (its event loop
@@ -476,12 +527,14 @@ impl Recorder {
             Some(_) if state.diverged.is_none() => {
                 let kind = if wall { "wall" } else { "monotonic" };
                 state.diverged = Some(format!("it read the {kind} clock where its first run did something else"));
+                Self::replaying(&mut state, true);
                 None
             }
             _ => None,
         };
         if let Some(v) = value {
             state.replay.pop_front();
+            Self::replaying(&mut state, false);
             if !wall {
                 state.last_monotonic = v;
                 state.monotonic_offset = v.saturating_sub(live);

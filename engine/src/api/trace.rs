@@ -60,6 +60,27 @@ impl Tracer {
     }
 }
 
+/// An execution's span as the work done for it below the run floor finds it (an outbound HTTP
+/// request's span, `instance/outbound.rs`; a journal's replay): the tracer and the span's
+/// context, so that a span made there is the execution's child.
+#[derive(Clone, Debug)]
+pub(crate) struct Parent {
+    pub(crate) tracer: Tracer,
+    pub(crate) context: SpanContext,
+}
+
+impl Parent {
+    /// A span under the execution's, started now.
+    pub(crate) fn span(
+        &self,
+        name: impl Into<Cow<'static, str>>,
+        kind: SpanKind,
+        attributes: Vec<KeyValue>,
+    ) -> BoxedSpan {
+        self.tracer.span(name, kind, Some(&self.context), attributes)
+    }
+}
+
 impl std::fmt::Debug for Tracer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Tracer")

@@ -171,9 +171,11 @@ impl Engine {
         let install_exchange = exchange.clone();
         let (install_id, control_schemas) = (id.clone(), schemas.clone());
         let net = NetSide::new(request.network.clone(), Some(tokio::time::Instant::from_std(started + limits.timeout)));
+        let parent = trace.as_ref().map(|t| t.parent());
         let install = move |store: &mut Store<HostState>| {
             output.reset(limits.max_output_bytes, events_tx.clone());
             store.data_mut().net = net;
+            store.data_mut().trace = parent;
             let next = Next { id: &install_id, schemas, need_approval, limits: &limits, ceilings: &ceilings };
             store.data_mut().broker.reset(install_exchange, events_tx, next);
             store.set_epoch_deadline(1);

@@ -76,13 +76,20 @@ impl Engine {
         let now = Instant::now();
         let deadline = tokio::time::Instant::from_std(now + limits.timeout);
         // What the image says of the run: the requests it made and how its calls are named.
+        let run = trace::Run { id, runtime: request.runtime, tenant: request.tenant.as_deref(), how: "thaw" };
+        let trace = Trace::start(inner.config.tracer.as_ref(), request.trace_parent.as_ref(), run);
         let running = |h: &sealed::Host| Running {
             net: NetSide::new(request.network.clone(), Some(deadline)).made_before(h.requests),
             hibernate_after: request.hibernate_after.or(inner.config.hibernate_after),
             identity: (h.suffix.clone(), NeedApproval::of(&request.tools)),
+            trace: trace.as_ref().map(|t| t.parent()),
         };
-        let Opened { host: h, round, mut store, side, asleep } =
-            self.asleep_store(Sealed::Execution, id, image, spec, Some(running)).await?;
+        let opened = self.asleep_store(Sealed::Execution, id, image, spec, Some(running)).await;
+        let Opened { host: h, round, mut store, side, asleep } = opened.inspect_err(|e| {
+            if let Some(trace) = &trace {
+                trace.refused(e.kind().as_str());
+            }
+        })?;
         let answered: Vec<String> = h.log.iter().filter(|r| r.outcome.is_some()).map(|r| r.id.clone()).collect();
         side.exchange.restore(h.exchange, answered);
         side.output.restore(h.stdout, h.stderr, h.truncated);
@@ -100,8 +107,6 @@ impl Engine {
             GuestTools::Sent(wit_tools(&request.tools, inner.stores.observed.as_deref(), request.tenant.as_deref()));
         let sides = Sides { fuel: h.fuel_initial, output: side.output, events: side.events };
         let clock = Clock { started, deadline, timeout: limits.timeout };
-        let run = trace::Run { id: &id, runtime: request.runtime, tenant: request.tenant.as_deref(), how: "thaw" };
-        let trace = Trace::start(inner.config.tracer.as_ref(), request.trace_parent.as_ref(), run);
         let job = Job::new(pre, String::new(), tools, clock, sides, &inner.shutdown, &inner.running)
             .holding(None, Some(self.hibernation(None, sealing).traced(trace.clone())))
             .refilling((request.runtime == Runtime::Python).then(|| self.refill(false)));

@@ -7,10 +7,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtxView, WasiView};
 
+use crate::api::journal::{HttpReplay, Journal};
+use crate::api::trace::Parent;
 use crate::instance::bindings::{self, ptc::sandbox::host as wit};
 use crate::instance::broker::Broker;
 use crate::instance::clock::Monotonic;
 use crate::instance::limiter::Limiter;
+use crate::instance::outbound::Outbound;
 use crate::instance::output::Output;
 use crate::instance::wiring::{Wasi, Wiring};
 use crate::net::{self, NetSide};
@@ -35,6 +38,8 @@ pub(crate) struct HostState {
     pub(crate) monotonic: Option<Monotonic>,
     /// The execution's network policy and the requests it made (`net/`).
     pub(crate) net: NetSide,
+    /// The execution's span, when its engine traces: its outbound requests' spans go under it.
+    pub(crate) trace: Option<Parent>,
     /// Which tool list (`GuestTools::Numbered`'s number, `tool_lists.rs`) this instance's live
     /// session holds, once a program given it got to run (0: none).
     pub(crate) tools_held: u64,
@@ -57,6 +62,7 @@ pub(crate) struct Parts {
     pub(crate) preopened: bool,
     pub(crate) monotonic: Option<Monotonic>,
     pub(crate) net: NetSide,
+    pub(crate) trace: Option<Parent>,
     pub(crate) wiring: Wiring,
 }
 
@@ -79,7 +85,7 @@ impl HostState {
     }
 
     pub(crate) fn new(parts: Parts) -> Self {
-        let Parts { wasi, limiter, broker, live, preopened, monotonic, net, wiring } = parts;
+        let Parts { wasi, limiter, broker, live, preopened, monotonic, net, trace, wiring } = parts;
         if let Some(live) = &live {
             live.fetch_add(1, Ordering::Relaxed);
             metrics::gauge!("ptc_live_instances").increment(1.0);
@@ -99,6 +105,7 @@ impl HostState {
             primed_handles,
             monotonic,
             net,
+            trace,
             tools_held: 0,
             wiring: Some(wiring),
             unwired: false,
@@ -111,20 +118,24 @@ impl HostState {
     pub(crate) async fn fetch(&mut self, request: net::Request) -> Result<net::Response, net::Failure> {
         self.broker.output.flush();
         let journal = self.broker.journal.clone();
-        if let Some(journal) = &journal {
-            match journal.http(&request.method, &request.url) {
-                crate::api::journal::HttpReplay::Recorded(outcome) => return outcome,
-                crate::api::journal::HttpReplay::Diverged(why) => {
-                    return Err(net::Failure::Failed(crate::api::journal::Journal::diverged(&why)));
+        let replay = journal.as_ref().map(|journal| journal.http(&request.method, &request.url));
+        let replayed = !matches!(replay, None | Some(HttpReplay::Live));
+        let span = self.trace.as_ref().map(|parent| Outbound::start(parent, &request, replayed));
+        let outcome = match replay {
+            Some(HttpReplay::Recorded(outcome)) => outcome,
+            Some(HttpReplay::Diverged(why)) => Err(net::Failure::Failed(Journal::diverged(&why))),
+            None | Some(HttpReplay::Live) => {
+                self.broker.run_slot.release();
+                let outcome = self.net.fetch(request.clone(), self.net.left()).await;
+                self.broker.run_slot.acquire().await;
+                if let Some(journal) = &journal {
+                    journal.record_http(&request.method, &request.url, &outcome);
                 }
-                crate::api::journal::HttpReplay::Live => {}
+                outcome
             }
-        }
-        self.broker.run_slot.release();
-        let outcome = self.net.fetch(request.clone(), self.net.left()).await;
-        self.broker.run_slot.acquire().await;
-        if let Some(journal) = &journal {
-            journal.record_http(&request.method, &request.url, &outcome);
+        };
+        if let Some(span) = span {
+            span.end(&outcome);
         }
         outcome
     }

@@ -12,6 +12,7 @@ pub(crate) mod data;
 pub(crate) mod guest;
 pub(crate) mod host;
 pub(crate) mod limiter;
+pub(crate) mod outbound;
 pub(crate) mod output;
 pub(crate) mod tool_lists;
 pub(crate) mod wasm;

@@ -16,6 +16,7 @@ use crate::api::error::{Error, Result};
 use crate::api::events::Event;
 use crate::api::journal::Recorder;
 use crate::api::request::Runtime;
+use crate::api::trace::Parent;
 use crate::calls::approval::NeedApproval;
 use crate::calls::exchange::Exchange;
 use crate::calls::observed::ObservedShapes;
@@ -97,6 +98,8 @@ pub(crate) struct Running {
     pub(crate) hibernate_after: Option<Duration>,
     /// The suffix its call ids end with, and which of its tools wait for approval.
     pub(crate) identity: (String, NeedApproval),
+    /// Its span, when the engine traces.
+    pub(crate) trace: Option<Parent>,
 }
 
 /// The host's side of one instance: its event channel, tool exchange, output and fuel.
@@ -355,14 +358,14 @@ impl Stores {
         let mut broker =
             Broker::new(exchange.clone(), events_tx.clone(), output.clone(), run_slot, schemas, limits, &self.ceilings);
         broker.journal = journal.cloned();
-        let net = match running {
-            Some(Running { net, hibernate_after, identity: (suffix, need_approval) }) => {
+        let (net, trace) = match running {
+            Some(Running { net, hibernate_after, identity: (suffix, need_approval), trace }) => {
                 broker.hibernate_after = hibernate_after;
                 broker.parked = Some(self.parked.clone());
                 broker.identify(suffix, need_approval);
-                net
+                (net, trace)
             }
-            None => NetSide::new(None, None),
+            None => (NetSide::new(None, None), None),
         };
         let state = HostState::new(Parts {
             wasi,
@@ -372,6 +375,7 @@ impl Stores {
             preopened: data_dir.is_some(),
             monotonic,
             net,
+            trace,
             wiring,
         });
         let fuel = self.fuel(limits);

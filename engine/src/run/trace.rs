@@ -20,7 +20,7 @@ use opentelemetry::trace::{Span, SpanContext, SpanKind, Status};
 
 use crate::api::events::{ApprovalRequest, Decision, Event, Stats, ToolCall, ToolResult, Verdict};
 use crate::api::request::Runtime;
-use crate::api::trace::Tracer;
+use crate::api::trace::{Parent, Tracer};
 
 /// One execution's open spans.
 pub(crate) struct Trace {
@@ -65,6 +65,11 @@ impl Trace {
         let span = tracer.span("ptc.execution", SpanKind::Internal, parent, attributes);
         let context = span.span_context().clone();
         Some(Arc::new(Trace { tracer, execution: Mutex::new(Some(span)), context, open: Mutex::new(Open::default()) }))
+    }
+
+    /// The execution's span for what is done for it below this floor: its outbound requests.
+    pub(crate) fn parent(&self) -> Parent {
+        Parent { tracer: self.tracer.clone(), context: self.context.clone() }
     }
 
     /// An event on its way to the client: a round's calls get their spans (and carry them),
@@ -180,6 +185,11 @@ impl Trace {
                 span.end();
             }
         }
+    }
+
+    /// The execution could not start (a refused image): its span ends with the error's kind.
+    pub(crate) fn refused(&self, kind: &'static str) {
+        self.end(Some(kind), &Stats::default());
     }
 
     /// The final event: calls never answered end as such, then the rounds, then the

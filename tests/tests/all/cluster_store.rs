@@ -454,15 +454,6 @@ async fn a_node_lost_before_it_kept_a_thawed_execution_again_is_answered_in_word
     let _ = std::fs::remove_dir_all(files);
 }
 
-/// Changes one byte in the middle of the one image in the store, in place.
-fn alter_the_image(port: u16) {
-    let keys = redis::command(port, &["KEYS", "ptc:j:*:s"]);
-    let key = keys.lines().find(|l| l.starts_with("ptc:j:")).unwrap().to_string();
-    let flip = "local v = redis.call('HGET', KEYS[1], 'image') local i = math.floor(#v / 2) \
-                redis.call('HSET', KEYS[1], 'image', string.sub(v, 1, i - 1) .. string.char((string.byte(v, i) + 1) % 256) .. string.sub(v, i + 1)) return 1";
-    assert!(redis::command(port, &["EVAL", flip, "1", &key]).starts_with(":1"));
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_data_execution_is_thawed_on_another_node_and_one_whose_image_is_refused_is_lost_in_words() {
     let (_redis, port) = tokio::task::spawn_blocking(|| redis::start(None)).await.unwrap();
@@ -486,7 +477,7 @@ async fn a_data_execution_is_thawed_on_another_node_and_one_whose_image_is_refus
     // Not journaled (it could not be run again elsewhere): its image is kept at once.
     let refused = start().await;
     eventually("its image is in the store", || images(port) == 1).await;
-    alter_the_image(port);
+    redis::alter_an_image(port);
     let kept = start().await;
     eventually("both images are in the store", || images(port) == 2).await;
     stop(n1).await;
@@ -518,7 +509,7 @@ async fn an_altered_image_is_refused_and_the_journal_replayed_instead() {
     let (n1, n2) = two_hibernating_nodes(port, &files).await;
     let paused = begin(n1.http_addr, "key-a", "import random\nx = random.random()\nprint(await t(), x > 0)").await;
     eventually("its image is in the store", || images(port) == 1).await;
-    alter_the_image(port);
+    redis::alter_an_image(port);
     stop(n1).await;
     let end = answer(n2.http_addr, "key-a", &paused).await;
     assert_eq!(

@@ -272,13 +272,23 @@ async fn an_execute_code_call_continues_the_client_s_trace_down_to_each_downstre
     let r = tokio::time::timeout(Duration::from_secs(60), client.call_tool(params)).await.expect("answered").unwrap();
     let downstream_saw = stdout(&r).trim().to_string();
     assert!(downstream_saw.starts_with(&format!("00-{trace}-")), "{r:?}");
-    receiver.until(&server, |r| !r.named("tools/call execute_code").is_empty()).await;
+    receiver
+        .until(&server, |r| {
+            !r.named("tools/call execute_code").is_empty() && !r.named("tools/call delete_note").is_empty()
+        })
+        .await;
     let call = &receiver.named("tools/call execute_code")[0];
     assert_eq!((hex(&call.trace_id), hex(&call.parent_span_id)), (trace.to_string(), client_span.to_string()));
     let execution = &receiver.named("ptc.execution")[0];
     assert_eq!(execution.parent_span_id, call.span_id, "the program under the call");
     let tool = &receiver.named("execute_tool delete_note")[0];
-    assert_eq!(downstream_saw, format!("00-{trace}-{}-01", hex(&tool.span_id)), "the downstream call's _meta");
+    // The downstream call is a client span of its own under the program's call, and the
+    // downstream server's spans go under it (its _meta).
+    let downstream = &receiver.named("tools/call delete_note")[0];
+    assert_eq!(downstream.parent_span_id, tool.span_id, "the downstream call under the program's call");
+    assert_eq!(downstream.kind, opentelemetry_proto::tonic::trace::v1::span::SpanKind::Client as i32);
+    assert_eq!(otlp::attribute(downstream, "ptc.mcp.server").as_deref(), Some("notes"));
+    assert_eq!(downstream_saw, format!("00-{trace}-{}-01", hex(&downstream.span_id)), "the downstream call's _meta");
     client.cancel().await.unwrap();
     server.shutdown();
     server.wait().await;

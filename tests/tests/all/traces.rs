@@ -223,7 +223,9 @@ async fn an_http_execution_replayed_on_another_node_stays_in_the_caller_s_trace(
     assert!(handed.starts_with(&format!("00-{TRACE}-")), "{handed}");
     n1.shutdown();
     n1.wait().await;
-    // n2 cannot reach n1, and runs the execution again from its journal.
+    // n2 cannot reach n1, and cannot thaw the image n1 kept at its stop (altered here): it runs
+    // the execution again from its journal.
+    ptc_tests::redis::alter_an_image(port);
     let results = json!([{"call_id": paused.body["tool_calls"][0]["id"], "result": 1}]);
     let token = paused.body["continuation_token"].clone();
     let next = post(n2.http_addr, second_parent, json!({"continuation_token": token, "tool_results": results})).await;
@@ -239,7 +241,12 @@ async fn an_http_execution_replayed_on_another_node_stays_in_the_caller_s_trace(
     assert_eq!(end.body["stdout"], "2\n", "{}", end.text);
 
     // n1's execution and n2's replay, each ended.
-    let spans = receiver.until(&n2, |r| r.named("ptc.execution").len() >= 2 && r.named("POST /exec").len() >= 3).await;
+    let spans = receiver
+        .until(&n2, |r| {
+            r.named("ptc.execution").len() >= 2 && r.named("POST /exec").len() >= 3 && !r.named("ptc.replay").is_empty()
+        })
+        .await;
+    eprintln!("{}", ptc_tests::otlp::tree(&spans));
     assert!(spans.iter().all(|s| hex(&s.trace_id) == TRACE), "one trace, the caller's");
     let requests = receiver.named("POST /exec");
     let first = requests.iter().find(|s| hex(&s.parent_span_id) == CLIENT_SPAN && attribute(s, "ptc.tenant").is_some());
@@ -248,6 +255,20 @@ async fn an_http_execution_replayed_on_another_node_stays_in_the_caller_s_trace(
     for execution in receiver.named("ptc.execution") {
         assert_eq!(execution.parent_span_id, first.span_id, "n1's run and n2's replay are under the first request");
     }
+    // n2's taking over is a span of its run: the journal's entries (the first round's calls and
+    // results at least), replayed to their end without diverging.
+    let replays = receiver.named("ptc.replay");
+    assert_eq!(replays.len(), 1, "{replays:?}");
+    let executions = receiver.named("ptc.execution");
+    assert!(executions.iter().any(|e| e.span_id == replays[0].parent_span_id), "the replay under n2's run");
+    // n2's thaw of the altered image, refused: an execution that ended as it started.
+    let is_error = |s: &Span| s.status.as_ref().is_some_and(|s| s.code == StatusCode::Error as i32);
+    let refused: Vec<&Span> = executions.iter().filter(|e| is_error(e)).collect();
+    assert_eq!(refused.len(), 1, "{executions:?}");
+    assert_eq!(attribute(refused[0], "ptc.start").as_deref(), Some("thaw"));
+    let entries: i64 = attribute(&replays[0], "ptc.replay.entries").unwrap().parse().unwrap();
+    assert!(entries >= 2, "{entries}");
+    assert_ne!(replays[0].status.as_ref().map(|s| s.code), Some(StatusCode::Error as i32));
     // The call n1 handed out is the execute_tool span n1 exported.
     let tools =
         receiver.spans.lock().unwrap().iter().filter(|s| s.name == "execute_tool t").cloned().collect::<Vec<_>>();
@@ -311,4 +332,79 @@ async fn hibernation_and_thaw_are_spans_of_the_execution() {
     assert!(
         receiver.named("ptc.hibernate")[0].end_time_unix_nano <= receiver.named("ptc.thaw")[0].start_time_unix_nano
     );
+}
+
+/// A program's outbound HTTP requests are client spans of its execution, before and after it
+/// hibernates: method, scheme, host, port, status and sizes; a refused one says so. Neither
+/// the path, the query, a header (a secret's value), nor a body is in the export.
+#[tokio::test(flavor = "multi_thread")]
+async fn outbound_requests_are_client_spans_without_their_path_query_headers_or_body() {
+    use ptc_engine::SecretSpec;
+    let web = ptc_tests::web::Web::start().await;
+    let receiver = Receiver::default();
+    let endpoint = receiver.start().await;
+    let mut config = grpc::config(&["t1:k1"]);
+    let mut policy = web.policy();
+    policy.secrets = vec![SecretSpec::new("TOKEN", "s3cr3t-VALUE-77", &["localhost"])];
+    config.network = ptc_server::core::network::NetworkPolicies([("t1".to_string(), policy)].into());
+    config.engine.hibernate_after = Some(Duration::from_millis(50));
+    config.otlp = Some(otlp::config(&endpoint, OtlpProtocol::Grpc));
+    let server = grpc::serve(config).await;
+    let code = format!(
+        r#"
+import os, urllib.request
+req = urllib.request.Request({echo:?}, headers={{"Authorization": "Bearer " + os.environ["TOKEN"]}})
+print(len(urllib.request.urlopen(req).read()) > 0)
+try:
+    urllib.request.urlopen("http://example.invalid/private-path")
+except Exception as e:
+    print("refused")
+await lookup(q="a")
+print(urllib.request.urlopen({hello:?}, data=b"body-text-QRS").read().decode())
+"#,
+        echo = web.https_url("/echo?q=query-text-XYZ"),
+        hello = web.http_url("/hello"),
+    );
+    let mut client = SandboxClient::connect(format!("http://{}", server.grpc_addr)).await.unwrap();
+    let start = grpc::start_message(&code, vec![grpc::tool("lookup", None)]);
+    let stream = ExecuteStream::open(&mut client, start, Some("k1")).await.unwrap();
+    let mut stream = Stream(stream);
+    let round = stream.until(|m| if let Msg::ToolCalls(r) = m { Some(r) } else { None }).await;
+    ptc_tests::eventually("the execution hibernates", || server.engine.hibernated() == 1).await;
+    let outcome = Some(tool_result::Outcome::ResultJson("\"found\"".into()));
+    stream.0.send_results(vec![proto::ToolResult { call_id: round.calls[0].id.clone(), outcome }]).await.unwrap();
+    let done = stream.until(|m| if let Msg::Completed(c) = m { Some(c) } else { None }).await;
+    assert_eq!(done.stdout, "True\nrefused\nhello\n");
+
+    let spans =
+        receiver.until(&server, |r| !r.named("ptc.execution").is_empty() && !r.named("ptc.thaw").is_empty()).await;
+    eprintln!("{}", ptc_tests::otlp::tree(&spans));
+    let execution = &receiver.named("ptc.execution")[0];
+    let mut outbound: Vec<Span> = spans.iter().filter(|s| s.kind == SpanKind::Client as i32).cloned().collect();
+    outbound.sort_by_key(|s| s.start_time_unix_nano);
+    let names: Vec<&str> = outbound.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["GET", "GET", "POST"]);
+    assert!(outbound.iter().all(|s| s.parent_span_id == execution.span_id), "each under the execution");
+    let port = |s: &Span| attribute(s, "server.port").unwrap().parse::<u16>().unwrap();
+    let (echo, refused, post) = (&outbound[0], &outbound[1], &outbound[2]);
+    assert_eq!(attribute(echo, "server.address").as_deref(), Some("localhost"));
+    assert_eq!((attribute(echo, "url.scheme").as_deref(), port(echo)), (Some("https"), web.https.port()));
+    assert_eq!(attribute(echo, "http.response.status_code").as_deref(), Some("200"));
+    assert!(attribute(echo, "http.response.body.size").unwrap().parse::<u64>().unwrap() > 0);
+    assert_eq!(attribute(refused, "server.address").as_deref(), Some("example.invalid"));
+    assert_eq!(attribute(refused, "error.type").as_deref(), Some("refused"));
+    assert_eq!(refused.status.as_ref().map(|s| s.code), Some(StatusCode::Error as i32));
+    assert_eq!((attribute(post, "server.address").as_deref(), port(post)), (Some("127.0.0.1"), web.http.port()));
+    assert_eq!(attribute(post, "http.request.body.size").as_deref(), Some("13"));
+    let thaw = &receiver.named("ptc.thaw")[0];
+    assert!(post.start_time_unix_nano >= thaw.end_time_unix_nano, "the last request after the thaw");
+
+    let raw = receiver.raw.lock().unwrap().clone();
+    for secret in
+        ["s3cr3t-VALUE-77", "ptc-secret-TOKEN", "query-text-XYZ", "/echo", "private-path", "body-text-QRS", "hello"]
+    {
+        assert!(!raw.windows(secret.len()).any(|w| w == secret.as_bytes()), "{secret:?} was exported");
+    }
+    server.shutdown();
+    server.wait().await;
 }

@@ -10,7 +10,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from . import _tracing, _wire
-from ._errors import InternalError, InvalidRequest, PtcError
+from ._errors import ExecutionError, InternalError, InvalidRequest, PtcError
 from ._proto import sandbox_pb2 as pb
 from ._result import Result
 from ._tools import Tool, ToolFailure
@@ -31,7 +31,35 @@ Send = Callable[[pb.ClientMessage], Awaitable[None]]
 
 async def execute(transport: Transport, start: pb.Start, tools: Sequence[Tool], options: SessionRunOptions) -> Result:
     """Runs `start` on `transport`'s server, answering its calls with `tools`; its `Result`, or
-    the `PtcError` it ended with."""
+    the `PtcError` it ended with. The engine in this process makes no spans: the run's
+    `ptc.execution` span is made here (`_tracing`)."""
+    here = transport.server is None
+    with _tracing.execution(here) as span:
+        try:
+            result = await _execute(transport, start, tools, options, here)
+        except ExecutionError as e:
+            _traced(span, e.result)
+            span.set("ptc.outcome", e.kind)
+            span.failed(e.kind)
+            raise
+        except PtcError as e:
+            span.failed(type(e).__name__)
+            raise
+        _traced(span, result)
+        span.set("ptc.outcome", "completed")
+        return result
+
+
+def _traced(span: _tracing.Span, result: Result) -> None:
+    span.set("ptc.execution.id", result.execution_id)
+    span.set("ptc.rounds", result.stats.round_trips)
+    span.set("ptc.tool_calls", result.stats.tool_calls)
+    span.set("ptc.peak_memory_bytes", result.stats.peak_memory_bytes)
+
+
+async def _execute(
+    transport: Transport, start: pb.Start, tools: Sequence[Tool], options: SessionRunOptions, here: bool
+) -> Result:
     on_approval = options.get("on_approval")
     asking = [t.name for t in tools if t.requires_approval]
     if asking and on_approval is None:
@@ -85,7 +113,7 @@ async def execute(transport: Transport, start: pb.Start, tools: Sequence[Tool], 
                 batch = _wire.tool_calls(message.tool_calls)
                 await emit(batch)
                 for c in batch.calls:
-                    spawn(_answer(by_name, c, send))
+                    spawn(_answer(by_name, c, send, here))
                 if on_approval is not None:
                     for asked in batch.approvals:
                         spawn(_decide(on_approval, asked, send))
@@ -110,22 +138,25 @@ async def execute(transport: Transport, start: pb.Start, tools: Sequence[Tool], 
         call.cancel()
 
 
-async def _answer(tools: Mapping[tuple[str | None, str], Tool], call: Call, send: Send) -> None:
-    """Runs one call with its tool and sends the result, or the error the program gets."""
+async def _answer(tools: Mapping[tuple[str | None, str], Tool], call: Call, send: Send, here: bool) -> None:
+    """Runs one call with its tool, within the call's span, and sends the result, or the error
+    the program gets."""
     tool = tools.get((call.namespace, call.name))
-    try:
-        if tool is None:
-            raise LookupError(f"this client has no tool {call.name!r}")
-        arguments = call.input if isinstance(call.input, dict) else {}
-        with _tracing.within(call.traceparent):
+    with _tracing.tool(call, here) as span:
+        try:
+            if tool is None:
+                raise LookupError(f"this client has no tool {call.name!r}")
+            arguments = call.input if isinstance(call.input, dict) else {}
             result_json = await tool.call(arguments)
-        answer = _wire.tool_result(call.id, result_json=result_json)
-    except asyncio.CancelledError:
-        raise
-    except ToolFailure as e:
-        answer = _wire.tool_result(call.id, error=str(e))
-    except Exception as e:
-        answer = _wire.tool_result(call.id, error=f"{type(e).__name__}: {e}")
+            answer = _wire.tool_result(call.id, result_json=result_json)
+        except asyncio.CancelledError:
+            raise
+        except ToolFailure as e:
+            span.failed("ToolFailure")
+            answer = _wire.tool_result(call.id, error=str(e))
+        except Exception as e:
+            span.failed(type(e).__name__)
+            answer = _wire.tool_result(call.id, error=f"{type(e).__name__}: {e}")
     try:
         await send(answer)
     except (asyncio.InvalidStateError, RuntimeError):

@@ -3,6 +3,11 @@
 current span, and each tool runs within the `execute_tool` span the server handed its call
 out with, so that a framework's trace shows the program's nested calls under its code tool and
 the tools' own spans under them.
+
+The engine in this process has no exporter of its own: there the client makes the spans, with
+the caller's tracer provider (`ptc.execution`, and an `execute_tool` span per nested call, in
+the GenAI conventions' terms, as the server names them). Like the server's, they carry names,
+ids and counts, never a tool's input, result or error text.
 """
 
 from __future__ import annotations
@@ -10,16 +15,23 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from types import ModuleType
+from typing import Any
+
+from ._types import Call
 
 _context: ModuleType | None
 _propagate: ModuleType | None
+_trace: ModuleType | None
 try:
     from opentelemetry import context as _otel_context
     from opentelemetry import propagate as _otel_propagate
+    from opentelemetry import trace as _otel_trace
 
-    _context, _propagate = _otel_context, _otel_propagate
+    _context, _propagate, _trace = _otel_context, _otel_propagate, _otel_trace
 except ImportError:  # pragma: no cover - exercised where opentelemetry is absent
-    _context = _propagate = None
+    _context = _propagate = _trace = None
+
+_SCOPE = "ptc-engine"
 
 
 def current() -> str | None:
@@ -42,3 +54,59 @@ def within(traceparent: str | None) -> Iterator[None]:
         yield
     finally:
         _context.detach(token)
+
+
+class Span:
+    """A span this client makes (the engine in process), or nothing (no `opentelemetry-api`,
+    or a server that makes its own)."""
+
+    def __init__(self, span: Any = None) -> None:
+        self._span = span
+
+    def set(self, key: str, value: str | int) -> None:
+        if self._span is not None:
+            self._span.set_attribute(key, value)
+
+    def failed(self, kind: str) -> None:
+        """Ends as an error of `kind` (a word, not the failure's text)."""
+        if self._span is not None and _trace is not None:
+            self._span.set_attribute("error.type", kind)
+            self._span.set_status(_trace.Status(_trace.StatusCode.ERROR, kind))
+
+
+@contextlib.contextmanager
+def execution(here: bool) -> Iterator[Span]:
+    """The run's `ptc.execution` span, current within the block, when the engine runs `here`
+    (in this process) and so makes none."""
+    if not here or _trace is None:
+        yield Span()
+        return
+    tracer = _trace.get_tracer(_SCOPE)
+    # Not the exception's words: they hold the program's traceback (`Span.failed` says the kind).
+    with tracer.start_as_current_span(
+        "ptc.execution", record_exception=False, set_status_on_exception=False
+    ) as span:
+        yield Span(span)
+
+
+@contextlib.contextmanager
+def tool(call: Call, here: bool) -> Iterator[Span]:
+    """Runs the block (a tool answering `call`) within the call's `execute_tool` span: the one
+    the server handed it out with, or (the engine `here`) one this client makes."""
+    if call.traceparent or not here or _trace is None:
+        with within(call.traceparent):
+            yield Span()
+        return
+    attributes: dict[str, str] = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": call.name,
+        "gen_ai.tool.call.id": call.id,
+        "gen_ai.tool.type": "function",
+    }
+    if call.namespace:
+        attributes["ptc.tool.namespace"] = call.namespace
+    tracer = _trace.get_tracer(_SCOPE)
+    with tracer.start_as_current_span(
+        f"execute_tool {call.name}", attributes=attributes, record_exception=False, set_status_on_exception=False
+    ) as span:
+        yield Span(span)

@@ -385,12 +385,30 @@ impl Runs {
             }
             let server =
                 call.namespace.as_deref().and_then(|ns| self.state.downstream.server(ns, program.tenant.as_deref()));
-            let traceparent = traces::traceparent(call.trace.as_ref());
+            // The downstream call's own span (kind client) under the program's call's, in the
+            // conventions' MCP terms; the server's spans nest under it.
+            let attributes = vec![
+                KeyValue::new("mcp.method.name", "tools/call"),
+                KeyValue::new("gen_ai.tool.name", call.name.clone()),
+                KeyValue::new("gen_ai.tool.call.id", call.id.clone()),
+                KeyValue::new("ptc.mcp.server", call.namespace.clone().unwrap_or_default()),
+            ];
+            let tracer = self.state.core.engine.config().tracer.as_ref();
+            let name = format!("tools/call {}", call.name);
+            let mut span = traces::client_span(tracer, name, call.trace.as_ref(), attributes);
+            let traceparent = traces::traceparent(span.as_ref().map(|s| s.span_context()).or(call.trace.as_ref()));
             program.calls.spawn(async move {
                 let outcome = match server {
                     Some(server) => server.call(&call.name, call.input_value(), &call.id, &traceparent).await,
                     None => Err(format!("no downstream server for tool {:?}", call.name)),
                 };
+                if let Some(span) = &mut span {
+                    if outcome.is_err() {
+                        span.set_attribute(KeyValue::new("error.type", "tool_error"));
+                        span.set_status(opentelemetry::trace::Status::error("the downstream call failed"));
+                    }
+                    span.end();
+                }
                 match outcome {
                     Ok(value) => ToolResult::ok(call.id, &value),
                     Err(message) => ToolResult::error(call.id, message),
