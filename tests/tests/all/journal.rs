@@ -188,3 +188,69 @@ ticking = asyncio.ensure_future(tick())\n{PROGRAM}"
     assert!(original.stdout.starts_with("tick True\n"), "{}", original.stdout);
     assert_eq!(replayed.stdout, original.stdout);
 }
+
+/// Spans the engine ended, kept here (the SDK's simple processor exports each as it ends).
+#[derive(Debug, Clone, Default)]
+struct Kept(std::sync::Arc<std::sync::Mutex<Vec<opentelemetry_sdk::trace::SpanData>>>);
+
+impl opentelemetry_sdk::trace::SpanExporter for Kept {
+    async fn export(&self, batch: Vec<opentelemetry_sdk::trace::SpanData>) -> opentelemetry_sdk::error::OTelSdkResult {
+        self.0.lock().unwrap().extend(batch);
+        Ok(())
+    }
+}
+
+impl Kept {
+    fn named(&self, name: &str) -> Vec<opentelemetry_sdk::trace::SpanData> {
+        self.0.lock().unwrap().iter().filter(|s| s.name == name).cloned().collect()
+    }
+}
+
+/// A replay is a `ptc.replay` span of its execution while it repeats the journal: ended without
+/// an error once the record is used up, with an error status when the program diverges.
+#[tokio::test]
+async fn a_replay_is_a_span_of_its_execution_and_a_divergence_its_error() {
+    use opentelemetry::trace::{Status, TracerProvider as _};
+    let kept = Kept::default();
+    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().with_simple_exporter(kept.clone()).build();
+    let engine = engine_with(|c| c.tracer = Some(ptc_engine::Tracer::new(provider.tracer("test"))));
+    let code = "x = await echo_tool(v=1)\nprint(x)";
+    let journal = Journal::new();
+    let seed = journal.seed;
+    let mut first = engine.start(ExecutionRequest::new(code).with_tools(tools()).with_journal(journal)).await.unwrap();
+    let calls = next_calls(&mut first).await.unwrap();
+    let control = first.control();
+    answer(&first, &calls);
+    drive(first, echo).await.completed();
+    let entries = control.take_journal().unwrap().entries;
+    assert!(kept.named("ptc.replay").is_empty(), "a first run replays nothing");
+
+    let replay = |entries: Vec<Entry>| {
+        let request = ExecutionRequest::new(code).with_tools(tools()).with_journal(Journal::replay(seed, entries));
+        engine.start(request)
+    };
+    drive(replay(entries.clone()).await.unwrap(), echo).await.completed();
+    let spans = kept.named("ptc.replay");
+    assert_eq!(spans.len(), 1);
+    let executions = kept.named("ptc.execution");
+    assert_eq!(spans[0].parent_span_id, executions.last().unwrap().span_context.span_id());
+    assert_eq!(spans[0].status, Status::Unset);
+    let count =
+        spans[0].attributes.iter().find(|a| a.key.as_str() == "ptc.replay.entries").map(|a| a.value.to_string());
+    assert_eq!(count, Some(entries.len().to_string()));
+
+    // A round the program never makes: it ends short of its journal, diverged.
+    let mut longer = entries;
+    longer.push(Entry::Calls(vec![ptc_engine::RecordedCall {
+        id: "call_2".into(),
+        namespace: String::new(),
+        name: "echo_tool".into(),
+        input: "{\"v\":2}".into(),
+    }]));
+    let failed = drive(replay(longer).await.unwrap(), echo).await.failed();
+    assert_eq!(failed.kind, FailureKind::Diverged);
+    let spans = kept.named("ptc.replay");
+    assert_eq!(spans.len(), 2);
+    assert_eq!(spans[1].status, Status::error("diverged"));
+    let _ = provider.shutdown();
+}
