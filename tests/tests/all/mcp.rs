@@ -250,6 +250,7 @@ async fn before_protocol_2026_07_28_a_write_tool_waits_for_an_elicitation() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_execute_code_call_continues_the_client_s_trace_down_to_each_downstream_call() {
     use ptc_server::traces::OtlpProtocol;
+    use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
     use ptc_tests::otlp::{self, Receiver, hex};
     let receiver = Receiver::default();
     let endpoint = receiver.start().await;
@@ -263,7 +264,8 @@ async fn an_execute_code_call_continues_the_client_s_trace_down_to_each_downstre
     let asking = AskingClient::default();
     let client = asking.clone().serve(StreamableHttpClientTransport::from_config(transport)).await.unwrap();
     let (trace, client_span) = ("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331");
-    let code = "r = await notes.delete_note(id=1, _reason='tidy')\nprint(r['trace'])";
+    let code = "r = await notes.delete_note(id=1, _reason='tidy')\nprint(r['trace'])\n\
+                try:\n    await notes.fail(message='secret-message-QRS')\nexcept ToolError:\n    pass";
     let args = json!({"code": code}).as_object().unwrap().clone();
     let mut params = CallToolRequestParams::new("execute_code").with_arguments(args);
     params.set_progress_token(ProgressToken(NumberOrString::Number(7)));
@@ -272,11 +274,10 @@ async fn an_execute_code_call_continues_the_client_s_trace_down_to_each_downstre
     let r = tokio::time::timeout(Duration::from_secs(60), client.call_tool(params)).await.expect("answered").unwrap();
     let downstream_saw = stdout(&r).trim().to_string();
     assert!(downstream_saw.starts_with(&format!("00-{trace}-")), "{r:?}");
-    receiver
-        .until(&server, |r| {
-            !r.named("tools/call execute_code").is_empty() && !r.named("tools/call delete_note").is_empty()
-        })
-        .await;
+    let arrived = |r: &Receiver| {
+        ["tools/call execute_code", "tools/call delete_note", "tools/call fail"].iter().all(|n| !r.named(n).is_empty())
+    };
+    receiver.until(&server, arrived).await;
     let call = &receiver.named("tools/call execute_code")[0];
     assert_eq!((hex(&call.trace_id), hex(&call.parent_span_id)), (trace.to_string(), client_span.to_string()));
     let execution = &receiver.named("ptc.execution")[0];
@@ -289,6 +290,12 @@ async fn an_execute_code_call_continues_the_client_s_trace_down_to_each_downstre
     assert_eq!(downstream.kind, opentelemetry_proto::tonic::trace::v1::span::SpanKind::Client as i32);
     assert_eq!(otlp::attribute(downstream, "ptc.mcp.server").as_deref(), Some("notes"));
     assert_eq!(downstream_saw, format!("00-{trace}-{}-01", hex(&downstream.span_id)), "the downstream call's _meta");
+    // A downstream tool's error is the client span's status, without its text.
+    let failed = &receiver.named("tools/call fail")[0];
+    assert_eq!(failed.status.as_ref().map(|s| s.code), Some(StatusCode::Error as i32));
+    assert_eq!(otlp::attribute(failed, "error.type").as_deref(), Some("tool_error"));
+    let raw = receiver.raw.lock().unwrap().clone();
+    assert!(!raw.windows(18).any(|w| w == b"secret-message-QRS"), "the tool's error was exported");
     client.cancel().await.unwrap();
     server.shutdown();
     server.wait().await;
