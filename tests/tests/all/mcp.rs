@@ -249,8 +249,8 @@ async fn before_protocol_2026_07_28_a_write_tool_waits_for_an_elicitation() {
 /// the downstream server's spans nest under the program's call.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_execute_code_call_continues_the_client_s_trace_down_to_each_downstream_call() {
-    use ptc_server::traces::OtlpProtocol;
     use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
+    use ptc_server::traces::OtlpProtocol;
     use ptc_tests::otlp::{self, Receiver, hex};
     let receiver = Receiver::default();
     let endpoint = receiver.start().await;
