@@ -54,8 +54,9 @@ impl Outbound {
                 span.set_attribute(KeyValue::new("http.response.body.size", response.body.len() as i64));
                 // The conventions' client spans: a 4xx or 5xx is an error.
                 if response.status >= 400 {
-                    span.set_attribute(KeyValue::new("error.type", response.status.to_string()));
-                    span.set_status(Status::error(""));
+                    let status = response.status.to_string();
+                    span.set_attribute(KeyValue::new("error.type", status.clone()));
+                    span.set_status(Status::error(status));
                 }
             }
             Err(failure) => {

@@ -31,7 +31,8 @@ try:
 except ImportError:  # pragma: no cover - exercised where opentelemetry is absent
     _context = _propagate = _trace = None
 
-_SCOPE = "ptc-engine"
+# A proxy until the application sets its provider, then that provider's tracer.
+_tracer = _trace.get_tracer("ptc-engine") if _trace is not None else None
 
 
 def current() -> str | None:
@@ -78,12 +79,11 @@ class Span:
 def execution(here: bool) -> Iterator[Span]:
     """The run's `ptc.execution` span, current within the block, when the engine runs `here`
     (in this process) and so makes none."""
-    if not here or _trace is None:
+    if not here or _tracer is None:
         yield Span()
         return
-    tracer = _trace.get_tracer(_SCOPE)
     # Not the exception's words: they hold the program's traceback (`Span.failed` says the kind).
-    with tracer.start_as_current_span(
+    with _tracer.start_as_current_span(
         "ptc.execution", record_exception=False, set_status_on_exception=False
     ) as span:
         yield Span(span)
@@ -93,7 +93,7 @@ def execution(here: bool) -> Iterator[Span]:
 def tool(call: Call, here: bool) -> Iterator[Span]:
     """Runs the block (a tool answering `call`) within the call's `execute_tool` span: the one
     the server handed it out with, or (the engine `here`) one this client makes."""
-    if call.traceparent or not here or _trace is None:
+    if call.traceparent or not here or _tracer is None:
         with within(call.traceparent):
             yield Span()
         return
@@ -105,8 +105,7 @@ def tool(call: Call, here: bool) -> Iterator[Span]:
     }
     if call.namespace:
         attributes["ptc.tool.namespace"] = call.namespace
-    tracer = _trace.get_tracer(_SCOPE)
-    with tracer.start_as_current_span(
+    with _tracer.start_as_current_span(
         f"execute_tool {call.name}", attributes=attributes, record_exception=False, set_status_on_exception=False
     ) as span:
         yield Span(span)
