@@ -211,6 +211,22 @@ impl SandboxService {
 
     /// The caller of `request`, by the API key it presents (none: the local tenant, when the
     /// server has no keys).
+    /// A unary call's span (kind server) under the client's (W3C trace context in its
+    /// metadata), when the server traces; [`ended`] with the call's status.
+    fn rpc_span<T>(&self, name: &'static str, request: &Request<T>) -> Option<BoxedSpan> {
+        let tracer = self.core.engine.config().tracer.as_ref()?;
+        let parent = caller_span(request);
+        let mut attributes = vec![
+            KeyValue::new("rpc.system", "grpc"),
+            KeyValue::new("rpc.service", "ptc.v1.Sandbox"),
+            KeyValue::new("rpc.method", name.trim_start_matches("ptc.v1.Sandbox/")),
+        ];
+        if let Ok(tenant) = self.tenant(request) {
+            attributes.push(KeyValue::new("ptc.tenant", tenant));
+        }
+        crate::traces::request_span(Some(tracer), name, parent.as_ref(), attributes)
+    }
+
     pub(crate) fn tenant<T>(&self, request: &Request<T>) -> Result<String, Status> {
         let md = request.metadata();
         let key = presented_key(
@@ -219,6 +235,23 @@ impl SandboxService {
         );
         self.core.keys.tenant(key).map_err(|e| Status::unauthenticated(e.message()))
     }
+}
+
+/// The client's span: W3C trace context in a call's metadata.
+fn caller_span<T>(request: &Request<T>) -> Option<SpanContext> {
+    crate::traces::extract(|name| Some(request.metadata().get(name)?.to_str().ok()?.to_string()))
+}
+
+/// Ends a unary call's span with its outcome: an error status names the gRPC code.
+fn ended<T>(span: Option<BoxedSpan>, result: Result<T, Status>) -> Result<T, Status> {
+    if let Some(mut span) = span {
+        if let Err(refused) = &result {
+            span.set_attribute(KeyValue::new("rpc.grpc.status_code", refused.code() as i64));
+            span.set_status(opentelemetry::trace::Status::error(refused.code().description()));
+        }
+        span.end();
+    }
+    result
 }
 
 fn error_message(code: &str, message: impl Into<String>) -> proto::ServerMessage {
@@ -246,87 +279,108 @@ impl sandbox_server::Sandbox for SandboxService {
                 return Err(refused);
             }
         };
-        let parent = crate::traces::extract(|name| Some(request.metadata().get(name)?.to_str().ok()?.to_string()));
+        let parent = caller_span(&request);
         Ok(Response::new(self.execute_stream(tenant, Box::pin(request.into_inner()), parent).await?))
     }
     async fn open_session(
         &self,
         request: Request<proto::OpenSessionRequest>,
     ) -> Result<Response<proto::OpenSessionResponse>, Status> {
-        let tenant = self.tenant(&request)?;
-        let r = request.into_inner();
-        let defaults = &self.core.engine.config().default_limits;
-        let idle_timeout = r
-            .idle_timeout_ms
-            .map(|ms| Duration::from_millis(ms.into()))
-            .unwrap_or(self.core.sessions.limits().idle_timeout);
-        let options = OpenOptions {
-            id: (!r.session_id.is_empty()).then_some(r.session_id),
-            limits: Some(r.limits.unwrap_or_default().apply(defaults)),
-            idle_timeout: Some(idle_timeout),
-            snapshot: (!r.snapshot.is_empty()).then_some(r.snapshot),
-            runtime: r.runtime.parse().map_err(engine_status)?,
-            durable: true,
-        };
-        let opened = self.core.sessions.open(&tenant, options).await.map_err(status)?;
-        tracing::info!(tenant = %tenant, session = %opened.id, restored = opened.restored.kept.len(),
-            files = opened.files.len(), "session opened");
-        Ok(Response::new(proto::OpenSessionResponse {
-            session_id: opened.id,
-            restored: opened.restored.kept,
-            dropped: dropped(opened.restored.dropped),
-            idle_timeout_ms: idle_timeout.as_millis().try_into().unwrap_or(u32::MAX),
-            files: opened.files,
-        }))
+        let span = self.rpc_span("ptc.v1.Sandbox/OpenSession", &request);
+        let result = async move {
+            let tenant = self.tenant(&request)?;
+            let r = request.into_inner();
+            let defaults = &self.core.engine.config().default_limits;
+            let idle_timeout = r
+                .idle_timeout_ms
+                .map(|ms| Duration::from_millis(ms.into()))
+                .unwrap_or(self.core.sessions.limits().idle_timeout);
+            let options = OpenOptions {
+                id: (!r.session_id.is_empty()).then_some(r.session_id),
+                limits: Some(r.limits.unwrap_or_default().apply(defaults)),
+                idle_timeout: Some(idle_timeout),
+                snapshot: (!r.snapshot.is_empty()).then_some(r.snapshot),
+                runtime: r.runtime.parse().map_err(engine_status)?,
+                durable: true,
+            };
+            let opened = self.core.sessions.open(&tenant, options).await.map_err(status)?;
+            tracing::info!(tenant = %tenant, session = %opened.id, restored = opened.restored.kept.len(),
+                files = opened.files.len(), "session opened");
+            Ok(Response::new(proto::OpenSessionResponse {
+                session_id: opened.id,
+                restored: opened.restored.kept,
+                dropped: dropped(opened.restored.dropped),
+                idle_timeout_ms: idle_timeout.as_millis().try_into().unwrap_or(u32::MAX),
+                files: opened.files,
+            }))
+        }
+        .await;
+        ended(span, result)
     }
 
     async fn close_session(
         &self,
         request: Request<proto::CloseSessionRequest>,
     ) -> Result<Response<proto::CloseSessionResponse>, Status> {
-        let tenant = self.tenant(&request)?;
-        let closed = self.core.sessions.close(&tenant, &request.into_inner().session_id);
-        Ok(Response::new(proto::CloseSessionResponse { closed }))
+        let span = self.rpc_span("ptc.v1.Sandbox/CloseSession", &request);
+        let result = async move {
+            let tenant = self.tenant(&request)?;
+            let closed = self.core.sessions.close(&tenant, &request.into_inner().session_id);
+            Ok(Response::new(proto::CloseSessionResponse { closed }))
+        }
+        .await;
+        ended(span, result)
     }
 
     async fn snapshot_session(
         &self,
         request: Request<proto::SnapshotSessionRequest>,
     ) -> Result<Response<proto::SessionSnapshot>, Status> {
-        let tenant = self.tenant(&request)?;
-        let r = request.into_inner();
-        let snapshot = self.core.sessions.snapshot(&tenant, &r.session_id, r.include_files).await.map_err(status)?;
-        Ok(Response::new(proto::SessionSnapshot {
-            snapshot: snapshot.bytes,
-            kept: snapshot.state.kept,
-            modules: snapshot.state.modules,
-            dropped: dropped(snapshot.state.dropped),
-            files: snapshot.files,
-        }))
+        let span = self.rpc_span("ptc.v1.Sandbox/SnapshotSession", &request);
+        let result = async move {
+            let tenant = self.tenant(&request)?;
+            let r = request.into_inner();
+            let snapshot =
+                self.core.sessions.snapshot(&tenant, &r.session_id, r.include_files).await.map_err(status)?;
+            Ok(Response::new(proto::SessionSnapshot {
+                snapshot: snapshot.bytes,
+                kept: snapshot.state.kept,
+                modules: snapshot.state.modules,
+                dropped: dropped(snapshot.state.dropped),
+                files: snapshot.files,
+            }))
+        }
+        .await;
+        ended(span, result)
     }
 
     async fn describe_tools(
         &self,
         request: Request<proto::DescribeToolsRequest>,
     ) -> Result<Response<proto::DescribeToolsResponse>, Status> {
-        let tenant = self.tenant(&request)?;
-        let tools = proto::tool_defs(self.core.engine.schemas(), &tenant, request.into_inner().tools)
-            .map_err(Status::invalid_argument)?;
-        // Rendering runs guest code: admitted like an execution of the tenant's.
-        let _admission = self
-            .core
-            .tenants
-            .admit(&tenant, None, self.core.engine.paused_executions_of(&tenant))
-            .map_err(|r| status(r.into()))?;
-        let d = self.core.engine.describe_tools(&tools, Some(&tenant)).await.map_err(engine_status)?;
-        Ok(Response::new(proto::DescribeToolsResponse {
-            tools: d
-                .tools
-                .into_iter()
-                .map(|t| proto::DescribedTool { name: t.name, python_name: t.python_name, signature: t.signature })
-                .collect(),
-            stub: d.stub,
-        }))
+        let span = self.rpc_span("ptc.v1.Sandbox/DescribeTools", &request);
+        let result = async move {
+            let tenant = self.tenant(&request)?;
+            let tools = proto::tool_defs(self.core.engine.schemas(), &tenant, request.into_inner().tools)
+                .map_err(Status::invalid_argument)?;
+            // Rendering runs guest code: admitted like an execution of the tenant's.
+            let _admission = self
+                .core
+                .tenants
+                .admit(&tenant, None, self.core.engine.paused_executions_of(&tenant))
+                .map_err(|r| status(r.into()))?;
+            let d = self.core.engine.describe_tools(&tools, Some(&tenant)).await.map_err(engine_status)?;
+            Ok(Response::new(proto::DescribeToolsResponse {
+                tools: d
+                    .tools
+                    .into_iter()
+                    .map(|t| proto::DescribedTool { name: t.name, python_name: t.python_name, signature: t.signature })
+                    .collect(),
+                stub: d.stub,
+            }))
+        }
+        .await;
+        ended(span, result)
     }
 }
 

@@ -408,3 +408,51 @@ print(urllib.request.urlopen({hello:?}, data=b"body-text-QRS").read().decode())
     server.shutdown();
     server.wait().await;
 }
+
+/// The session RPCs are spans of their own under the client's, each with its method, and a
+/// refused one carries the gRPC code.
+#[tokio::test(flavor = "multi_thread")]
+async fn session_rpcs_are_server_spans_under_the_client_s_and_a_refusal_has_its_code() {
+    let receiver = Receiver::default();
+    let endpoint = receiver.start().await;
+    let mut config = grpc::config(&["t1:k1"]);
+    config.otlp = Some(otlp::config(&endpoint, OtlpProtocol::Grpc));
+    let server = grpc::serve(config).await;
+    let mut client = SandboxClient::connect(format!("http://{}", server.grpc_addr)).await.unwrap();
+    fn traced<T>(message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        request.metadata_mut().insert("x-api-key", "k1".parse().unwrap());
+        request.metadata_mut().insert("traceparent", format!("00-{TRACE}-{CLIENT_SPAN}-01").parse().unwrap());
+        request
+    }
+    let opened = client.open_session(traced(proto::OpenSessionRequest::default())).await.unwrap().into_inner();
+    let snapshot = proto::SnapshotSessionRequest { session_id: opened.session_id.clone(), include_files: false };
+    client.snapshot_session(traced(snapshot)).await.unwrap();
+    let unknown = proto::SnapshotSessionRequest { session_id: "no-such-session".into(), include_files: false };
+    let refused = client.snapshot_session(traced(unknown)).await.unwrap_err();
+    let describe = proto::DescribeToolsRequest { tools: vec![grpc::tool("lookup", None)] };
+    client.describe_tools(traced(describe)).await.unwrap();
+    client.close_session(traced(proto::CloseSessionRequest { session_id: opened.session_id })).await.unwrap();
+
+    let names =
+        ["OpenSession", "SnapshotSession", "DescribeTools", "CloseSession"].map(|m| format!("ptc.v1.Sandbox/{m}"));
+    let spans = receiver.until(&server, |r| names.iter().all(|n| !r.named(n).is_empty())).await;
+    eprintln!("{}", ptc_tests::otlp::tree(&spans));
+    for name in &names {
+        for span in receiver.named(name) {
+            assert_eq!((hex(&span.trace_id), hex(&span.parent_span_id)), (TRACE.into(), CLIENT_SPAN.into()), "{name}");
+            assert_eq!(span.kind, SpanKind::Server as i32);
+            assert_eq!(attribute(&span, "ptc.tenant").as_deref(), Some("t1"), "{name}");
+            assert_eq!(attribute(&span, "rpc.method").as_deref(), name.strip_prefix("ptc.v1.Sandbox/"));
+        }
+    }
+    let snapshots = receiver.named("ptc.v1.Sandbox/SnapshotSession");
+    assert_eq!(snapshots.len(), 2);
+    let code = refused.code() as i32;
+    let failed: Vec<&Span> =
+        snapshots.iter().filter(|s| s.status.as_ref().is_some_and(|s| s.code == StatusCode::Error as i32)).collect();
+    assert_eq!(failed.len(), 1, "the refused snapshot, only");
+    assert_eq!(attribute(failed[0], "rpc.grpc.status_code"), Some(code.to_string()));
+    server.shutdown();
+    server.wait().await;
+}
