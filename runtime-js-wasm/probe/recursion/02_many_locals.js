@@ -1,0 +1,1 @@
+function g(a,b,c,d,e,f1,g1,h){ let x1=a+1,x2=b+2,x3=c+3,x4=d+4,x5=e+5,x6=f1+6,x7=g1+7,x8=h+8,x9=x1*x2,x10=x3*x4,x11=x5*x6,x12=x7*x8; return g(x1,x2,x3,x4,x5,x6,x7,x8)+x9+x10+x11+x12 } g(1,2,3,4,5,6,7,8)

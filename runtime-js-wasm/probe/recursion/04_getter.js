@@ -1,0 +1,1 @@
+const o={get x(){return this.x}}; o.x

@@ -1,0 +1,1 @@
+const t={toString(){return String(t)}}; String(t)

@@ -1,0 +1,1 @@
+JSON.parse("[".repeat(200000)+"]".repeat(200000))

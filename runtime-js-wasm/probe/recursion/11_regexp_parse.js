@@ -1,0 +1,1 @@
+new RegExp("(".repeat(200000)+")".repeat(200000))

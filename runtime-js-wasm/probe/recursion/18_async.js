@@ -1,0 +1,1 @@
+async function a(n){ return await a(n+1) } let res = 'pending'; a(0).then(()=>{}, e=>{res=e}); if (res !== 'pending') throw res; else console.error('RESULT async: rejection not seen synchronously (',res,')')

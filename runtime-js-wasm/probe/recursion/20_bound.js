@@ -1,0 +1,1 @@
+function b(n){ return bb(n+1) } const bb=b.bind(null); b(0)

@@ -1,0 +1,1 @@
+/(a|b)*c/.exec("ab".repeat(20000))
