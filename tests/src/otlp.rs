@@ -37,6 +37,14 @@ impl TraceService for Receiver {
 }
 
 impl Receiver {
+    /// Fails naming each of `texts` found anywhere in the raw bytes the receiver was sent.
+    pub fn assert_not_exported(&self, texts: &[&str]) {
+        let raw = self.raw.lock().unwrap();
+        for text in texts {
+            assert!(!raw.windows(text.len()).any(|w| w == text.as_bytes()), "{text:?} was exported");
+        }
+    }
+
     fn keep(&self, request: ExportTraceServiceRequest) {
         self.raw.lock().unwrap().extend(request.encode_to_vec());
         let mut spans = self.spans.lock().unwrap();

@@ -367,7 +367,7 @@ impl Recorder {
     /// Ends the replay's span once the record is used up (or the program left it: `diverged`).
     fn replaying(state: &mut State, diverged: bool) {
         let diverged = diverged || state.diverged.is_some();
-        if state.span.is_none() || !(diverged || state.replay.is_empty()) {
+        if !(diverged || state.replay.is_empty()) {
             return;
         }
         let Some(mut span) = state.span.take() else { return };

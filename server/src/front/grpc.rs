@@ -63,19 +63,13 @@ impl SandboxService {
         };
         let return_files = start.return_files.then_some(self.max_returned_file_bytes);
         let session_id = (!start.session_id.is_empty()).then(|| start.session_id.clone());
-        let attributes = vec![
-            KeyValue::new("rpc.system", "grpc"),
-            KeyValue::new("rpc.service", "ptc.v1.Sandbox"),
-            KeyValue::new("rpc.method", "Execute"),
-            KeyValue::new("ptc.tenant", tenant.clone()),
-        ];
         let tracer = self.core.engine.config().tracer.as_ref();
-        let mut call_span = crate::traces::request_span(tracer, "ptc.v1.Sandbox/Execute", parent.as_ref(), attributes);
-        let traced = call_span.as_ref().map(|span| span.span_context().clone());
+        let mut rpc = call_span(tracer, "ptc.v1.Sandbox/Execute", parent.as_ref(), Some(&tenant));
+        let traced = rpc.as_ref().map(|span| span.span_context().clone());
         let run = match self.start_run(&tenant, start, traced).await {
             Ok(run) => run,
             Err(refused) => {
-                if let Some(span) = &mut call_span {
+                if let Some(span) = &mut rpc {
                     span.set_status(opentelemetry::trace::Status::error(refused.code().description()));
                 }
                 return Err(refused);
@@ -90,7 +84,7 @@ impl SandboxService {
             })),
         };
         tx.send(Ok(started)).await.map_err(|_| Status::cancelled("client went away"))?;
-        let pump = Pump { run, inbound, tx, return_files, max_message_bytes: self.max_message_bytes, _span: call_span };
+        let pump = Pump { run, inbound, tx, return_files, max_message_bytes: self.max_message_bytes, _span: rpc };
         self.core.tasks.spawn(pump.run().instrument(span));
         Ok(ReceiverStream::new(rx))
     }
@@ -209,24 +203,16 @@ impl SandboxService {
         core.start(prepared, dir, None).await.map_err(status)
     }
 
-    /// The caller of `request`, by the API key it presents (none: the local tenant, when the
-    /// server has no keys).
-    /// A unary call's span (kind server) under the client's (W3C trace context in its
-    /// metadata), when the server traces; [`ended`] with the call's status.
+    /// A unary call's span under the client's (W3C trace context in its metadata), when the
+    /// server traces; [`ended`] with the call's status.
     fn rpc_span<T>(&self, name: &'static str, request: &Request<T>) -> Option<BoxedSpan> {
         let tracer = self.core.engine.config().tracer.as_ref()?;
-        let parent = caller_span(request);
-        let mut attributes = vec![
-            KeyValue::new("rpc.system", "grpc"),
-            KeyValue::new("rpc.service", "ptc.v1.Sandbox"),
-            KeyValue::new("rpc.method", name.trim_start_matches("ptc.v1.Sandbox/")),
-        ];
-        if let Ok(tenant) = self.tenant(request) {
-            attributes.push(KeyValue::new("ptc.tenant", tenant));
-        }
-        crate::traces::request_span(Some(tracer), name, parent.as_ref(), attributes)
+        let tenant = self.tenant(request).ok();
+        call_span(Some(tracer), name, caller_span(request).as_ref(), tenant.as_deref())
     }
 
+    /// The caller of `request`, by the API key it presents (none: the local tenant, when the
+    /// server has no keys).
     pub(crate) fn tenant<T>(&self, request: &Request<T>) -> Result<String, Status> {
         let md = request.metadata();
         let key = presented_key(
@@ -235,6 +221,25 @@ impl SandboxService {
         );
         self.core.keys.tenant(key).map_err(|e| Status::unauthenticated(e.message()))
     }
+}
+
+/// A call's span (kind server) named `ptc.v1.Sandbox/{method}`, under the client's `parent`,
+/// when the server traces: the conventions' `rpc.*` attributes and the caller's tenant.
+fn call_span(
+    tracer: Option<&ptc_engine::Tracer>,
+    name: &'static str,
+    parent: Option<&SpanContext>,
+    tenant: Option<&str>,
+) -> Option<BoxedSpan> {
+    let mut attributes = vec![
+        KeyValue::new("rpc.system", "grpc"),
+        KeyValue::new("rpc.service", "ptc.v1.Sandbox"),
+        KeyValue::new("rpc.method", name.trim_start_matches("ptc.v1.Sandbox/")),
+    ];
+    if let Some(tenant) = tenant {
+        attributes.push(KeyValue::new("ptc.tenant", tenant.to_string()));
+    }
+    crate::traces::request_span(tracer, name, parent, attributes)
 }
 
 /// The client's span: W3C trace context in a call's metadata.

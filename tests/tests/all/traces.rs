@@ -12,20 +12,51 @@ use opentelemetry_proto::tonic::trace::v1::{Span, span::SpanKind, status::Status
 use ptc_server::execute::ExecuteStream;
 use ptc_server::proto::{self, decision, sandbox_client::SandboxClient, tool_result};
 use ptc_server::traces::{OtlpConfig, OtlpProtocol};
+use ptc_server::{RunningServer, ServerConfig};
 use ptc_tests::grpc::{self, Msg, Stream};
 use ptc_tests::otlp::{self, Receiver, attribute, hex};
+use tonic::transport::Channel;
 
 const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CLIENT_SPAN: &str = "00f067aa0ba902b7";
 
+/// A server of tenant `t1` (key `k1`) that exports to a receiver of its own over `protocol`,
+/// configured further by `configure`, and a gRPC client of it.
+async fn traced(
+    protocol: OtlpProtocol,
+    configure: impl FnOnce(&mut ServerConfig),
+) -> (Receiver, RunningServer, SandboxClient<Channel>) {
+    let receiver = Receiver::default();
+    let endpoint = match protocol {
+        OtlpProtocol::Grpc => receiver.start().await,
+        OtlpProtocol::Http => receiver.start_http().await,
+    };
+    let mut config = grpc::config(&["t1:k1"]);
+    config.otlp = Some(otlp::config(&endpoint, protocol));
+    configure(&mut config);
+    let server = grpc::serve(config).await;
+    let client = SandboxClient::connect(format!("http://{}", server.grpc_addr)).await.unwrap();
+    (receiver, server, client)
+}
+
+/// Runs `start` as `k1`, waits until it hibernates at its one tool call, answers `"found"` and
+/// returns its end.
+async fn answered_after_hibernating(
+    server: &RunningServer,
+    client: &mut SandboxClient<Channel>,
+    start: proto::Start,
+) -> proto::Completed {
+    let mut stream = Stream(ExecuteStream::open(client, start, Some("k1")).await.unwrap());
+    let round = stream.until(|m| if let Msg::ToolCalls(r) = m { Some(r) } else { None }).await;
+    ptc_tests::eventually("the execution hibernates", || server.engine.hibernated() == 1).await;
+    let outcome = Some(tool_result::Outcome::ResultJson("\"found\"".into()));
+    stream.0.send_results(vec![proto::ToolResult { call_id: round.calls[0].id.clone(), outcome }]).await.unwrap();
+    stream.until(|m| if let Msg::Completed(c) = m { Some(c) } else { None }).await
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_program_s_calls_are_execute_tool_spans_under_the_client_s_trace_and_the_export_holds_no_input() {
-    let receiver = Receiver::default();
-    let endpoint = receiver.start().await;
-    let mut config = grpc::config(&["t1:k1"]);
-    config.otlp = Some(otlp::config(&endpoint, OtlpProtocol::Grpc));
-    let server = grpc::serve(config).await;
-    let mut client = SandboxClient::connect(format!("http://{}", server.grpc_addr)).await.unwrap();
+    let (receiver, server, mut client) = traced(OtlpProtocol::Grpc, |_| {}).await;
 
     let code = r#"
 a, b, c = await asyncio.gather(lookup(q="a"), lookup(q="b"), lookup(q="c"))
@@ -125,10 +156,15 @@ print(a, b, c)
     assert_eq!(tools.iter().filter(|t| attribute(t, "gen_ai.tool.name").as_deref() == Some("lookup")).count(), 3);
 
     // Nothing the program handled is in what was exported.
-    let raw = receiver.raw.lock().unwrap().clone();
-    for secret in ["secret-input-XYZ", "secret-result-ABC", "boom", "/srv/x", "stale", "lookup-done", "broken failed"] {
-        assert!(!raw.windows(secret.len()).any(|w| w == secret.as_bytes()), "{secret:?} was exported");
-    }
+    receiver.assert_not_exported(&[
+        "secret-input-XYZ",
+        "secret-result-ABC",
+        "boom",
+        "/srv/x",
+        "stale",
+        "lookup-done",
+        "broken failed",
+    ]);
 }
 
 /// Without `--otlp-endpoint` nothing traces: calls carry no traceparent.
@@ -281,12 +317,7 @@ async fn an_http_execution_replayed_on_another_node_stays_in_the_caller_s_trace(
 /// OTLP/HTTP (protobuf) reaches a receiver as OTLP/gRPC does.
 #[tokio::test(flavor = "multi_thread")]
 async fn spans_go_out_over_otlp_http_too() {
-    let receiver = Receiver::default();
-    let endpoint = receiver.start_http().await;
-    let mut config = grpc::config(&["t1:k1"]);
-    config.otlp = Some(otlp::config(&endpoint, OtlpProtocol::Http));
-    let server = grpc::serve(config).await;
-    let mut client = SandboxClient::connect(format!("http://{}", server.grpc_addr)).await.unwrap();
+    let (receiver, server, mut client) = traced(OtlpProtocol::Http, |_| {}).await;
     let start = grpc::start_message("print(await lookup(q='a'))", vec![grpc::tool("lookup", None)]);
     let stream = ExecuteStream::open(&mut client, start, Some("k1")).await.unwrap();
     let (end, _) = Stream(stream).drive(|_| Ok(serde_json::json!("found"))).await;
@@ -304,21 +335,10 @@ async fn spans_go_out_over_otlp_http_too() {
 /// under its execution, with the image's size.
 #[tokio::test(flavor = "multi_thread")]
 async fn hibernation_and_thaw_are_spans_of_the_execution() {
-    let receiver = Receiver::default();
-    let endpoint = receiver.start().await;
-    let mut config = grpc::config(&["t1:k1"]);
-    config.engine.hibernate_after = Some(Duration::from_millis(50));
-    config.otlp = Some(otlp::config(&endpoint, OtlpProtocol::Grpc));
-    let server = grpc::serve(config).await;
-    let mut client = SandboxClient::connect(format!("http://{}", server.grpc_addr)).await.unwrap();
+    let hibernating = |c: &mut ServerConfig| c.engine.hibernate_after = Some(Duration::from_millis(50));
+    let (receiver, server, mut client) = traced(OtlpProtocol::Grpc, hibernating).await;
     let start = grpc::start_message("print(await lookup(q='a'))", vec![grpc::tool("lookup", None)]);
-    let stream = ExecuteStream::open(&mut client, start, Some("k1")).await.unwrap();
-    let mut stream = Stream(stream);
-    let round = stream.until(|m| if let Msg::ToolCalls(r) = m { Some(r) } else { None }).await;
-    ptc_tests::eventually("the execution hibernates", || server.engine.hibernated() == 1).await;
-    let outcome = Some(tool_result::Outcome::ResultJson("\"found\"".into()));
-    stream.0.send_results(vec![proto::ToolResult { call_id: round.calls[0].id.clone(), outcome }]).await.unwrap();
-    let done = stream.until(|m| if let Msg::Completed(c) = m { Some(c) } else { None }).await;
+    let done = answered_after_hibernating(&server, &mut client, start).await;
     assert_eq!(done.stdout, "found\n");
     receiver.until(&server, |r| !r.named("ptc.execution").is_empty()).await;
     let execution = &receiver.named("ptc.execution")[0];
@@ -341,15 +361,13 @@ async fn hibernation_and_thaw_are_spans_of_the_execution() {
 async fn outbound_requests_are_client_spans_without_their_path_query_headers_or_body() {
     use ptc_engine::SecretSpec;
     let web = ptc_tests::web::Web::start().await;
-    let receiver = Receiver::default();
-    let endpoint = receiver.start().await;
-    let mut config = grpc::config(&["t1:k1"]);
     let mut policy = web.policy();
     policy.secrets = vec![SecretSpec::new("TOKEN", "s3cr3t-VALUE-77", &["localhost"])];
-    config.network = ptc_server::core::network::NetworkPolicies([("t1".to_string(), policy)].into());
-    config.engine.hibernate_after = Some(Duration::from_millis(50));
-    config.otlp = Some(otlp::config(&endpoint, OtlpProtocol::Grpc));
-    let server = grpc::serve(config).await;
+    let (receiver, server, mut client) = traced(OtlpProtocol::Grpc, |c| {
+        c.network = ptc_server::core::network::NetworkPolicies([("t1".to_string(), policy)].into());
+        c.engine.hibernate_after = Some(Duration::from_millis(50));
+    })
+    .await;
     let code = format!(
         r#"
 import os, urllib.request
@@ -365,15 +383,8 @@ print(urllib.request.urlopen({hello:?}, data=b"body-text-QRS").read().decode())
         echo = web.https_url("/echo?q=query-text-XYZ"),
         hello = web.http_url("/hello"),
     );
-    let mut client = SandboxClient::connect(format!("http://{}", server.grpc_addr)).await.unwrap();
     let start = grpc::start_message(&code, vec![grpc::tool("lookup", None)]);
-    let stream = ExecuteStream::open(&mut client, start, Some("k1")).await.unwrap();
-    let mut stream = Stream(stream);
-    let round = stream.until(|m| if let Msg::ToolCalls(r) = m { Some(r) } else { None }).await;
-    ptc_tests::eventually("the execution hibernates", || server.engine.hibernated() == 1).await;
-    let outcome = Some(tool_result::Outcome::ResultJson("\"found\"".into()));
-    stream.0.send_results(vec![proto::ToolResult { call_id: round.calls[0].id.clone(), outcome }]).await.unwrap();
-    let done = stream.until(|m| if let Msg::Completed(c) = m { Some(c) } else { None }).await;
+    let done = answered_after_hibernating(&server, &mut client, start).await;
     assert_eq!(done.stdout, "True\nrefused\nhello\n");
 
     let spans =
@@ -399,12 +410,15 @@ print(urllib.request.urlopen({hello:?}, data=b"body-text-QRS").read().decode())
     let thaw = &receiver.named("ptc.thaw")[0];
     assert!(post.start_time_unix_nano >= thaw.end_time_unix_nano, "the last request after the thaw");
 
-    let raw = receiver.raw.lock().unwrap().clone();
-    for secret in
-        ["s3cr3t-VALUE-77", "ptc-secret-TOKEN", "query-text-XYZ", "/echo", "private-path", "body-text-QRS", "hello"]
-    {
-        assert!(!raw.windows(secret.len()).any(|w| w == secret.as_bytes()), "{secret:?} was exported");
-    }
+    receiver.assert_not_exported(&[
+        "s3cr3t-VALUE-77",
+        "ptc-secret-TOKEN",
+        "query-text-XYZ",
+        "/echo",
+        "private-path",
+        "body-text-QRS",
+        "hello",
+    ]);
     server.shutdown();
     server.wait().await;
 }
@@ -413,26 +427,21 @@ print(urllib.request.urlopen({hello:?}, data=b"body-text-QRS").read().decode())
 /// refused one carries the gRPC code.
 #[tokio::test(flavor = "multi_thread")]
 async fn session_rpcs_are_server_spans_under_the_client_s_and_a_refusal_has_its_code() {
-    let receiver = Receiver::default();
-    let endpoint = receiver.start().await;
-    let mut config = grpc::config(&["t1:k1"]);
-    config.otlp = Some(otlp::config(&endpoint, OtlpProtocol::Grpc));
-    let server = grpc::serve(config).await;
-    let mut client = SandboxClient::connect(format!("http://{}", server.grpc_addr)).await.unwrap();
-    fn traced<T>(message: T) -> tonic::Request<T> {
+    let (receiver, server, mut client) = traced(OtlpProtocol::Grpc, |_| {}).await;
+    fn with_trace<T>(message: T) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
         request.metadata_mut().insert("x-api-key", "k1".parse().unwrap());
         request.metadata_mut().insert("traceparent", format!("00-{TRACE}-{CLIENT_SPAN}-01").parse().unwrap());
         request
     }
-    let opened = client.open_session(traced(proto::OpenSessionRequest::default())).await.unwrap().into_inner();
+    let opened = client.open_session(with_trace(proto::OpenSessionRequest::default())).await.unwrap().into_inner();
     let snapshot = proto::SnapshotSessionRequest { session_id: opened.session_id.clone(), include_files: false };
-    client.snapshot_session(traced(snapshot)).await.unwrap();
+    client.snapshot_session(with_trace(snapshot)).await.unwrap();
     let unknown = proto::SnapshotSessionRequest { session_id: "no-such-session".into(), include_files: false };
-    let refused = client.snapshot_session(traced(unknown)).await.unwrap_err();
+    let refused = client.snapshot_session(with_trace(unknown)).await.unwrap_err();
     let describe = proto::DescribeToolsRequest { tools: vec![grpc::tool("lookup", None)] };
-    client.describe_tools(traced(describe)).await.unwrap();
-    client.close_session(traced(proto::CloseSessionRequest { session_id: opened.session_id })).await.unwrap();
+    client.describe_tools(with_trace(describe)).await.unwrap();
+    client.close_session(with_trace(proto::CloseSessionRequest { session_id: opened.session_id })).await.unwrap();
 
     let names =
         ["OpenSession", "SnapshotSession", "DescribeTools", "CloseSession"].map(|m| format!("ptc.v1.Sandbox/{m}"));

@@ -396,7 +396,8 @@ impl Runs {
             let tracer = self.state.core.engine.config().tracer.as_ref();
             let name = format!("tools/call {}", call.name);
             let mut span = traces::client_span(tracer, name, call.trace.as_ref(), attributes);
-            let traceparent = traces::traceparent(span.as_ref().map(|s| s.span_context()).or(call.trace.as_ref()));
+            // (The call carries a span only when the engine traces, and then so does this.)
+            let traceparent = traces::traceparent(span.as_ref().map(|s| s.span_context()));
             program.calls.spawn(async move {
                 let outcome = match server {
                     Some(server) => server.call(&call.name, call.input_value(), &call.id, &traceparent).await,
