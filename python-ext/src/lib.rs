@@ -332,6 +332,7 @@ fn main(py: Python<'_>, argv: Vec<String>) -> PyResult<i32> {
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    exit::close_at_exit(m.py())?;
     m.add_function(wrap_pyfunction!(main, m)?)?;
     m.add_class::<Local>()?;
     m.add_class::<Remote>()?;
