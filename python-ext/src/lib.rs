@@ -270,8 +270,9 @@ impl Call {
         .map(Some)
     }
 
-    /// The next server message if one is there or comes within `spin_micros` (spent spinning)
-    /// and then `block_micros` more (spent asleep until it comes), the GIL released all along:
+    /// The next server message if one is there or comes within `spin_micros` (spent spinning,
+    /// yielding the CPU to the lane if they share it: `lanes.rs`) and then `block_micros` more
+    /// (spent asleep until it comes), the GIL released all along:
     /// its bytes, `None` at the call's end, or `False` when none came (then `wait`).
     fn next<'py>(&self, py: Python<'py>, spin_micros: u64, block_micros: u64) -> PyResult<Bound<'py, PyAny>> {
         let open = self.started()?;
@@ -283,7 +284,7 @@ impl Call {
             let start = Instant::now();
             loop {
                 match reader.try_read() {
-                    Poll::Pending if start.elapsed() < spin => std::hint::spin_loop(),
+                    Poll::Pending if start.elapsed() < spin => std::thread::yield_now(),
                     Poll::Pending if !block.is_zero() && tokio::runtime::Handle::try_current().is_err() => {
                         // Asleep, the lane's message wakes this thread itself: one wake-up,
                         // where an awaitable takes two (a runtime's worker, then the loop).

@@ -52,29 +52,59 @@ _DYNAMIC = frozenset({"exec", "eval", "globals", "vars", "builtins", "__builtins
 ast.unparse(ast.Constant(0))
 
 
+def _bind_name(node, names):
+    if type(node.ctx) is not ast.Load:
+        names.add(node.id)
+
+
+def _bind_def(node, names):
+    names.add(node.name)
+
+
+def _bind_import(node, names):
+    for alias in node.names:
+        names.add((alias.asname or alias.name).split(".")[0])
+
+
+def _bind_declared(node, names):
+    names.update(node.names)
+
+
+def _bind_named(node, names):
+    if node.name:
+        names.add(node.name)
+
+
+def _bind_arg(node, names):
+    names.add(node.arg)
+
+
+def _bind_rest(node, names):
+    if node.rest:
+        names.add(node.rest)
+
+
+# What each kind of node binds (assignments' targets, defs, imports, `global`/`nonlocal`,
+# `except ... as`, parameters, patterns): looked up by the node's exact type, which took the
+# check of a one-call program from 24 to 13 µs on host CPython (a chain of `isinstance` per
+# node before), about 6 times that in the component.
+_BINDERS = {
+    ast.Name: _bind_name,
+    ast.FunctionDef: _bind_def, ast.AsyncFunctionDef: _bind_def, ast.ClassDef: _bind_def,
+    ast.Import: _bind_import, ast.ImportFrom: _bind_import,
+    ast.Global: _bind_declared, ast.Nonlocal: _bind_declared,
+    ast.ExceptHandler: _bind_named, ast.MatchAs: _bind_named, ast.MatchStar: _bind_named,
+    ast.arg: _bind_arg,
+    ast.MatchMapping: _bind_rest,
+}
+
+
 def _bound(node, names):
     """Adds the names `node` binds (assignments, defs, imports, loops, `with`, `except`,
     comprehensions, walrus, patterns, `global`/`nonlocal`, `del`) to `names`."""
-    if isinstance(node, ast.Name):
-        if not isinstance(node.ctx, ast.Load):
-            names.add(node.id)
-    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        names.add(node.name)
-    elif isinstance(node, (ast.Import, ast.ImportFrom)):
-        for alias in node.names:
-            names.add((alias.asname or alias.name).split(".")[0])
-    elif isinstance(node, (ast.Global, ast.Nonlocal)):
-        names.update(node.names)
-    elif isinstance(node, ast.ExceptHandler):
-        if node.name:
-            names.add(node.name)
-    elif isinstance(node, ast.arg):
-        names.add(node.arg)
-    elif isinstance(node, (ast.MatchAs, ast.MatchStar)):
-        if node.name:
-            names.add(node.name)
-    elif isinstance(node, ast.MatchMapping) and node.rest:
-        names.add(node.rest)
+    binder = _BINDERS.get(type(node))
+    if binder is not None:
+        binder(node, names)
 
 
 _JSON_TYPES = {str: "string", bool: "boolean", int: "integer", float: "number", type(None): "null"}
@@ -244,25 +274,41 @@ def check_program(tree, specs, known=()):
     # handle it: `try: await fs.nope() except ToolError: ...`).
     bound, calls, statements, awaited, dynamic = set(), [], [], set(), False
     stack = [(tree, False)]
+    pop, push, binders, AST = stack.pop, stack.append, _BINDERS, ast.AST
     while stack:
-        node, handled = stack.pop()
-        _bound(node, bound)
-        if isinstance(node, ast.Name) and node.id in _DYNAMIC:
-            dynamic = True
-        elif isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
-            dynamic = True
+        node, handled = pop()
+        kind = type(node)
+        binder = binders.get(kind)
+        if binder is not None:
+            binder(node, bound)
+            if kind is ast.Name:
+                if node.id in _DYNAMIC:
+                    dynamic = True
+                continue  # a name has no children but its context
+            if kind is ast.ImportFrom and any(a.name == "*" for a in node.names):
+                dynamic = True
         if not handled:
-            if isinstance(node, ast.Call):
+            if kind is ast.Call:
                 calls.append(node)
-            elif isinstance(node, ast.Expr):
+            elif kind is ast.Expr:
                 statements.append(node)
-            elif isinstance(node, ast.Await) and isinstance(node.value, ast.Call):
+            elif kind is ast.Await and type(node.value) is ast.Call:
                 awaited.add(id(node.value))
-        if isinstance(node, (ast.Try, ast.TryStar)) and node.handlers:
-            stack.extend((child, True) for child in node.body)
-            stack.extend((child, handled) for child in (*node.handlers, *node.orelse, *node.finalbody))
-        else:
-            stack.extend((child, handled) for child in ast.iter_child_nodes(node))
+        if (kind is ast.Try or kind is ast.TryStar) and node.handlers:
+            for child in node.body:
+                push((child, True))
+            for child in (*node.handlers, *node.orelse, *node.finalbody):
+                push((child, handled))
+            continue
+        # The children, as `ast.iter_child_nodes` gives them, without its generator.
+        for field in kind._fields:
+            value = getattr(node, field, None)
+            if isinstance(value, list):
+                for item in value:
+                    if isinstance(item, AST):
+                        push((item, handled))
+            elif isinstance(value, AST):
+                push((value, handled))
     checker = _Checker(specs, bound, known, dynamic)
     for call in calls:
         checker.check_call(call, id(call) in awaited)

@@ -292,18 +292,29 @@ def make_stub(spec, call_tool):
     """An `async def` named after the tool; `call_tool(name, args)` returns an awaitable result."""
     sig = signature(spec)
     var_kw = next((p.name for p in sig.parameters.values() if p.kind is p.VAR_KEYWORD), None)
+    named = tuple(p.name for p in sig.parameters.values() if p.kind is p.POSITIONAL_OR_KEYWORD)
+    known = frozenset(named)
+    required = frozenset(p.name for p in sig.parameters.values() if p.kind is p.POSITIONAL_OR_KEYWORD
+                         and p.default is p.empty)
 
     async def stub(*args, **kwargs):
-        try:
-            bound = sig.bind(*args, **kwargs)
-        except TypeError as e:
-            raise TypeError(f"{spec.python_name}(): {e}") from None
-        payload = {}
-        for key, value in bound.arguments.items():
-            if key == var_kw:
-                payload.update(value)
-            elif value is not OMITTED:
-                payload[key] = value
+        if not args and required <= kwargs.keys() and (var_kw is not None or kwargs.keys() <= known):
+            # Keywords only, as programs mostly call tools: what `sig.bind` below gives, in the
+            # same order, without it (it took 7 of a call's 16 µs on host CPython).
+            payload = {name: kwargs[name] for name in named if name in kwargs and kwargs[name] is not OMITTED}
+            if var_kw is not None and len(payload) < len(kwargs):
+                payload.update((k, v) for k, v in kwargs.items() if k not in known)
+        else:
+            try:
+                bound = sig.bind(*args, **kwargs)
+            except TypeError as e:
+                raise TypeError(f"{spec.python_name}(): {e}") from None
+            payload = {}
+            for key, value in bound.arguments.items():
+                if key == var_kw:
+                    payload.update(value)
+                elif value is not OMITTED:
+                    payload[key] = value
         if spec.namespace:
             return await call_tool(spec.name, payload, spec.namespace)
         return await call_tool(spec.name, payload)

@@ -50,6 +50,21 @@ class StubTest(unittest.TestCase):
             [("get-weather", {"city": "SF", "user-id": "u"})],
         )
 
+    def test_keywords_give_what_binding_gives_in_the_signatures_order(self):
+        # Keyword-only calls skip `Signature.bind`: the payload is the same, its keys in the
+        # signature's order, the extra keywords after them in the program's.
+        calls = [
+            ((), {"days": 3, "city": "SF"}),
+            ((), {"zone": "utc", "city": "SF", "user-id": "u", "days": 2}),
+            (("SF",), {"days": 3, "zone": "utc"}),
+            ((), {"city": "SF", "kwargs": 1}),
+        ]
+        for args, kwargs in calls:
+            bound = inspect.signature(make_stub(spec(), None)).bind(*args, **kwargs).arguments
+            expected = {k: v for k, v in bound.items() if k != "kwargs"} | bound.get("kwargs", {})
+            [(_, payload)] = self.call(spec(), *args, **kwargs)
+            self.assertEqual(list(payload.items()), list(expected.items()), kwargs)
+
     def test_missing_required_is_type_error(self):
         with self.assertRaisesRegex(TypeError, "get_weather\\(\\).*city"):
             self.call(spec())

@@ -29,9 +29,9 @@ RESPONSES: dict[str, Any] = {
 """Each unary method's answer."""
 
 SPIN_MICROS = 200
-"""How long a read spins for the engine's next message (the GIL released) when nothing else on
-the event loop could run (no callback ready, no other task): a tool round's answer comes in
-50-150 µs, and handing it over this way costs a few µs."""
+"""How long a read spins for the engine's next message (the GIL released, yielding the CPU at
+each turn) when nothing else on the event loop could run (no callback ready, no other task): a
+tool round's answer comes in 50-150 µs, and handing it over this way costs a few µs."""
 
 BLOCK_MICROS = 2000
 """How long a read then sleeps for the message (the GIL released), at most, and never past the
