@@ -64,16 +64,12 @@ impl SandboxService {
         let return_files = start.return_files.then_some(self.max_returned_file_bytes);
         let session_id = (!start.session_id.is_empty()).then(|| start.session_id.clone());
         let tracer = self.core.engine.config().tracer.as_ref();
-        let mut rpc = call_span(tracer, "ptc.v1.Sandbox/Execute", parent.as_ref(), Some(&tenant));
+        let rpc = call_span(tracer, "ptc.v1.Sandbox/Execute", parent.as_ref(), Some(&tenant));
         let traced = rpc.as_ref().map(|span| span.span_context().clone());
         let run = match self.start_run(&tenant, start, traced).await {
             Ok(run) => run,
-            Err(refused) => {
-                if let Some(span) = &mut rpc {
-                    span.set_status(opentelemetry::trace::Status::error(refused.code().description()));
-                }
-                return Err(refused);
-            }
+            // Its span ends here, with the code, as a refused unary call's does.
+            Err(refused) => return ended(rpc, Err(refused)),
         };
         let span = tracing::info_span!("grpc_execute", execution = %run.execution.id(), tenant = %tenant,
             session = session_id.as_deref().unwrap_or(""));

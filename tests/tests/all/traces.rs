@@ -424,7 +424,7 @@ print(urllib.request.urlopen({hello:?}, data=b"body-text-QRS").read().decode())
 }
 
 /// The session RPCs are spans of their own under the client's, each with its method, and a
-/// refused one carries the gRPC code.
+/// refused one carries the gRPC code, as a refused `Execute` does.
 #[tokio::test(flavor = "multi_thread")]
 async fn session_rpcs_are_server_spans_under_the_client_s_and_a_refusal_has_its_code() {
     let (receiver, server, mut client) = traced(OtlpProtocol::Grpc, |_| {}).await;
@@ -442,9 +442,14 @@ async fn session_rpcs_are_server_spans_under_the_client_s_and_a_refusal_has_its_
     let describe = proto::DescribeToolsRequest { tools: vec![grpc::tool("lookup", None)] };
     client.describe_tools(with_trace(describe)).await.unwrap();
     client.close_session(with_trace(proto::CloseSessionRequest { session_id: opened.session_id })).await.unwrap();
+    // An `Execute` refused at its start (a runtime there is none of).
+    let unknown_runtime = proto::Start { runtime: "cobol".into(), ..grpc::start_message("pass", vec![]) };
+    let traceparent = format!("00-{TRACE}-{CLIENT_SPAN}-01");
+    let refused_run = ExecuteStream::open_traced(&mut client, unknown_runtime, Some("k1"), Some(&traceparent)).await;
+    let refused_run = refused_run.err().expect("an unknown runtime is refused");
 
-    let names =
-        ["OpenSession", "SnapshotSession", "DescribeTools", "CloseSession"].map(|m| format!("ptc.v1.Sandbox/{m}"));
+    let names = ["OpenSession", "SnapshotSession", "DescribeTools", "CloseSession", "Execute"]
+        .map(|m| format!("ptc.v1.Sandbox/{m}"));
     let spans = receiver.until(&server, |r| names.iter().all(|n| !r.named(n).is_empty())).await;
     eprintln!("{}", ptc_tests::otlp::tree(&spans));
     for name in &names {
@@ -462,6 +467,9 @@ async fn session_rpcs_are_server_spans_under_the_client_s_and_a_refusal_has_its_
         snapshots.iter().filter(|s| s.status.as_ref().is_some_and(|s| s.code == StatusCode::Error as i32)).collect();
     assert_eq!(failed.len(), 1, "the refused snapshot, only");
     assert_eq!(attribute(failed[0], "rpc.grpc.status_code"), Some(code.to_string()));
+    let execute = &receiver.named("ptc.v1.Sandbox/Execute")[0];
+    assert_eq!(execute.status.as_ref().map(|s| s.code), Some(StatusCode::Error as i32));
+    assert_eq!(attribute(execute, "rpc.grpc.status_code"), Some((refused_run.code() as i32).to_string()));
     server.shutdown();
     server.wait().await;
 }
