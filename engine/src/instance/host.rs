@@ -33,7 +33,11 @@ pub(crate) struct HostState {
     /// The WASI handles every instance takes first (`prime`): stdout, stderr and the
     /// preopened directory if there is one (the data runtime: stdio and its preopens). An
     /// instance that holds more cannot hibernate (the data runtime's: not to another process).
+    /// A component's own are counted once ([`crate::pages::Image`]), which a freeze goes by.
     pub(crate) primed_handles: usize,
+    /// A directory is preopened (`/mnt/data`): one handle more than a fresh instance primed
+    /// without one holds ([`crate::pages::Image`]).
+    pub(crate) preopened: bool,
     /// The component's monotonic clock, unless a journal's recorder keeps it.
     pub(crate) monotonic: Option<Monotonic>,
     /// The execution's network policy and the requests it made (`net/`).
@@ -103,6 +107,7 @@ impl HostState {
             live,
             hibernated: None,
             primed_handles,
+            preopened,
             monotonic,
             net,
             trace,

@@ -67,6 +67,11 @@ pub(crate) struct Image {
     /// for the data runtime, its version and this snapshot's memory, since each server
     /// pre-initialises its own (`data/init.rs`) and two snapshots may differ.
     pub(crate) build: [u8; 32],
+    /// The WASI handles a fresh instance of the component holds once primed, with no
+    /// directory preopened: measured ([`Image::primed`]), since each guest's libc takes its
+    /// own (CPython's 2, stdout and stderr; QuickJS's through Debian's wasi-libc, 4). `None`:
+    /// the data runtime, whose descriptors are the host's.
+    primed: Option<usize>,
 }
 
 enum Base {
@@ -97,13 +102,23 @@ impl Image {
         self.len
     }
 
+    /// Counts the WASI handles `prime` takes in `guest`, a fresh instance of the component
+    /// in `store` with no directory preopened, as what every instance of it holds.
+    pub(crate) async fn primed(mut self, store: &mut Store<HostState>, guest: &Guest) -> wasmtime::Result<Self> {
+        if let Guest::Component(sandbox, _) = guest {
+            sandbox.call_prime(&mut *store, 0).await?;
+            self.primed = Some(store.data_mut().wasi_handles());
+        }
+        Ok(self)
+    }
+
     /// Reads a fresh instance's memory of the component, built from bytes whose SHA-256 is
     /// `build`.
     pub(crate) fn of(store: &mut Store<HostState>, instance: Instance, build: [u8; 32]) -> Image {
         let options = memory_options(store, instance);
         let memory = Linear::Component(instance, options).with(store, |m| m.to_vec());
         let len = memory.len();
-        Image { len, base: Base::Copy(memory, options), runtime: Runtime::Python, build }
+        Image { len, base: Base::Copy(memory, options), runtime: Runtime::Python, build, primed: None }
     }
 
     /// What sealed images of the data runtime are bound to: its `version`, and the memory of
@@ -120,7 +135,7 @@ impl Image {
     pub(crate) fn data(store: Store<HostState>, memory: Memory, build: [u8; 32]) -> Image {
         let len = memory.data_size(&store);
         let base = Base::Instance(Mutex::new(store), memory);
-        Image { len, base, runtime: Runtime::PythonData, build }
+        Image { len, base, runtime: Runtime::PythonData, build, primed: None }
     }
 
     /// Runs `f` on a fresh instance's memory.
@@ -232,7 +247,10 @@ pub(crate) async fn freeze(
 ) -> Result<Frozen, String> {
     let linear = Linear::of(guest, image);
     let handles = store.data_mut().wasi_handles();
-    let primed = store.data().primed_handles;
+    let primed = match image.primed {
+        Some(fresh) => fresh + usize::from(store.data().preopened),
+        None => store.data().primed_handles,
+    };
     // The component's handles live in its instance and are taken again by priming. The data
     // runtime's descriptors are the host's own (WASI preview 1): they move with the host
     // state to the next instance in this process, so only an image for elsewhere is gated.

@@ -251,7 +251,14 @@ impl Stores {
                         let Guest::Component(_, instance) = warm.guest else {
                             unreachable!("make_warm makes the component")
                         };
-                        Ok::<_, Error>(Arc::new(Image::of(&mut warm.store, instance, self.build)))
+                        let image = Image::of(&mut warm.store, instance, self.build);
+                        // What a primed instance holds, counted in another (priming writes).
+                        let mut primed = self.make_warm(|| false).await?;
+                        let image = image
+                            .primed(&mut primed.store, &primed.guest)
+                            .await
+                            .map_err(|e| Error::engine("priming an instance of the component", e))?;
+                        Ok::<_, Error>(Arc::new(image))
                     })
                     .await?
             }
