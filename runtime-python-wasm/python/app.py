@@ -66,7 +66,7 @@ def _outcome(o):
     if o.kind == "hibernated":
         return wit_world.Outcome_Hibernated()
     kind = {
-        "python-error": wit_world.FailureKind.PYTHON_ERROR,
+        "python-error": wit_world.FailureKind.PROGRAM_ERROR,
         "exit": wit_world.FailureKind.EXIT,
         "invalid-tools": wit_world.FailureKind.INVALID_TOOLS,
     }.get(o.kind, wit_world.FailureKind.INTERNAL)

@@ -56,7 +56,7 @@ impl Engine {
                 .map(|(t, def)| DescribedTool {
                     name: t.name,
                     namespace: def.namespace.clone(),
-                    python_name: t.python_name,
+                    python_name: t.code_name,
                     signature: t.signature,
                 })
                 .collect(),

@@ -334,7 +334,7 @@ fn final_event(
         }
         Ending::Returned(Outcome::Failed(f), sandbox) => {
             let kind = match f.kind {
-                bindings::FailureKind::PythonError => FailureKind::PythonError,
+                bindings::FailureKind::ProgramError => FailureKind::PythonError,
                 bindings::FailureKind::Exit => FailureKind::Exit,
                 bindings::FailureKind::InvalidTools => FailureKind::InvalidTools,
                 bindings::FailureKind::Internal => FailureKind::Internal,

@@ -208,7 +208,7 @@ fn failed<'js>(ctx: &Ctx<'js>, reason: Value<'js>) -> Outcome {
     let _ = ctx.throw(reason);
     let (msg, tb) = describe_exception(ctx);
     write_fd(2, format!("{tb}\n").as_bytes());
-    failure(FailureKind::PythonError, msg, tb)
+    failure(FailureKind::ProgramError, msg, tb)
 }
 
 /// `outcome`, the program's state let go (its calls left unanswered stay so).
@@ -266,7 +266,7 @@ fn drive(j: &Js) -> Outcome {
         if new.is_empty() && waiting == 0 {
             let Some(due) = due else {
                 return ended(failure(
-                    FailureKind::PythonError,
+                    FailureKind::ProgramError,
                     "the program waits for a promise nothing will settle: no tool call is outstanding and no timer is set"
                         .into(),
                     String::new(),
@@ -425,7 +425,7 @@ impl Guest for Component {
             .iter()
             .map(|t| DescribedTool {
                 name: t.name.clone(),
-                python_name: js_name(&t.name),
+                code_name: js_name(&t.name),
                 signature: format!("{}(args)", js_name(&t.name)),
             })
             .collect();

@@ -59,7 +59,7 @@ impl From<Reported> for bindings::Outcome {
             return bindings::Outcome::Completed(r.value);
         }
         let kind = match r.kind.as_str() {
-            "python-error" => bindings::FailureKind::PythonError,
+            "python-error" => bindings::FailureKind::ProgramError,
             "exit" => bindings::FailureKind::Exit,
             "invalid-tools" => bindings::FailureKind::InvalidTools,
             _ => bindings::FailureKind::Internal,
