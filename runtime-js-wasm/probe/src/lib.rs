@@ -147,7 +147,8 @@ fn install_globals<'js>(ctx: &Ctx<'js>, tools: &[ToolDef]) -> rquickjs::Result<(
     g.set("__call_tool", Func::from(call_tool))?;
     g.set("__now", Func::from(now_ms))?;
     // Timers: what is due when (`__now()`'s milliseconds), fired by `drive`.
-    ctx.eval::<(), _>(
+    runtime_eval(
+        ctx,
         "(()=>{let seq=0;const timers=new Map();\
          globalThis.setTimeout=(fn,ms,...args)=>{const id=++seq;timers.set(id,{due:__now()+Math.max(0,+ms||0),fn,args});return id;};\
          globalThis.clearTimeout=(id)=>{timers.delete(id);};\
@@ -173,7 +174,7 @@ fn install_globals<'js>(ctx: &Ctx<'js>, tools: &[ToolDef]) -> rquickjs::Result<(
         }
     }
     src.push_str("})();");
-    ctx.eval::<(), _>(src)?;
+    runtime_eval(ctx, src)?;
     Ok(())
 }
 
@@ -303,13 +304,29 @@ fn drive(j: &Js) -> Outcome {
     }
 }
 
+/// The program's evaluation: named `program.js` in its errors' stacks (`promise`: with
+/// top-level `await`).
+fn program_options(promise: bool) -> EvalOptions {
+    let mut options = EvalOptions::default();
+    options.promise = promise;
+    options.strict = false;
+    options.filename = Some("program.js".into());
+    options
+}
+
+/// The guest's own code (the tools' functions, timers), named apart from the program's, and
+/// kept out of its errors' stacks (a backtrace barrier).
+fn runtime_eval<'js>(ctx: &Ctx<'js>, source: impl Into<Vec<u8>>) -> rquickjs::Result<()> {
+    let mut options = EvalOptions::default();
+    options.filename = Some("ptc:runtime".into());
+    options.backtrace_barrier = true;
+    ctx.eval_with_options::<(), _>(source, options)
+}
+
 /// Starts `code`: as a script with top-level `await`, or, if it `return`s at top level, as an
 /// async function's body (on the script's first line, so that line numbers stay the program's).
 fn start<'js>(ctx: &Ctx<'js>, code: &str) -> Result<(Promise<'js>, bool), Outcome> {
-    let mut options = EvalOptions::default();
-    options.promise = true;
-    options.strict = false;
-    let first = ctx.eval_with_options::<Promise, _>(code.as_bytes().to_vec(), options);
+    let first = ctx.eval_with_options::<Promise, _>(code.as_bytes().to_vec(), program_options(true));
     let (evaluated, wrapped) = match first {
         Err(rquickjs::Error::Exception) => {
             let thrown = ctx.catch();
@@ -320,7 +337,8 @@ fn start<'js>(ctx: &Ctx<'js>, code: &str) -> Result<(Promise<'js>, bool), Outcom
             if !returns {
                 return Err(failed(ctx, thrown));
             }
-            (ctx.eval::<Promise, _>(format!("(async function(){{{code}\n}})()")), true)
+            let body = format!("(async function(){{{code}\n}})()");
+            (ctx.eval_with_options::<Promise, _>(body, program_options(false)), true)
         }
         other => (other, false),
     };
