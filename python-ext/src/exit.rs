@@ -14,7 +14,7 @@
 //! module is imported), takes the write lock (the GIL released, so a handover under way
 //! finishes) and shuts the gate: a result that comes later is dropped, with nobody left to await
 //! it. The remote client needs it as much as the engine: Strands' page run against a server
-//! (a daemon thread's loop left with a call) ended with SIGABRT in 1 of 10 to 40 runs, a handover
+//! (a daemon thread's loop left with a call) ended with SIGABRT in 5 of 100 runs, a handover
 //! thread's `call_soon_threadsafe` taking the GIL back during `Py_FinalizeEx` (CPython 3.11),
 //! when only the in-process engine's `close` shut the gate.
 

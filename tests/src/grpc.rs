@@ -65,6 +65,13 @@ pub fn tool(name: &str, schema: Option<Value>) -> proto::Tool {
     }
 }
 
+/// `message` as a call presenting the API key `key`.
+pub fn with_key<T>(message: T, key: &str) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.metadata_mut().insert("x-api-key", key.parse().unwrap());
+    request
+}
+
 pub fn start_message(code: &str, tools: Vec<proto::Tool>) -> proto::Start {
     proto::Start { code: code.into(), tools, ..Default::default() }
 }

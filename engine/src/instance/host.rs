@@ -30,10 +30,10 @@ pub(crate) struct HostState {
     /// The engine's count of hibernated executions, while this one is (its instance is
     /// gone, so it is not live meanwhile).
     hibernated: Option<(Arc<AtomicUsize>, u64)>,
-    /// The WASI handles every instance takes first (`prime`): stdout, stderr and the
-    /// preopened directory if there is one (the data runtime: stdio and its preopens). An
-    /// instance that holds more cannot hibernate (the data runtime's: not to another process).
-    /// A component's own are counted once ([`crate::pages::Image`]), which a freeze goes by.
+    /// The descriptors the data runtime's guest takes at its first call (WASI preview 1):
+    /// stdin, stdout, stderr and its preopens; one that holds more does not hibernate to
+    /// another process. 0 for the component, whose primed handles its image counts
+    /// ([`crate::pages::Image`]).
     pub(crate) primed_handles: usize,
     /// A directory is preopened (`/mnt/data`): one handle more than a fresh instance primed
     /// without one holds ([`crate::pages::Image`]).
@@ -95,7 +95,7 @@ impl HostState {
             metrics::gauge!("ptc_live_instances").increment(1.0);
         }
         let primed_handles = match wasi {
-            Wasi::P2 { .. } => 2 + usize::from(preopened),
+            Wasi::P2 { .. } => 0,
             // Preview 1 takes all at the first call: stdin, stdout, stderr, and the preopens.
             Wasi::P1(_) => 3 + crate::instance::data::files::PREOPENS,
         };

@@ -4,6 +4,7 @@
 //! The task owns the execution, so a vanished client (stream error, or the response stream
 //! dropped by tonic) drops it, which cancels the program and frees its instance at once.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
@@ -199,12 +200,27 @@ impl SandboxService {
         core.start(prepared, dir, None).await.map_err(status)
     }
 
-    /// A unary call's span under the client's (W3C trace context in its metadata), when the
-    /// server traces; [`ended`] with the call's status.
-    fn rpc_span<T>(&self, name: &'static str, request: &Request<T>) -> Option<BoxedSpan> {
-        let tracer = self.core.engine.config().tracer.as_ref()?;
-        let tenant = self.tenant(request).ok();
-        call_span(Some(tracer), name, caller_span(request).as_ref(), tenant.as_deref())
+    /// Answers the unary call `name` with `answer` (given the caller's tenant and the message),
+    /// within the call's span under the client's (W3C trace context in its metadata) when the
+    /// server traces, [`ended`] with the call's status. An unknown key is refused here.
+    async fn unary<T, R, F>(
+        &self,
+        name: &'static str,
+        request: Request<T>,
+        answer: impl FnOnce(String, T) -> F,
+    ) -> Result<Response<R>, Status>
+    where
+        F: Future<Output = Result<R, Status>>,
+    {
+        let tenant = self.tenant(&request);
+        let tracer = self.core.engine.config().tracer.as_ref();
+        let span =
+            tracer.and_then(|t| call_span(Some(t), name, caller_span(&request).as_ref(), tenant.as_deref().ok()));
+        let result = match tenant {
+            Ok(tenant) => answer(tenant, request.into_inner()).await.map(Response::new),
+            Err(refused) => Err(refused),
+        };
+        ended(span, result)
     }
 
     /// The caller of `request`, by the API key it presents (none: the local tenant, when the
@@ -287,10 +303,7 @@ impl sandbox_server::Sandbox for SandboxService {
         &self,
         request: Request<proto::OpenSessionRequest>,
     ) -> Result<Response<proto::OpenSessionResponse>, Status> {
-        let span = self.rpc_span("ptc.v1.Sandbox/OpenSession", &request);
-        let result = async move {
-            let tenant = self.tenant(&request)?;
-            let r = request.into_inner();
+        self.unary("ptc.v1.Sandbox/OpenSession", request, |tenant, r| async move {
             let defaults = &self.core.engine.config().default_limits;
             let idle_timeout = r
                 .idle_timeout_ms
@@ -307,63 +320,52 @@ impl sandbox_server::Sandbox for SandboxService {
             let opened = self.core.sessions.open(&tenant, options).await.map_err(status)?;
             tracing::info!(tenant = %tenant, session = %opened.id, restored = opened.restored.kept.len(),
                 files = opened.files.len(), "session opened");
-            Ok(Response::new(proto::OpenSessionResponse {
+            Ok(proto::OpenSessionResponse {
                 session_id: opened.id,
                 restored: opened.restored.kept,
                 dropped: dropped(opened.restored.dropped),
                 idle_timeout_ms: idle_timeout.as_millis().try_into().unwrap_or(u32::MAX),
                 files: opened.files,
-            }))
-        }
-        .await;
-        ended(span, result)
+            })
+        })
+        .await
     }
 
     async fn close_session(
         &self,
         request: Request<proto::CloseSessionRequest>,
     ) -> Result<Response<proto::CloseSessionResponse>, Status> {
-        let span = self.rpc_span("ptc.v1.Sandbox/CloseSession", &request);
-        let result = async move {
-            let tenant = self.tenant(&request)?;
-            let closed = self.core.sessions.close(&tenant, &request.into_inner().session_id);
-            Ok(Response::new(proto::CloseSessionResponse { closed }))
-        }
-        .await;
-        ended(span, result)
+        self.unary("ptc.v1.Sandbox/CloseSession", request, |tenant, r| async move {
+            Ok(proto::CloseSessionResponse { closed: self.core.sessions.close(&tenant, &r.session_id) })
+        })
+        .await
     }
 
     async fn snapshot_session(
         &self,
         request: Request<proto::SnapshotSessionRequest>,
     ) -> Result<Response<proto::SessionSnapshot>, Status> {
-        let span = self.rpc_span("ptc.v1.Sandbox/SnapshotSession", &request);
-        let result = async move {
-            let tenant = self.tenant(&request)?;
-            let r = request.into_inner();
+        self.unary("ptc.v1.Sandbox/SnapshotSession", request, |tenant, r| async move {
             let snapshot =
                 self.core.sessions.snapshot(&tenant, &r.session_id, r.include_files).await.map_err(status)?;
-            Ok(Response::new(proto::SessionSnapshot {
+            Ok(proto::SessionSnapshot {
                 snapshot: snapshot.bytes,
                 kept: snapshot.state.kept,
                 modules: snapshot.state.modules,
                 dropped: dropped(snapshot.state.dropped),
                 files: snapshot.files,
-            }))
-        }
-        .await;
-        ended(span, result)
+            })
+        })
+        .await
     }
 
     async fn describe_tools(
         &self,
         request: Request<proto::DescribeToolsRequest>,
     ) -> Result<Response<proto::DescribeToolsResponse>, Status> {
-        let span = self.rpc_span("ptc.v1.Sandbox/DescribeTools", &request);
-        let result = async move {
-            let tenant = self.tenant(&request)?;
-            let tools = proto::tool_defs(self.core.engine.schemas(), &tenant, request.into_inner().tools)
-                .map_err(Status::invalid_argument)?;
+        self.unary("ptc.v1.Sandbox/DescribeTools", request, |tenant, r| async move {
+            let tools =
+                proto::tool_defs(self.core.engine.schemas(), &tenant, r.tools).map_err(Status::invalid_argument)?;
             // Rendering runs guest code: admitted like an execution of the tenant's.
             let _admission = self
                 .core
@@ -371,17 +373,16 @@ impl sandbox_server::Sandbox for SandboxService {
                 .admit(&tenant, None, self.core.engine.paused_executions_of(&tenant))
                 .map_err(|r| status(r.into()))?;
             let d = self.core.engine.describe_tools(&tools, Some(&tenant)).await.map_err(engine_status)?;
-            Ok(Response::new(proto::DescribeToolsResponse {
+            Ok(proto::DescribeToolsResponse {
                 tools: d
                     .tools
                     .into_iter()
                     .map(|t| proto::DescribedTool { name: t.name, python_name: t.python_name, signature: t.signature })
                     .collect(),
                 stub: d.stub,
-            }))
-        }
-        .await;
-        ended(span, result)
+            })
+        })
+        .await
     }
 }
 

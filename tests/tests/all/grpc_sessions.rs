@@ -8,12 +8,6 @@ use ptc_tests::grpc::*;
 use serde_json::json;
 use tonic::transport::Channel;
 
-fn with_key<T>(message: T, key: &str) -> tonic::Request<T> {
-    let mut request = tonic::Request::new(message);
-    request.metadata_mut().insert("x-api-key", key.parse().unwrap());
-    request
-}
-
 async fn open(
     client: &mut SandboxClient<Channel>,
     key: &str,

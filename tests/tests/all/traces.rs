@@ -429,8 +429,7 @@ print(urllib.request.urlopen({hello:?}, data=b"body-text-QRS").read().decode())
 async fn session_rpcs_are_server_spans_under_the_client_s_and_a_refusal_has_its_code() {
     let (receiver, server, mut client) = traced(OtlpProtocol::Grpc, |_| {}).await;
     fn with_trace<T>(message: T) -> tonic::Request<T> {
-        let mut request = tonic::Request::new(message);
-        request.metadata_mut().insert("x-api-key", "k1".parse().unwrap());
+        let mut request = grpc::with_key(message, "k1");
         request.metadata_mut().insert("traceparent", format!("00-{TRACE}-{CLIENT_SPAN}-01").parse().unwrap());
         request
     }
