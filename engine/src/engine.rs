@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use wasmtime::component::{HasSelf, Linker};
+use wasmtime::component::{Component, HasSelf, Linker};
 
 use crate::api::config::{ComponentSource, EngineConfig, MIB, WhenBusy};
 use crate::api::error::{Error, ErrorKind, Result};
@@ -105,7 +105,7 @@ impl Engine {
             *default = (*default).min(reservation);
         }
         let wasm = Wasm::of(&config.component)?;
-        let (wasmtime, component, pooling) = build_engine(&config, &wasm)?;
+        let (wasmtime, [component, javascript], pooling) = build_engine(&config, &wasm, &Wasm::javascript())?;
         let digest = match &config.component {
             ComponentSource::Embedded => *ptc_runtime_python_wasm::RUNTIME_DIGEST,
             ComponentSource::File(_) => wasm.sha256,
@@ -121,13 +121,16 @@ impl Engine {
         let mut linker = Linker::<HostState>::new(&wasmtime);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| Error::engine("linking WASI", e))?;
         Sandbox::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s).map_err(|e| Error::engine("linking host", e))?;
-        let pre = linker.instantiate_pre(&component).map_err(|e| Error::engine("pre-instantiating", e))?;
-        let pre = SandboxPre::new(pre).map_err(|e| Error::engine("component does not match the WIT world", e))?;
+        let pre = |component: &Component| {
+            let pre = linker.instantiate_pre(component).map_err(|e| Error::engine("pre-instantiating", e))?;
+            SandboxPre::new(pre).map_err(|e| Error::engine("component does not match the WIT world", e))
+        };
+        let (javascript, pre) = ((pre(&javascript)?, *ptc_runtime_js_wasm::COMPONENT_SHA256), pre(&component)?);
         let data = config.python_data.as_deref().map(|dir| Data::new(&config, dir)).transpose()?;
         let ticker = EpochTicker::start(vec![wasmtime.clone()], config.epoch_tick);
         tracing::info!(pooling, "sandbox engine ready");
         let shares = Shares::new(config.memory_budget, config.tenant_memory_budget, config.tenant_max_running);
-        let stores = Arc::new(Stores::new(&config, (wasmtime, pre, wasm.sha256), data, shares));
+        let stores = Arc::new(Stores::new(&config, (wasmtime, pre, wasm.sha256), javascript, data, shares));
         Ok(Engine {
             inner: Arc::new(Inner {
                 digest,
@@ -165,7 +168,8 @@ impl Engine {
     pub fn runtime_digest(&self, runtime: Runtime) -> [u8; 32] {
         match runtime {
             Runtime::PythonData => *ptc_runtime_python_data::RUNTIME_DIGEST,
-            _ => self.inner.digest,
+            Runtime::Javascript => *ptc_runtime_js_wasm::RUNTIME_DIGEST,
+            Runtime::Python => self.inner.digest,
         }
     }
 
@@ -274,10 +278,16 @@ impl Engine {
         request.check_size(&inner.config.ceilings)?;
         let pre = inner.stores.pre(request.runtime).await?;
         if request.journal.is_some() && request.runtime != Runtime::Python {
-            return Err(Error::invalid(
-                "only the python runtime can be journaled: python-data's pre-initialised state differs from server to \
-                 server, so a replay elsewhere could not repeat a run",
-            ));
+            return Err(Error::invalid(match request.runtime {
+                Runtime::Javascript => {
+                    "only the python runtime can be journaled: the javascript runtime does not record its random \
+                     sources and clocks yet"
+                }
+                _ => {
+                    "only the python runtime can be journaled: python-data's pre-initialised state differs from server \
+                     to server, so a replay elsewhere could not repeat a run"
+                }
+            }));
         }
         let journal = request.journal.as_ref().map(|j| Recorder::new(j, inner.config.ceilings.max_journal_bytes));
         let schemas = inner.schemas.compiled(request.tenant.as_deref(), &request.tools).await?;

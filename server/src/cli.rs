@@ -274,8 +274,8 @@ pub struct HttpArgs {
     /// Seconds to send a whole upload.
     #[arg(long, env = "PTC_HTTP_UPLOAD_TIMEOUT_SECS", default_value_t = defaults().http_limits.upload_timeout.as_secs())]
     pub http_upload_timeout_secs: u64,
-    /// The runtime of HTTP API runs that name none (LibreChat's client never does):
-    /// `python` or `python-data` (needs --python-data).
+    /// The runtime of HTTP API runs that name none (`lang: "py"` names the default too):
+    /// `python`, `python-data` (needs --python-data) or `javascript`.
     #[arg(long, env = "PTC_HTTP_RUNTIME", default_value = "python")]
     pub http_runtime: ptc_engine::Runtime,
 }
@@ -462,6 +462,14 @@ pub struct McpArgs {
     pub traces: TraceArgs,
 }
 
+impl RunArgs {
+    /// `--runtime`, or what the file's extension says.
+    pub fn runtime(&self) -> ptc_engine::Runtime {
+        let javascript = self.file.extension().is_some_and(|e| e == "js" || e == "mjs");
+        self.runtime.unwrap_or(if javascript { ptc_engine::Runtime::Javascript } else { ptc_engine::Runtime::Python })
+    }
+}
+
 impl McpArgs {
     /// The network policy file's policies, if one is given.
     pub fn network_policies(&self) -> anyhow::Result<crate::core::network::NetworkPolicies> {
@@ -486,6 +494,9 @@ impl McpArgs {
         if self.runtime == ptc_engine::Runtime::PythonData {
             engine.python_data = Some(ptc_engine::python_data_artifacts());
         }
+        if self.runtime == ptc_engine::Runtime::Javascript {
+            return Err(serve_config::MCP_PYTHON_ONLY.into());
+        }
         engine.ceilings.check(&engine.default_limits, engine.fuel).map_err(|e| format!("default limits: {e}"))?;
         let mcp = match &self.config {
             Some(path) => crate::front::mcp::McpConfig::load(path)?,
@@ -503,7 +514,8 @@ fn defaults() -> &'static ServerConfig {
 
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
-    /// The Python file to run (`-` for stdin).
+    /// The program to run: a Python file, or JavaScript (`.js`, `.mjs`; `-` for stdin, Python
+    /// unless `--runtime` says otherwise).
     pub file: PathBuf,
     /// JSON file with an array of tools: `[{"name", "description", "parameters"}]`.
     #[arg(long)]
@@ -525,10 +537,11 @@ pub struct RunArgs {
     /// Execution deadline in ms.
     #[arg(long)]
     pub timeout_ms: Option<u32>,
-    /// The runtime: `python` or `python-data` (numpy, pandas, matplotlib; with --local the
-    /// embedded engine enables it, its first start takes minutes).
-    #[arg(long, default_value = "python")]
-    pub runtime: ptc_engine::Runtime,
+    /// The runtime: `python`, `python-data` (numpy, pandas, matplotlib; with --local the
+    /// embedded engine enables it, its first start takes minutes) or `javascript`. Default:
+    /// `javascript` for a `.js` or `.mjs` file, else `python`.
+    #[arg(long)]
+    pub runtime: Option<ptc_engine::Runtime>,
     /// Give the program a /mnt/data and save the files it writes there into this directory.
     #[arg(long)]
     pub files_out: Option<PathBuf>,

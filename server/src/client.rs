@@ -27,7 +27,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<i32> {
         code,
         tools,
         limits: Some(proto::Limits { timeout_ms: args.timeout_ms, ..Default::default() }),
-        runtime: args.runtime.as_str().into(),
+        runtime: args.runtime().as_str().into(),
         return_files: args.files_out.is_some(),
         ..Default::default()
     };
@@ -65,7 +65,7 @@ async fn server(args: &RunArgs) -> anyhow::Result<(String, Option<crate::Running
         return Ok((args.server.clone(), None));
     }
     let mut config = crate::ServerConfig::ephemeral();
-    if args.runtime == ptc_engine::Runtime::PythonData {
+    if args.runtime() == ptc_engine::Runtime::PythonData {
         config.engine.python_data = Some(ptc_engine::python_data_artifacts());
     }
     let running = crate::start(config).await?;

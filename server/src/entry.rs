@@ -39,7 +39,9 @@ where
                 let engine = args.engine_config();
                 let written =
                     tokio::task::spawn_blocking(move || ptc_engine::compile_ahead(&engine, &args.out)).await??;
-                println!("{}", written.display());
+                for path in written {
+                    println!("{}", path.display());
+                }
                 Ok(0)
             }
         }

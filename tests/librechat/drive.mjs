@@ -3,7 +3,8 @@
 // (`POST /exec`), invoked the way LibreChat's graph invokes them. Prints, for every case, what
 // the model would see: the tool message's content and status.
 //
-// stdin: [{"name", "tool": "ptc" | "exec", "code", "timeout"?}]; env: BASE_URL, API_KEY.
+// stdin: [{"name", "tool": "ptc" | "exec", "code", "timeout"?, "lang"?}] (`lang`, the code tool's:
+// "py" unless given); env: BASE_URL, API_KEY.
 import { createRequire } from 'node:module';
 
 const BASE_URL = process.env.BASE_URL;
@@ -44,7 +45,7 @@ for (const c of cases) {
     call = { id: `call_${c.name}`, name: toolObj.name, type: 'tool_call', args, toolMap, toolDefs };
   } else {
     toolObj = agents.createCodeExecutionTool({ baseUrl: BASE_URL, authHeaders });
-    call = { id: `call_${c.name}`, name: toolObj.name, type: 'tool_call', args: { lang: 'py', ...args } };
+    call = { id: `call_${c.name}`, name: toolObj.name, type: 'tool_call', args: { lang: c.lang ?? 'py', ...args } };
   }
   try {
     const message = await toolObj.invoke(call, {});

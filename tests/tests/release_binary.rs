@@ -242,7 +242,8 @@ async fn a_session_snapshot_restores_on_another_server_process() {
 }
 
 /// `ptc-engine run --local`: a tool answered by a shell command, the program's output, and a
-/// failure that printed nothing itself (a C-stack overflow) shown on stderr with the exit code.
+/// failure that printed nothing itself (a C-stack overflow) shown on stderr with the exit code;
+/// a `.js` file run as JavaScript.
 #[tokio::test]
 async fn the_run_command_answers_tools_and_says_why_a_program_failed() {
     let bin = tokio::task::spawn_blocking(ptc_tests::binary::release).await.unwrap();
@@ -254,8 +255,8 @@ async fn the_run_command_answers_tools_and_says_why_a_program_failed() {
         r#"[{"name": "echo", "description": "Returns the call.", "parameters": {"type": "object"}}]"#,
     )
     .unwrap();
-    let run = |code: &str| {
-        let program = dir.join("program.py");
+    let run = |file: &str, code: &str| {
+        let program = dir.join(file);
         std::fs::write(&program, code).unwrap();
         // The handler gets {"id", "name", "input"} on stdin; `cat` answers with the call itself.
         let out = Command::new(&bin)
@@ -270,10 +271,17 @@ async fn the_run_command_answers_tools_and_says_why_a_program_failed() {
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     };
-    let (code, stdout, stderr) = run("r = await echo(x=41)\nprint(r['name'], r['input']['x'] + 1)\n");
+    let (code, stdout, stderr) = run("program.py", "r = await echo(x=41)\nprint(r['name'], r['input']['x'] + 1)\n");
     assert_eq!((code, stdout.as_str()), (Some(0), "echo 42\n"), "{stderr}");
-    let (code, stdout, stderr) = run("print('before')\nimport json\njson.loads('[' * 100000)\n");
+    let (code, stdout, stderr) = run("program.py", "print('before')\nimport json\njson.loads('[' * 100000)\n");
     assert_eq!((code, stdout.as_str()), (Some(1), "before\n"), "{stderr}");
     assert!(stderr.contains("RecursionError: maximum recursion depth exceeded"), "{stderr}");
+    // A `.js` file runs as JavaScript.
+    let js = "const r = await echo({x: 41});\nconsole.log(r.name, r.input.x + 1);\n";
+    let (code, stdout, stderr) = run("program.js", js);
+    assert_eq!((code, stdout.as_str()), (Some(0), "echo 42\n"), "{stderr}");
+    let (code, _, stderr) = run("program.js", "console.log('before');\nundefinedThing.x;\n");
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("ReferenceError") && stderr.contains("program.js:2"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }

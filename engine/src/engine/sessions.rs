@@ -13,7 +13,6 @@ use crate::api::error::{Error, Result};
 use crate::api::request::{ExecutionRequest, check_tools_size};
 use crate::calls::approval::NeedApproval;
 use crate::instance::broker::Next;
-use crate::instance::guest::Pre;
 use crate::instance::host::HostState;
 use crate::instance::tool_lists::{self, GuestTools, wit_tools};
 use crate::net::NetSide;
@@ -156,7 +155,8 @@ impl Engine {
         let make = move || wit_tools(&given, observed.as_deref(), tenant.as_deref());
         let tools = GuestTools::Numbered { list, make: Box::new(make) };
         let sides = Sides { fuel, output: output.clone(), events: events_tx.clone() };
-        let pre = Pre::Component(inner.stores.pre.clone());
+        // Unused (the session's instance runs the program), but the session's own runtime's.
+        let pre = inner.stores.pre(session.runtime()).await?;
         let job = Job::new(
             pre,
             request.code,

@@ -1,4 +1,4 @@
-//! The two runtimes behind one face: what the driver and live sessions call, whichever
+//! The runtimes behind one face: what the driver and live sessions call, whichever
 //! runtime an execution chose.
 
 use std::sync::Arc;
@@ -15,24 +15,33 @@ use crate::instance::host::HostState;
 /// What an instance is made from.
 #[derive(Clone)]
 pub(crate) enum Pre {
-    Component(SandboxPre<HostState>),
+    /// A component of the `sandbox` world: the Python one or the JavaScript one.
+    Component(SandboxPre<HostState>, Runtime),
     Data(Arc<DataRuntime>),
 }
 
 /// One instance of either runtime.
 pub(crate) enum Guest {
-    /// The component's exports, and the instance they belong to (hibernation reaches its
-    /// memory through it).
-    Component(Sandbox, Instance),
+    /// The component's exports, the instance they belong to (hibernation reaches its
+    /// memory through it), and which runtime's component it is.
+    Component(Sandbox, Instance, Runtime),
     Data(DataInstance),
 }
 
 impl Pre {
+    /// The runtime its instances are of.
+    pub(crate) fn runtime(&self) -> Runtime {
+        match self {
+            Pre::Component(_, runtime) => *runtime,
+            Pre::Data(_) => Runtime::PythonData,
+        }
+    }
+
     pub(crate) async fn instantiate(&self, store: &mut Store<HostState>) -> wasmtime::Result<Guest> {
         Ok(match self {
-            Pre::Component(pre) => {
+            Pre::Component(pre, runtime) => {
                 let instance = pre.instance_pre().instantiate_async(&mut *store).await?;
-                Guest::Component(Sandbox::new(&mut *store, &instance)?, instance)
+                Guest::Component(Sandbox::new(&mut *store, &instance)?, instance, *runtime)
             }
             Pre::Data(runtime) => Guest::Data(runtime.instantiate(store).await?),
         })
@@ -43,7 +52,7 @@ impl Guest {
     /// The runtime it is an instance of.
     pub(crate) fn runtime(&self) -> Runtime {
         match self {
-            Guest::Component(..) => Runtime::Python,
+            Guest::Component(.., runtime) => *runtime,
             Guest::Data(_) => Runtime::PythonData,
         }
     }
@@ -62,7 +71,7 @@ impl Guest {
     ) -> wasmtime::Result<Outcome> {
         let env = store.data().net.environment();
         match self {
-            Guest::Component(sandbox, _) => sandbox.call_execute(&mut *store, code, tools, session, &env).await,
+            Guest::Component(sandbox, ..) => sandbox.call_execute(&mut *store, code, tools, session, &env).await,
             Guest::Data(instance) => instance.execute(store, code, tools, session, &env).await,
         }
     }
@@ -70,7 +79,7 @@ impl Guest {
     /// Carries on the program that returned `Outcome::Hibernated`.
     pub(crate) async fn resume(&self, store: &mut Store<HostState>) -> wasmtime::Result<Outcome> {
         match self {
-            Guest::Component(sandbox, _) => sandbox.call_resume(&mut *store).await,
+            Guest::Component(sandbox, ..) => sandbox.call_resume(&mut *store).await,
             Guest::Data(instance) => instance.resume(store).await,
         }
     }
@@ -82,7 +91,7 @@ impl Guest {
         max_bytes: u64,
     ) -> wasmtime::Result<Result<SessionState, String>> {
         match self {
-            Guest::Component(sandbox, _) => sandbox.call_snapshot(store, max_bytes).await,
+            Guest::Component(sandbox, ..) => sandbox.call_snapshot(store, max_bytes).await,
             Guest::Data(instance) => instance.snapshot(store, max_bytes).await,
         }
     }
@@ -94,7 +103,7 @@ impl Guest {
         data: &[u8],
     ) -> wasmtime::Result<Result<Restored, String>> {
         match self {
-            Guest::Component(sandbox, _) => sandbox.call_restore(store, data).await,
+            Guest::Component(sandbox, ..) => sandbox.call_restore(store, data).await,
             Guest::Data(instance) => instance.restore(store, data).await,
         }
     }

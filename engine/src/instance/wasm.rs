@@ -37,6 +37,11 @@ impl PoolShape {
             .resources_required()
             .map_or(Self::FALLBACK, |r| PoolShape { memories: r.num_memories.max(1), tables: r.num_tables.max(1) })
     }
+
+    /// A slot that fits either shape.
+    fn or(self, other: PoolShape) -> PoolShape {
+        PoolShape { memories: self.memories.max(other.memories), tables: self.tables.max(other.tables) }
+    }
 }
 
 /// Builds the wasmtime configuration every sandbox runs under; `pool` selects the pooling
@@ -130,59 +135,79 @@ pub(crate) fn cached_artifact(engine: &Engine, cache_dir: Option<&Path>, name: &
 /// on a cache miss (the embedded component is stored compressed: inflating it takes ~0.1 s).
 pub(crate) struct Wasm {
     pub(crate) sha256: [u8; 32],
-    /// `None`: the embedded component.
-    bytes: Option<Vec<u8>>,
+    /// `None`: the embedded Python component.
+    bytes: Option<std::borrow::Cow<'static, [u8]>>,
+    /// What its compiled forms' names start with: `sandbox` (the Python component, or a
+    /// file's) or `javascript`.
+    kind: &'static str,
 }
 
 impl Wasm {
     /// The embedded component, or a file's bytes (read now, to hash them).
     pub(crate) fn of(source: &ComponentSource) -> Result<Self> {
         match source {
-            ComponentSource::Embedded => Ok(Wasm { sha256: *ptc_runtime_python_wasm::COMPONENT_SHA256, bytes: None }),
+            ComponentSource::Embedded => {
+                Ok(Wasm { sha256: *ptc_runtime_python_wasm::COMPONENT_SHA256, bytes: None, kind: "sandbox" })
+            }
             ComponentSource::File(path) => {
                 use sha2::Digest;
                 let bytes = std::fs::read(path)
                     .map_err(|e| Error::engine(&format!("reading component {}", path.display()), e))?;
-                Ok(Wasm { sha256: sha2::Sha256::digest(&bytes).into(), bytes: Some(bytes) })
+                Ok(Wasm { sha256: sha2::Sha256::digest(&bytes).into(), bytes: Some(bytes.into()), kind: "sandbox" })
             }
         }
     }
 
+    /// The embedded JavaScript component.
+    pub(crate) fn javascript() -> Self {
+        let bytes = Some(ptc_runtime_js_wasm::COMPONENT.into());
+        Wasm { sha256: *ptc_runtime_js_wasm::COMPONENT_SHA256, bytes, kind: "javascript" }
+    }
+
     fn bytes(&self) -> std::borrow::Cow<'_, [u8]> {
         match &self.bytes {
-            Some(bytes) => bytes.into(),
+            Some(bytes) => bytes.as_ref().into(),
             None => ptc_runtime_python_wasm::component().into(),
         }
     }
 
-    /// The name its compiled forms go by: `sandbox-` and the first 12 bytes of its digest.
+    /// The name its compiled forms go by: its kind (`sandbox-`, `javascript-`) and the first
+    /// 12 bytes of its digest.
     fn name(&self) -> String {
-        format!("sandbox-{}", hex::encode(&self.sha256[..12]))
+        format!("{}-{}", self.kind, hex::encode(&self.sha256[..12]))
     }
 }
 
-/// The engine and the compiled component, pooled when the machine allows it (a pool reserves
-/// its address space up front, which some sandboxes and `ulimit -v` settings refuse).
+/// The engine and the compiled components (`wasm`, the Python one, and `javascript`), pooled
+/// when the machine allows it (a pool reserves its address space up front, which some
+/// sandboxes and `ulimit -v` settings refuse).
 ///
-/// The pool's shape comes from the component itself, so the component is loaded first by an
-/// on-demand engine. Allocation strategy is not part of the compatibility hash, so both
-/// engines share one compiled artifact and the second load is only a file mapping.
-pub(crate) fn build_engine(cfg: &EngineConfig, wasm: &Wasm) -> Result<(Engine, Component, bool)> {
+/// The pool's shape comes from the components themselves (a slot holds either), so they are
+/// loaded first by an on-demand engine. Allocation strategy is not part of the compatibility
+/// hash, so both engines share one compiled artifact and the second load is only a file
+/// mapping.
+pub(crate) fn build_engine(
+    cfg: &EngineConfig,
+    wasm: &Wasm,
+    javascript: &Wasm,
+) -> Result<(Engine, [Component; 2], bool)> {
     let on_demand = Engine::new(&wasmtime_config(cfg, None)).map_err(|e| Error::engine("wasmtime engine", e))?;
     let (artifact, component) = Artifact::get(&on_demand, wasm, cfg.cache_dir.as_deref(), cfg.ahead_dir.as_deref())?;
+    let (js_artifact, js_component) =
+        Artifact::get(&on_demand, javascript, cfg.cache_dir.as_deref(), cfg.ahead_dir.as_deref())?;
     if !cfg.pooling {
-        return Ok((on_demand, component, false));
+        return Ok((on_demand, [component, js_component], false));
     }
-    let shape = PoolShape::of(&component);
+    let shape = PoolShape::of(&component).or(PoolShape::of(&js_component));
     match Engine::new(&wasmtime_config(cfg, Some(shape))) {
         Ok(pooled) => {
-            let component = artifact.load(&pooled)?;
+            let components = [artifact.load(&pooled)?, js_artifact.load(&pooled)?];
             tracing::debug!(?shape, slots = cfg.max_concurrent, "pooling allocator");
-            Ok((pooled, component, true))
+            Ok((pooled, components, true))
         }
         Err(e) => {
             tracing::warn!("pooling allocator unavailable, using on-demand: {e:#}");
-            Ok((on_demand, component, false))
+            Ok((on_demand, [component, js_component], false))
         }
     }
 }
@@ -213,36 +238,42 @@ fn baseline_config(cfg: &EngineConfig) -> Result<Config> {
     Ok(c)
 }
 
-/// Compiles the component ahead of time for a baseline CPU (x86-64-v2 on x86-64: SSE4.2,
-/// POPCNT, CMPXCHG16B) and `cfg`'s engine settings, into `dir` (created if missing) as `sandbox-<digest>.cwasm.zst`,
-/// removing other components' files there. An engine whose [`EngineConfig::ahead_dir`] is
-/// `dir` loads it instead of compiling, when its settings match and this CPU has the features.
+/// Compiles the components ahead of time (the Python one, or `cfg`'s file, and the
+/// JavaScript one) for a baseline CPU (x86-64-v2 on x86-64: SSE4.2, POPCNT, CMPXCHG16B) and
+/// `cfg`'s engine settings, into `dir` (created if missing) as `sandbox-<digest>.cwasm.zst`
+/// and `javascript-<digest>.cwasm.zst`, removing other components' files there. An engine
+/// whose [`EngineConfig::ahead_dir`] is `dir` loads them instead of compiling, when its
+/// settings match and this CPU has the features.
 ///
-/// The file is a zstd delta against the component, which holds the same memory image: 7.1 MB,
-/// where the compiled form (49 MB) compressed alone is 14.7 MB.
-pub fn compile_ahead(cfg: &EngineConfig, dir: &Path) -> Result<PathBuf> {
-    let wasm = Wasm::of(&cfg.component)?;
+/// Each file is a zstd delta against its component, which holds the same memory image: 7.1 MB
+/// for the Python one, where its compiled form (49 MB) compressed alone is 14.7 MB.
+pub fn compile_ahead(cfg: &EngineConfig, dir: &Path) -> Result<Vec<PathBuf>> {
     let engine = Engine::new(&baseline_config(cfg)?).map_err(|e| Error::engine("the baseline engine", e))?;
-    let bytes = wasm.bytes();
-    let started = std::time::Instant::now();
-    let compiled = engine.precompile_component(&bytes).map_err(|e| Error::engine("compiling the component", e))?;
-    tracing::info!(elapsed = ?started.elapsed(), "compiled the sandbox component for a baseline CPU");
-    // A delta against the component, whose memory image the compiled form repeats. Level 12:
-    // 7.1 MB in ~3 s here; 19 gave 6.4 MB in 33 s.
-    let delta = ptc_runtime_python_wasm::compress(&compiled, Some(&bytes), 12)
-        .map_err(|e| Error::engine("compressing the compiled component", e))?;
     let io = |e: std::io::Error| Error::engine(&format!("writing into {}", dir.display()), e);
     std::fs::create_dir_all(dir).map_err(io)?;
-    let path = ahead_file(dir, &wasm);
-    for entry in std::fs::read_dir(dir).map_err(io)?.flatten() {
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        if name.starts_with("sandbox-") && name.ends_with(".cwasm.zst") && entry.path() != path {
-            std::fs::remove_file(entry.path()).map_err(io)?;
+    let mut written = Vec::new();
+    for wasm in [Wasm::of(&cfg.component)?, Wasm::javascript()] {
+        let bytes = wasm.bytes();
+        let started = std::time::Instant::now();
+        let compiled = engine.precompile_component(&bytes).map_err(|e| Error::engine("compiling the component", e))?;
+        tracing::info!(elapsed = ?started.elapsed(), kind = wasm.kind, "compiled a component for a baseline CPU");
+        // A delta against the component, whose memory image the compiled form repeats. Level
+        // 12: 7.1 MB in ~3 s here; 19 gave 6.4 MB in 33 s.
+        let delta = ptc_runtime_python_wasm::compress(&compiled, Some(&bytes), 12)
+            .map_err(|e| Error::engine("compressing the compiled component", e))?;
+        let path = ahead_file(dir, &wasm);
+        let prefix = format!("{}-", wasm.kind);
+        for entry in std::fs::read_dir(dir).map_err(io)?.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with(&prefix) && name.ends_with(".cwasm.zst") && entry.path() != path {
+                std::fs::remove_file(entry.path()).map_err(io)?;
+            }
         }
+        std::fs::write(&path, delta).map_err(io)?;
+        written.push(path);
     }
-    std::fs::write(&path, delta).map_err(io)?;
-    Ok(path)
+    Ok(written)
 }
 
 /// The compiled component: a file in the cache directory, or bytes compiled for this engine
@@ -280,20 +311,27 @@ impl Artifact {
             }
         }
         let bytes = wasm.bytes();
-        if let Some(found) = ahead.and_then(|dir| Self::ahead(engine, &ahead_file(dir, wasm), &bytes, from_ahead)) {
+        let file = |dir| ahead_file(dir, wasm);
+        if let Some(found) = ahead.and_then(|dir| Self::ahead(engine, &file(dir), &bytes, from_ahead, wasm.kind)) {
             return Ok(found);
         }
         let started = std::time::Instant::now();
         let compiled = engine.precompile_component(&bytes).map_err(|e| Error::engine("compiling the component", e))?;
         tracing::info!(elapsed = ?started.elapsed(), "compiled the sandbox component");
-        let artifact = Self::keep(compiled, compiled_here);
+        let artifact = Self::keep(compiled, compiled_here, wasm.kind);
         let component = artifact.load(engine)?;
         Ok((artifact, component))
     }
 
     /// The component compiled ahead in `file`, if this engine loads it (the same settings, and
     /// a CPU with the features it was compiled for); kept at `cached` in the cache.
-    fn ahead(engine: &Engine, file: &Path, wasm: &[u8], cached: Option<PathBuf>) -> Option<(Self, Component)> {
+    fn ahead(
+        engine: &Engine,
+        file: &Path,
+        wasm: &[u8],
+        cached: Option<PathBuf>,
+        kind: &str,
+    ) -> Option<(Self, Component)> {
         let delta = match std::fs::read(file) {
             Ok(delta) => delta,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
@@ -309,7 +347,7 @@ impl Artifact {
                 return None;
             }
         };
-        let artifact = Self::keep(compiled, cached);
+        let artifact = Self::keep(compiled, cached, kind);
         // wasmtime checks the settings and this CPU's features as it loads.
         match artifact.load(engine) {
             Ok(component) => {
@@ -326,13 +364,14 @@ impl Artifact {
         }
     }
 
-    /// `compiled`, written to `path` in the cache when there is one (else kept in memory).
-    fn keep(compiled: Vec<u8>, path: Option<PathBuf>) -> Self {
+    /// `compiled`, written to `path` in the cache when there is one (else kept in memory);
+    /// `kind`'s entries unused for a week are swept.
+    fn keep(compiled: Vec<u8>, path: Option<PathBuf>, kind: &str) -> Self {
         match path {
             None => Artifact::Memory(compiled),
             Some(path) => match write_atomically(&path, &compiled) {
                 Ok(()) => {
-                    sweep_stale(&path, "sandbox-");
+                    sweep_stale(&path, &format!("{kind}-"));
                     Artifact::File(path)
                 }
                 Err(e) => {

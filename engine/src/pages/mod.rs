@@ -105,20 +105,20 @@ impl Image {
     /// Counts the WASI handles `prime` takes in `guest`, a fresh instance of the component
     /// in `store` with no directory preopened, as what every instance of it holds.
     pub(crate) async fn primed(mut self, store: &mut Store<HostState>, guest: &Guest) -> wasmtime::Result<Self> {
-        if let Guest::Component(sandbox, _) = guest {
+        if let Guest::Component(sandbox, ..) = guest {
             sandbox.call_prime(&mut *store, 0).await?;
             self.primed = Some(store.data_mut().wasi_handles());
         }
         Ok(self)
     }
 
-    /// Reads a fresh instance's memory of the component, built from bytes whose SHA-256 is
-    /// `build`.
-    pub(crate) fn of(store: &mut Store<HostState>, instance: Instance, build: [u8; 32]) -> Image {
+    /// Reads a fresh instance's memory of `runtime`'s component, built from bytes whose
+    /// SHA-256 is `build`.
+    pub(crate) fn of(store: &mut Store<HostState>, instance: Instance, build: [u8; 32], runtime: Runtime) -> Image {
         let options = memory_options(store, instance);
         let memory = Linear::Component(instance, options).with(store, |m| m.to_vec());
         let len = memory.len();
-        Image { len, base: Base::Copy(memory, options), runtime: Runtime::Python, build, primed: None }
+        Image { len, base: Base::Copy(memory, options), runtime, build, primed: None }
     }
 
     /// What sealed images of the data runtime are bound to: its `version`, and the memory of
@@ -163,7 +163,7 @@ impl Linear {
     /// The memory of `guest`, an instance of `image`'s runtime.
     fn of(guest: &Guest, image: &Image) -> Linear {
         match (guest, &image.base) {
-            (Guest::Component(_, instance), Base::Copy(_, options)) => Linear::Component(*instance, *options),
+            (Guest::Component(_, instance, _), Base::Copy(_, options)) => Linear::Component(*instance, *options),
             (Guest::Data(instance), Base::Instance(..)) => Linear::Core(instance.memory()),
             _ => unreachable!("an image is only used with instances of its own runtime"),
         }
@@ -309,7 +309,7 @@ pub(crate) async fn freeze(
 async fn prime(store: &mut Store<HostState>, guest: &Guest, linear: &Linear, frozen: &Frozen) -> wasmtime::Result<()> {
     let len = |store: &mut Store<HostState>| linear.with(store, |m| m.len());
     match guest {
-        Guest::Component(sandbox, _) => {
+        Guest::Component(sandbox, ..) => {
             // Priming also grows memory to the hibernated size: twice at most, since the first
             // allocation takes the free space at the heap's end and the second then grows by
             // what it asks (`app.py`).

@@ -5,6 +5,7 @@
 use crate::api::error::HostTrap;
 use crate::api::events::{Completion, Event, Failure, FailureKind, OutputStream, Stats};
 use crate::api::journal::Journal;
+use crate::api::request::Runtime;
 use crate::instance::bindings::{self, Outcome};
 use crate::instance::guest::{Guest, Pre};
 use crate::instance::host::HostState;
@@ -278,7 +279,7 @@ async fn race(
         r = run => match r {
             Ok((outcome, sandbox)) => Ending::Returned(outcome, sandbox),
             Err(trap) => {
-                let (kind, message) = classify(&trap);
+                let (kind, message) = classify(&trap, job.pre.runtime());
                 Ending::Trapped(kind, message)
             }
         },
@@ -394,7 +395,7 @@ fn record_metrics(event: &Event) {
 }
 
 /// Why a trap ended the instance: the host's own reason when it trapped on purpose.
-fn classify(trap: &wasmtime::Error) -> (FailureKind, String) {
+fn classify(trap: &wasmtime::Error, runtime: Runtime) -> (FailureKind, String) {
     if let Some(HostTrap { kind, message }) = trap.downcast_ref::<HostTrap>() {
         return (*kind, message.clone());
     }
@@ -410,13 +411,21 @@ fn classify(trap: &wasmtime::Error) -> (FailureKind, String) {
     // `json.loads` or `repr`) overflows it instead of raising RecursionError. It is still the
     // program's doing, reported as the RecursionError it would be natively. The instance is
     // gone by then, so there is no Python traceback to give.
+    // QuickJS checks its own stack (256 KiB, `runtime-js-wasm/guest`), but not in the C code
+    // that recurses on data (JSON.parse and JSON.stringify of data nested ~1,400 deep, `eval` of
+    // nested literals): the same overflow, in JavaScript's words.
     if let Some(wasmtime::Trap::StackOverflow) = trap.downcast_ref::<wasmtime::Trap>() {
-        return (
-            FailureKind::PythonError,
-            "RecursionError: maximum recursion depth exceeded in native code (data nested too deeply, \
-             e.g. in json.loads or repr); flatten the data or process it iteratively"
-                .into(),
-        );
+        let message = match runtime {
+            Runtime::Javascript => {
+                "RangeError: Maximum call stack size exceeded in native code (data nested too deeply, e.g. in \
+                 JSON.parse, JSON.stringify or eval); flatten the data or process it iteratively"
+            }
+            _ => {
+                "RecursionError: maximum recursion depth exceeded in native code (data nested too deeply, e.g. in \
+                 json.loads or repr); flatten the data or process it iteratively"
+            }
+        };
+        return (FailureKind::PythonError, message.into());
     }
     (FailureKind::Internal, format!("sandbox trapped: {trap:#}"))
 }

@@ -40,6 +40,9 @@ use crate::run::warm::{Hot, Warm, WarmPool};
 pub(crate) struct Stores {
     pub(crate) wasmtime: wasmtime::Engine,
     pub(crate) pre: SandboxPre<HostState>,
+    /// The JavaScript runtime's component, pre-linked like the Python one, and the SHA-256 of
+    /// its bytes (what its sealed images are bound to).
+    javascript: (SandboxPre<HostState>, [u8; 32]),
     /// The data-science runtime, when configured (`EngineConfig::python_data`).
     pub(crate) data: Option<Data>,
     /// Whether stores are metered (`EngineConfig::fuel`).
@@ -70,6 +73,7 @@ pub(crate) struct Stores {
     /// hibernation.
     image: tokio::sync::OnceCell<Arc<Image>>,
     data_image: tokio::sync::OnceCell<Arc<Image>>,
+    javascript_image: tokio::sync::OnceCell<Arc<Image>>,
 }
 
 /// What one instance's store is made for.
@@ -115,16 +119,19 @@ pub(crate) struct HostSide {
 }
 
 impl Stores {
-    /// `build`: the SHA-256 of the component's bytes.
+    /// `build`: the SHA-256 of the component's bytes; `javascript`: the JavaScript component's
+    /// and its.
     pub(crate) fn new(
         config: &EngineConfig,
         (wasmtime, pre, build): (wasmtime::Engine, SandboxPre<HostState>, [u8; 32]),
+        javascript: (SandboxPre<HostState>, [u8; 32]),
         data: Option<Data>,
         shares: Arc<Shares>,
     ) -> Self {
         Stores {
             wasmtime,
             pre,
+            javascript,
             data,
             fuel: config.fuel,
             ceilings: config.ceilings.clone(),
@@ -144,6 +151,7 @@ impl Stores {
             build,
             image: tokio::sync::OnceCell::new(),
             data_image: tokio::sync::OnceCell::new(),
+            javascript_image: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -151,7 +159,8 @@ impl Stores {
     /// and that waited for its first use; refused when it is not configured.
     pub(crate) async fn pre(&self, runtime: Runtime) -> Result<Pre> {
         match runtime {
-            Runtime::Python => Ok(Pre::Component(self.pre.clone())),
+            Runtime::Python => Ok(Pre::Component(self.pre.clone(), Runtime::Python)),
+            Runtime::Javascript => Ok(Pre::Component(self.javascript.0.clone(), Runtime::Javascript)),
             Runtime::PythonData => match &self.data {
                 Some(data) => Ok(Pre::Data(data.ready().await?.clone())),
                 None => Err(Error::invalid(
@@ -225,7 +234,7 @@ impl Stores {
     pub(crate) async fn make_warm(&self, idle: impl Fn() -> bool + Send + 'static) -> Result<Warm> {
         let (state, host) = self.placeholder_state(Runtime::Python)?;
         let mut store = self.store_with(state, Runtime::Python, host.fuel)?;
-        let guest = Pre::Component(self.pre.clone())
+        let guest = Pre::Component(self.pre.clone(), Runtime::Python)
             .instantiate(&mut store)
             .await
             .map_err(|e| Error::engine("instantiating", e))?;
@@ -244,23 +253,9 @@ impl Stores {
     /// `runtime`'s memory as a fresh instance has it (`hibernation/`), read once.
     pub(crate) async fn image(&self, runtime: Runtime) -> Result<Arc<Image>> {
         let image = match runtime {
-            Runtime::Python => {
-                self.image
-                    .get_or_try_init(|| async {
-                        let mut warm = self.make_warm(|| false).await?;
-                        let Guest::Component(_, instance) = warm.guest else {
-                            unreachable!("make_warm makes the component")
-                        };
-                        let image = Image::of(&mut warm.store, instance, self.build);
-                        // What a primed instance holds, counted in another (priming writes).
-                        let mut primed = self.make_warm(|| false).await?;
-                        let image = image
-                            .primed(&mut primed.store, &primed.guest)
-                            .await
-                            .map_err(|e| Error::engine("priming an instance of the component", e))?;
-                        Ok::<_, Error>(Arc::new(image))
-                    })
-                    .await?
+            Runtime::Python => self.image.get_or_try_init(|| self.component_image(runtime, self.build)).await?,
+            Runtime::Javascript => {
+                self.javascript_image.get_or_try_init(|| self.component_image(runtime, self.javascript.1)).await?
             }
             Runtime::PythonData => {
                 self.data_image
@@ -279,6 +274,30 @@ impl Stores {
             }
         };
         Ok(image.clone())
+    }
+
+    /// The memory of a fresh instance of `runtime`'s component (built from bytes whose SHA-256
+    /// is `build`), and the WASI handles priming another takes.
+    async fn component_image(&self, runtime: Runtime, build: [u8; 32]) -> Result<Arc<Image>> {
+        let (mut store, guest) = self.fresh_component(runtime).await?;
+        let Guest::Component(_, instance, _) = guest else { unreachable!("a component's pre makes its instances") };
+        let image = Image::of(&mut store, instance, build, runtime);
+        // What a primed instance holds, counted in another (priming writes).
+        let (mut store, guest) = self.fresh_component(runtime).await?;
+        let image = image
+            .primed(&mut store, &guest)
+            .await
+            .map_err(|e| Error::engine("priming an instance of the component", e))?;
+        Ok(Arc::new(image))
+    }
+
+    /// A fresh instance of `runtime`'s component, in a store with a placeholder state.
+    async fn fresh_component(&self, runtime: Runtime) -> Result<(Store<HostState>, Guest)> {
+        let pre = self.pre(runtime).await?;
+        let (state, host) = self.placeholder_state(runtime)?;
+        let mut store = self.store_with(state, runtime, host.fuel)?;
+        let guest = pre.instantiate(&mut store).await.map_err(|e| Error::engine("instantiating", e))?;
+        Ok((store, guest))
     }
 
     /// A fresh instance of the data runtime, in a store with a placeholder state, and its

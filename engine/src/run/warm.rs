@@ -93,7 +93,7 @@ impl Hot {
     /// Learns from the memory of a program of the component that has ended in `guest`'s
     /// instance, which had no pages mapped ahead.
     pub(crate) fn learn_from(&self, store: &mut Store<HostState>, guest: &Guest) {
-        let Guest::Component(_, instance) = guest else { return };
+        let Guest::Component(_, instance, _) = guest else { return };
         let entries = component_memory(store, *instance, |m| (m.len() <= LEARN_MOST).then(|| pagemap::entries(m)));
         let Some(Some(entries)) = entries else { return };
         let (mut written, mut read) = (Vec::new(), Vec::new());
@@ -116,7 +116,7 @@ impl Hot {
     /// gRPC 2.95 ms instead of 2.25 (the two fault in one address space on two cores). Call it
     /// off the async workers.
     pub(crate) fn prepare(&self, store: &mut Store<HostState>, guest: &Guest, idle: impl Fn() -> bool) -> bool {
-        let Guest::Component(_, instance) = guest else { return false };
+        let Guest::Component(_, instance, _) = guest else { return false };
         let pages = self.pages.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let mut any = false;
         component_memory(store, *instance, |m| {
@@ -141,7 +141,7 @@ impl Hot {
     /// them, the pages need none, and throughput went from 343–348 to 875–884 executions/s.
     /// Mapping the read pages too, here, made it slower (760–821/s).
     pub(crate) fn write_ahead(&self, store: &mut Store<HostState>, guest: &Guest) {
-        let Guest::Component(_, instance) = guest else { return };
+        let Guest::Component(_, instance, _) = guest else { return };
         let written = self.pages.lock().unwrap_or_else(|e| e.into_inner()).written.clone();
         component_memory(store, *instance, |m| pagemap::populate(m, &written, true));
     }

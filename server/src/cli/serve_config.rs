@@ -21,6 +21,9 @@ impl CompileArgs {
     }
 }
 
+/// Why `--mcp-runtime javascript` is refused: the MCP endpoint describes its tools as Python.
+pub(crate) const MCP_PYTHON_ONLY: &str = "the MCP endpoint runs Python programs only (its tools are described as Python functions): use python or python-data";
+
 impl ServeArgs {
     pub fn server_config(&self) -> Result<ServerConfig, String> {
         let mut config = defaults().clone();
@@ -30,6 +33,9 @@ impl ServeArgs {
             if runtime == ptc_engine::Runtime::PythonData && config.engine.python_data.is_none() {
                 return Err(format!("{flag} python-data needs --python-data"));
             }
+        }
+        if self.mcp.mcp_runtime == ptc_engine::Runtime::Javascript {
+            return Err(MCP_PYTHON_ONLY.into());
         }
         self.limits.apply(&mut config.engine)?;
         self.listen.apply(&mut config);

@@ -43,7 +43,8 @@ pub fn advice(f: &Failure) -> Advice {
         FailureKind::RoundTrips => said(
             FAILED,
             format!(
-                "{}: batch independent tool calls with asyncio.gather so that each round asks for many at once.",
+                "{}: batch independent tool calls (asyncio.gather in Python, Promise.all in JavaScript) so that each \
+                 round asks for many at once.",
                 f.message
             ),
         ),

@@ -59,6 +59,11 @@ async fn librechats_client_shows_the_model_what_happened_and_what_to_do() {
         {"name": "exec_ok", "tool": "exec", "code": "print('hello')"},
         {"name": "exec_timeout", "tool": "exec", "code": "while True: pass", "timeout": 2000},
         {"name": "exec_error", "tool": "exec", "code": "raise ValueError('bad input')"},
+        {"name": "js_ok", "tool": "exec", "lang": "js", "code": "const r = [1, 2, 3].map((x) => x * 2);\nconsole.log(r.join(' '))"},
+        {"name": "js_error", "tool": "exec", "lang": "js", "code": "const a = 1;\nnull.x"},
+        {"name": "js_timeout", "tool": "exec", "lang": "js", "code": "while (true) {}", "timeout": 2000},
+        {"name": "js_recursion", "tool": "exec", "lang": "js", "code": "JSON.parse('['.repeat(200000))"},
+        {"name": "rust", "tool": "exec", "lang": "rs", "code": "fn main() {}"},
     ]);
     let results = drive(&server, "lc-key", &cases).await;
     let seen = |name: &str| seen(&results, name);
@@ -87,13 +92,21 @@ async fn librechats_client_shows_the_model_what_happened_and_what_to_do() {
         &["Execution exceeded the memory limit", "memory limit exceeded (256 MiB)", "use less memory"],
     );
     expect("exit", "error", &["Execution exited with code 3", "sys.exit(3)"]);
-    expect("round_trips", "error", &["Exceeded maximum round trips (20)", "asyncio.gather"]);
+    expect("round_trips", "error", &["Exceeded maximum round trips (20)", "asyncio.gather", "Promise.all"]);
     expect("recursion", "error", &["RecursionError: maximum recursion depth exceeded"]);
     expect("file_quota", "error", &["File quota exceeded", "Write less to /mnt/data"]);
     expect("exec_ok", "success", &["stdout:\nhello"]);
     // The code tool shows only stdout and stderr, so the reason must be in stderr.
     expect("exec_timeout", "success", &["Execution timeout after 2000 ms"]);
     expect("exec_error", "success", &["ValueError: bad input"]);
+    // JavaScript through the same tool (`lang: "js"`), its errors in stderr with the program's line.
+    expect("js_ok", "success", &["stdout:\n2 4 6"]);
+    expect("js_error", "success", &["TypeError", "program.js:2"]);
+    expect("js_timeout", "success", &["Execution timeout after 2000 ms"]);
+    expect("js_recursion", "success", &["RangeError: Maximum call stack size exceeded in native code"]);
+    // A language nobody runs here is refused (LibreChat's client shows a 400 in its own words).
+    let (_, content) = seen("rust");
+    assert!(content.contains("The code execution request was rejected"), "{content}");
 }
 
 /// A server whose HTTP runs default to the data runtime: LibreChat's code tool saves a

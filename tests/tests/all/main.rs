@@ -20,6 +20,7 @@ mod http_files;
 mod http_programmatic;
 mod http_tokens;
 mod http_vanish;
+mod javascript;
 mod journal;
 mod librechat;
 mod librechat_files;

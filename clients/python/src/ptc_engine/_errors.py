@@ -188,7 +188,7 @@ EXECUTION_ERRORS: dict[str, type[ExecutionError]] = {
 # (which says only which limit). The caller's remedy, a larger `Limits(...)`, is in the docs.
 _HINTS = {
     "round_trips": "each tool call awaited on its own is a round; gather independent calls with "
-    "asyncio.gather so that they share one",
+    "asyncio.gather (Promise.all in JavaScript) so that they share one",
     "tool_calls": "make fewer tool calls: filter or batch the inputs first",
     "timeout": "the deadline counts the time tools take too; do less in one program, or split the work",
     "memory": "hold less data at once: process it in parts and keep only what is needed",

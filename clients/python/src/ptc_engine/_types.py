@@ -134,8 +134,8 @@ class RunOptions(SessionRunOptions, total=False):
     a session's run, and these; every one may be left out."""
 
     runtime: str | None
-    """`"python"` (the default) or `"python-data"` (numpy, pandas, matplotlib), when the server
-    enables it."""
+    """`"python"` (the default), `"python-data"` (numpy, pandas, matplotlib), when the server
+    enables it, or `"javascript"` (tools awaited as `await add({a: 1, b: 2})`)."""
     request_id: str | None
     """An idempotency key: while a run with it is alive, another is refused (`DuplicateRequest`).
     Errors of the run carry it as `request_id`."""

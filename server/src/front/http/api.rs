@@ -40,7 +40,6 @@ pub(crate) struct ProgrammaticRequest {
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct ExecRequest {
     pub code: Option<String>,
-    pub lang: Option<String>,
     #[serde(flatten)]
     pub run: RunOptions,
 }
@@ -52,7 +51,11 @@ pub(crate) struct RunOptions {
     pub timeout: Option<u64>,
     pub session_id: Option<String>,
     pub files: Option<Vec<FileSpec>>,
-    /// `python` or `python-data`; absent: the server's default (`--http-runtime`).
+    /// LibreChat's language: `py` (or `python`, `python3`: the server's default runtime) or
+    /// `js` (`javascript`); `runtime`, when given too, must agree.
+    pub lang: Option<String>,
+    /// `python`, `python-data` or `javascript`; absent: what `lang` says, else the server's
+    /// default (`--http-runtime`).
     pub runtime: Option<String>,
     /// Narrows the tenant's network policy to these hosts.
     pub network_allow: Option<Vec<String>>,

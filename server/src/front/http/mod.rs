@@ -101,11 +101,6 @@ async fn exec(
     headers: HeaderMap,
     ApiJson(request): ApiJson<ExecRequest>,
 ) -> Result<Response, ApiError> {
-    if let Some(lang) = request.lang.as_deref()
-        && !matches!(lang, "py" | "python" | "python3")
-    {
-        return Err(ApiError::bad_request(format!("unsupported language {lang:?}: only Python (\"py\") runs here")));
-    }
     initial(&state, tenant, &headers, request.code, vec![], request.run).await
 }
 

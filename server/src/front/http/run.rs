@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use opentelemetry::KeyValue;
 use opentelemetry::global::BoxedSpan;
 use opentelemetry::trace::Span as _;
-use ptc_engine::{FailureKind, ToolDef};
+use ptc_engine::{FailureKind, Runtime, ToolDef};
 use serde_json::json;
 
 use super::api::{Answers, ApiError, ApprovalOut, DecisionSpec, RunOptions, ToolCallOut, ToolResultSpec};
@@ -30,10 +30,7 @@ pub(super) async fn initial(
     options: RunOptions,
 ) -> Result<Response, ApiError> {
     let code = code.ok_or_else(|| ApiError::bad_request("code (a string) is required"))?;
-    let runtime = match options.runtime.as_deref() {
-        None => state.runtime,
-        Some(name) => name.parse().map_err(|e: ptc_engine::Error| ApiError::bad_request(e.message()))?,
-    };
+    let runtime = runtime(state, options.lang.as_deref(), options.runtime.as_deref())?;
     let program = Program {
         code,
         tools,
@@ -48,6 +45,36 @@ pub(super) async fn initial(
     let (span, program) = traced(state, headers, &tenant, program);
     let turn = state.continuations.start(tenant, request_id, program).await;
     Ok(response(ended(span, turn)?))
+}
+
+/// The runtime a run names: by `runtime`, by LibreChat's `lang`, or the server's default.
+fn runtime(state: &HttpState, lang: Option<&str>, runtime: Option<&str>) -> Result<Runtime, ApiError> {
+    let named = runtime
+        .map(|name| name.parse().map_err(|e: ptc_engine::Error| ApiError::bad_request(e.message())))
+        .transpose()?;
+    let python = |r: Runtime| matches!(r, Runtime::Python | Runtime::PythonData);
+    let by_lang = match lang {
+        None => None,
+        Some("py" | "python" | "python3") => {
+            let default = if python(state.runtime) { state.runtime } else { Runtime::Python };
+            Some(named.filter(|r| python(*r)).unwrap_or(default))
+        }
+        Some("js" | "javascript") => Some(Runtime::Javascript),
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "unsupported language {other:?}: send Python (\"py\") or JavaScript (\"js\")"
+            )));
+        }
+    };
+    match (by_lang, named) {
+        (Some(lang), Some(named)) if lang != named => Err(ApiError::bad_request(format!(
+            "lang {:?} and runtime {:?} disagree: send one of them",
+            lang.as_str(),
+            named.as_str()
+        ))),
+        (Some(runtime), _) | (None, Some(runtime)) => Ok(runtime),
+        (None, None) => Ok(state.runtime),
+    }
 }
 
 /// The request's span (`POST /exec`), under the caller's `traceparent` header, when the server

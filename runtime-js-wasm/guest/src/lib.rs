@@ -1,5 +1,6 @@
-//! A minimal JavaScript (QuickJS-ng via rquickjs) guest for ptc-engine's `sandbox` world: a
-//! probe for issue 47, not the runtime (docs/notes/javascript-guest.md says what it showed).
+//! The JavaScript runtime (QuickJS-ng through rquickjs) of ptc-engine's `sandbox` world
+//! (docs/javascript.md says what it does and how it differs from Node; docs/notes/javascript-guest.md
+//! how it was chosen and measured).
 //! A program is a script with top-level `await` (or, when it `return`s, an async function's
 //! body); its tools are globals returning promises (`await add({a: 1, b: 2})`); the calls made
 //! while the program's jobs run are handed to the host together in one `wait-for-tools`, so a
@@ -8,11 +9,14 @@
 //! the result. `setTimeout`/`clearTimeout` are kept in the guest: while calls are out, the
 //! nearest timer is `wait-for-tools`' timeout; with none out, the guest sleeps until it. When the
 //! host answers `hibernate` the export returns `hibernated` with the program's state (its
-//! promises, its timers) in linear memory, and `resume` carries on. Not here:
-//! `setInterval`, `snapshot`/`restore`, `describe-tools`' signatures and stub, the pre-run check, a session's
-//! redeclared `let`s, `prime` beyond stdio and memory.
+//! promises, its timers) in linear memory, and `resume` carries on. `fs` reaches `/mnt/data`
+//! (`files.rs`). A session keeps the runtime, and with it the globals, from one program to
+//! the next. Not here yet: `setInterval`, `snapshot`/`restore`, `describe-tools`' signatures
+//! and stub, the pre-run check, `fetch`.
 
 wit_bindgen::generate!({ world: "sandbox", path: "../../runtime-python-wasm/wit" });
+
+mod files;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -23,13 +27,14 @@ use rquickjs::function::{Func, Rest};
 use rquickjs::promise::PromiseState;
 use rquickjs::{Coerced, Context, Ctx, Exception, Function, Object, Persistent, Promise, Runtime, Value};
 
-/// Build-time knobs (for the recursion probe), read with `option_env!` so that one source
-/// builds each configuration:
-/// - JSPROBE_MAX_STACK: bytes for `Runtime::set_max_stack_size` (unset: not called).
-/// - JSPROBE_UPDATE_TOP: "1" to call `JS_UpdateStackTop` at each `execute`.
-/// (`option_env!` is read when the crate compiles: `build.sh` sets it.)
+/// QuickJS's stack limit (on the linear-memory stack, which `prewasi.h` lets it check): 256
+/// KiB, so that a plain recursion ends in a `RangeError` (about 300 levels deep) before it
+/// reaches wasmtime's 1 MiB native stack, whose end traps the instance (25 recursions in
+/// `probe/recursion.sh`: 16 caught, 2 without error, 7 trapped, all in QuickJS's C
+/// recursion). `PTC_JS_MAX_STACK` at build time sets another (`probe/build.sh`; 0: none).
 fn max_stack() -> Option<usize> {
-    option_env!("JSPROBE_MAX_STACK").and_then(|s| s.parse().ok())
+    let bytes = option_env!("PTC_JS_MAX_STACK").and_then(|s| s.parse().ok()).unwrap_or(256 * 1024);
+    (bytes > 0).then_some(bytes)
 }
 
 struct Js {
@@ -50,15 +55,10 @@ thread_local! {
     static JS: RefCell<Option<Js>> = const { RefCell::new(None) };
     static TOOLS: RefCell<Vec<ToolDef>> = const { RefCell::new(Vec::new()) };
     static CALLS: RefCell<Calls> = RefCell::new(Calls::default());
+    /// What `runtime.js` returned in the current runtime: its timers and tools.
+    static GUEST: RefCell<Option<Persistent<Object<'static>>>> = const { RefCell::new(None) };
     /// The program's own promise (what its evaluation returned), while it runs.
     static MAIN: RefCell<Option<(Persistent<Promise<'static>>, bool)>> = const { RefCell::new(None) };
-}
-
-/// The shadow (linear-memory) stack pointer, near enough: the address of a local.
-#[inline(never)]
-fn shadow_sp() -> usize {
-    let x = 0u8;
-    std::hint::black_box(&x) as *const u8 as usize
 }
 
 fn js_name(name: &str) -> String {
@@ -102,9 +102,9 @@ fn now_ms() -> f64 {
 /// When the nearest timer is due (`now_ms`), or `None`.
 fn next_timer(j: &Js) -> Option<f64> {
     j.ctx.with(|ctx| {
-        let timers: Object = ctx.globals().get("__timers").ok()?;
-        let next: Function = timers.get("next").ok()?;
-        let due: f64 = next.call((rquickjs::function::This(timers),)).ok()?;
+        let guest = guest_object(&ctx)?;
+        let next: Function = guest.get("next").ok()?;
+        let due: f64 = next.call((rquickjs::function::This(guest),)).ok()?;
         (due >= 0.0).then_some(due)
     })
 }
@@ -112,9 +112,9 @@ fn next_timer(j: &Js) -> Option<f64> {
 /// Runs the timers that are due; a callback's throw ends the program with it.
 fn fire_timers(j: &Js) -> Option<Outcome> {
     j.ctx.with(|ctx| {
-        let timers: Object = ctx.globals().get("__timers").ok()?;
-        let fire: Function = timers.get("fire").ok()?;
-        match fire.call::<_, ()>((rquickjs::function::This(timers),)) {
+        let guest = guest_object(&ctx)?;
+        let fire: Function = guest.get("fire").ok()?;
+        match fire.call::<_, ()>((rquickjs::function::This(guest),)) {
             Err(rquickjs::Error::Exception) => {
                 let thrown = ctx.catch();
                 Some(failed(&ctx, thrown))
@@ -122,6 +122,11 @@ fn fire_timers(j: &Js) -> Option<Outcome> {
             _ => None,
         }
     })
+}
+
+/// What `runtime.js` returned in this runtime (its timers and tools).
+fn guest_object<'js>(ctx: &Ctx<'js>) -> Option<Object<'js>> {
+    GUEST.with(|g| g.borrow().clone())?.restore(ctx).ok()
 }
 
 /// A call the program makes: a promise, settled when the host answers it (`drive`).
@@ -137,45 +142,31 @@ fn call_tool<'js>(ctx: Ctx<'js>, namespace: String, name: String, input: String)
     Ok(promise)
 }
 
-fn install_globals<'js>(ctx: &Ctx<'js>, tools: &[ToolDef]) -> rquickjs::Result<()> {
+/// The guest's globals in a new runtime: `console`, and what `runtime.js` defines (timers,
+/// `ToolError`), which is kept for the Rust side (`GUEST`).
+fn install_globals<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<()> {
     let g = ctx.globals();
     let console = Object::new(ctx.clone())?;
     console.set("log", Func::from(|args: Rest<Coerced<String>>| write_args(1, args)))?;
     console.set("error", Func::from(|args: Rest<Coerced<String>>| write_args(2, args)))?;
     g.set("console", console)?;
-    g.set("__sp", Func::from(|| shadow_sp() as f64))?;
-    g.set("__call_tool", Func::from(call_tool))?;
-    g.set("__now", Func::from(now_ms))?;
-    // Timers: what is due when (`__now()`'s milliseconds), fired by `drive`.
-    runtime_eval(
-        ctx,
-        "(()=>{let seq=0;const timers=new Map();\
-         globalThis.setTimeout=(fn,ms,...args)=>{const id=++seq;timers.set(id,{due:__now()+Math.max(0,+ms||0),fn,args});return id;};\
-         globalThis.clearTimeout=(id)=>{timers.delete(id);};\
-         globalThis.__timers={next(){let d=-1;for(const t of timers.values())if(d<0||t.due<d)d=t.due;return d;},\
-         fire(){const now=__now();for(const [id,t] of [...timers])if(t.due<=now){timers.delete(id);if(typeof t.fn==='function')t.fn(...t.args);}}};})();",
-    )?;
-    // Tools as functions of one object (the tool's JSON arguments) returning a promise.
-    let mut src = String::from(
-        "globalThis.ToolError=class ToolError extends Error{constructor(m,tool){super(m);this.name='ToolError';this.tool=tool;}};\
-         (function(){const call=__call_tool;const mk=(ns,n)=>function(args){\
-         return call(ns,n,JSON.stringify(args===undefined?{}:args)).then(JSON.parse,(m)=>{throw new ToolError(m,n);});};\n",
-    );
-    for t in tools {
-        let n = js_name(&t.name);
-        if t.namespace.is_empty() {
-            src.push_str(&format!("globalThis[{:?}]=mk('',{:?});\n", n, t.name));
-        } else {
-            let ns = js_name(&t.namespace);
-            src.push_str(&format!(
-                "(globalThis[{ns:?}]=globalThis[{ns:?}]||{{}})[{n:?}]=mk({:?},{:?});\n",
-                t.namespace, t.name
-            ));
-        }
-    }
-    src.push_str("})();");
-    runtime_eval(ctx, src)?;
+    let make: Function = runtime_eval(ctx, include_str!("runtime.js"))?;
+    let guest: Object = make.call((Func::from(call_tool), Func::from(now_ms), files::host(ctx)?))?;
+    GUEST.with(|g| *g.borrow_mut() = Some(Persistent::save(ctx, guest)));
     Ok(())
+}
+
+/// Makes `tools` the program's, in place of the last program's: functions named as in the
+/// tool list (`-` and `.` as `_`), in an object per namespace.
+fn install_tools<'js>(ctx: &Ctx<'js>, tools: &[ToolDef]) -> rquickjs::Result<()> {
+    let list = rquickjs::Array::new(ctx.clone())?;
+    for (i, t) in tools.iter().enumerate() {
+        let ns = if t.namespace.is_empty() { String::new() } else { js_name(&t.namespace) };
+        list.set(i, vec![ns, js_name(&t.name), t.namespace.clone(), t.name.clone()])?;
+    }
+    let guest = guest_object(ctx).ok_or(rquickjs::Error::Unknown)?;
+    let install: Function = guest.get("tools")?;
+    install.call((rquickjs::function::This(guest), list))
 }
 
 fn failure(kind: FailureKind, message: String, traceback: String) -> Outcome {
@@ -188,7 +179,10 @@ fn describe_exception<'js>(ctx: &Ctx<'js>) -> (String, String) {
         let name: String = obj.get::<_, Coerced<String>>("name").map(|c| c.0).unwrap_or_else(|_| "Error".into());
         if let Some(e) = Exception::from_object(obj.clone()) {
             let msg = format!("{}: {}", name, e.message().unwrap_or_default());
-            let stack = format!("{}\n{}", msg, e.stack().unwrap_or_default());
+            // The program's frames: the runtime's (`ptc:runtime`) are not its doing.
+            let stack = e.stack().unwrap_or_default();
+            let own: Vec<&str> = stack.lines().filter(|l| !l.contains("ptc:runtime")).collect();
+            let stack = format!("{}\n{}", msg, own.join("\n"));
             return (msg, stack);
         }
     }
@@ -316,11 +310,11 @@ fn program_options(promise: bool) -> EvalOptions {
 
 /// The guest's own code (the tools' functions, timers), named apart from the program's, and
 /// kept out of its errors' stacks (a backtrace barrier).
-fn runtime_eval<'js>(ctx: &Ctx<'js>, source: impl Into<Vec<u8>>) -> rquickjs::Result<()> {
+fn runtime_eval<'js, V: rquickjs::FromJs<'js>>(ctx: &Ctx<'js>, source: impl Into<Vec<u8>>) -> rquickjs::Result<V> {
     let mut options = EvalOptions::default();
     options.filename = Some("ptc:runtime".into());
     options.backtrace_barrier = true;
-    ctx.eval_with_options::<(), _>(source, options)
+    ctx.eval_with_options::<V, _>(source, options)
 }
 
 /// Starts `code`: as a script with top-level `await`, or, if it `return`s at top level, as an
@@ -352,27 +346,46 @@ fn start<'js>(ctx: &Ctx<'js>, code: &str) -> Result<(Promise<'js>, bool), Outcom
     }
 }
 
+/// A session's program that declares again a `let`, `const` or `class` an earlier one
+/// declared: what to do instead, said with the error (as in Node's REPL, the names stay
+/// declared for the session's life).
+fn redeclared(outcome: Outcome) -> Outcome {
+    match outcome {
+        Outcome::Failed(mut f) if f.message.starts_with("SyntaxError: redeclaration of") => {
+            let hint = " (an earlier program of this session declared it: assign to it without let/const, or \
+                        declare it with var, which may be declared again)";
+            f.message.push_str(hint);
+            write_fd(2, format!("{}\n", hint.trim()).as_bytes());
+            Outcome::Failed(f)
+        }
+        other => other,
+    }
+}
+
 unsafe extern "C" {
     /// wasi-libc's `write`.
     fn write(fd: i32, buf: *const u8, len: usize) -> isize;
 }
 
-/// Takes stdout's and stderr's WASI handles, in that order, as `prime` does: wasi-libc takes
-/// each at its first use, so a program's own order (or its printing nothing before it
-/// hibernates) would leave a thawed instance's memory naming handles its new instance lacks.
-fn take_stdio() {
+/// Takes stdout's, stderr's and the preopened directory's WASI handles, in that order, as
+/// `prime` does: wasi-libc takes each at its first use, so a program's own order (or its
+/// printing nothing before it hibernates) would leave a thawed instance's memory naming
+/// handles its new instance lacks.
+fn take_handles() {
     // An empty write takes the handle and writes nothing (Python's runtime does the same).
     unsafe {
         write(1, [].as_ptr(), 0);
         write(2, [].as_ptr(), 0);
     }
+    files::take_preopens();
 }
 
 struct Component;
 
 impl Guest for Component {
     fn execute(code: String, tools: Option<Vec<ToolDef>>, session: bool, _env: Vec<(String, String)>) -> Outcome {
-        take_stdio();
+        take_handles();
+        let new_tools = tools.is_some();
         if let Some(tools) = tools {
             TOOLS.with(|t| *t.borrow_mut() = tools);
         }
@@ -381,33 +394,34 @@ impl Guest for Component {
             if js.is_none() || !session {
                 // What refers to the old runtime goes before it.
                 MAIN.with(|m| m.borrow_mut().take());
+                GUEST.with(|g| g.borrow_mut().take());
                 CALLS.with(|c| *c.borrow_mut() = Calls::default());
                 *js = None;
                 match new_js() {
                     Ok(j) => *js = Some(j),
                     Err(e) => return failure(FailureKind::Internal, format!("runtime: {e}"), String::new()),
                 }
-                let tools = TOOLS.with(|t| t.borrow().clone());
                 let j = js.as_ref().unwrap();
-                if let Err(e) = j.ctx.with(|ctx| install_globals(&ctx, &tools)) {
+                if let Err(e) = j.ctx.with(|ctx| install_globals(&ctx)) {
                     return failure(FailureKind::Internal, format!("globals: {e}"), String::new());
                 }
             }
             let j = js.as_ref().unwrap();
-            if option_env!("JSPROBE_UPDATE_TOP") == Some("1") {
-                j.ctx.with(|ctx| unsafe {
-                    let rt = rquickjs::qjs::JS_GetRuntime(ctx.as_raw().as_ptr());
-                    rquickjs::qjs::JS_UpdateStackTop(rt);
-                });
+            if new_tools || !session {
+                let tools = TOOLS.with(|t| t.borrow().clone());
+                if let Err(e) = j.ctx.with(|ctx| install_tools(&ctx, &tools)) {
+                    return failure(FailureKind::Internal, format!("tools: {e}"), String::new());
+                }
             }
             let started = j.ctx.with(|ctx| {
                 start(&ctx, &code)
                     .map(|(p, wrapped)| MAIN.with(|m| *m.borrow_mut() = Some((Persistent::save(&ctx, p), wrapped))))
             });
-            match started {
+            let outcome = match started {
                 Ok(()) => drive(j),
                 Err(outcome) => outcome,
-            }
+            };
+            if session { redeclared(outcome) } else { outcome }
         });
         outcome
     }
@@ -423,7 +437,7 @@ impl Guest for Component {
     fn prime(grow_by: u64) {
         // The handles every program's instance holds: stdout's and stderr's, and what making
         // a runtime takes (2 more, measured: `freeze` counts them); then memory.
-        take_stdio();
+        take_handles();
         let pages = grow_by.div_ceil(65536) as usize;
         if pages > 0 {
             core::arch::wasm32::memory_grow(0, pages);
@@ -431,11 +445,11 @@ impl Guest for Component {
     }
 
     fn snapshot(_max_bytes: u64) -> Result<SessionState, String> {
-        Err("snapshot is not supported by the JS probe guest".into())
+        Err("snapshot is not supported by the JavaScript runtime yet".into())
     }
 
     fn restore(_data: Vec<u8>) -> Result<Restored, String> {
-        Err("restore is not supported by the JS probe guest".into())
+        Err("restore is not supported by the JavaScript runtime yet".into())
     }
 
     fn describe_tools(tools: Vec<ToolDef>) -> Result<Description, String> {

@@ -1,0 +1,98 @@
+// The guest's own JavaScript, evaluated once per runtime as `ptc:runtime` (its frames are
+// left out of the program's stacks). It is called with the host's two functions and returns
+// what the Rust side drives: the timers and the tools. Nothing of it is a global but what a
+// program uses: setTimeout, clearTimeout, ToolError, fs and the tools.
+(function (call, now, files) {
+  'use strict';
+  let seq = 0;
+  const timers = new Map();
+  globalThis.setTimeout = (fn, ms, ...args) => {
+    const id = ++seq;
+    timers.set(id, { due: now() + Math.max(0, +ms || 0), fn, args });
+    return id;
+  };
+  globalThis.clearTimeout = (id) => { timers.delete(id); };
+
+  class ToolError extends Error {
+    constructor(message, tool) {
+      super(message);
+      this.name = 'ToolError';
+      this.tool = tool;
+    }
+  }
+  globalThis.ToolError = ToolError;
+
+  // The program's frames of a stack (the runtime's are not the program's doing).
+  const own = (stack) => String(stack || '').split('\n').filter((l) => l && !l.includes('ptc:runtime')).join('\n');
+
+  // A tool: a function of one object (its JSON arguments) returning a promise of the result.
+  // A failure rejects with a ToolError whose stack is where the program called the tool.
+  const tool = (namespace, name) => function (args) {
+    const site = new Error();
+    return call(namespace, name, JSON.stringify(args === undefined ? {} : args)).then(JSON.parse, (message) => {
+      const e = new ToolError(message, name);
+      e.stack = own(site.stack) + '\n';
+      throw e;
+    });
+  };
+
+  // /mnt/data, shaped like Node's `fs/promises` (files.rs does the work).
+  const encoding = (options) => (typeof options === 'string' ? options : options && options.encoding);
+  const bytes = (data) => {
+    if (typeof data === 'string' || data instanceof Uint8Array) return data;
+    if (ArrayBuffer.isView(data)) return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+    if (data instanceof ArrayBuffer) return new Uint8Array(data);
+    return String(data);
+  };
+  const flag = (options, name) => !!(options && options[name]);
+  globalThis.fs = Object.freeze({
+    async readFile(path, options) {
+      return encoding(options) ? files.readText(String(path)) : files.readBytes(String(path));
+    },
+    async writeFile(path, data) { files.write(String(path), bytes(data), false); },
+    async appendFile(path, data) { files.write(String(path), bytes(data), true); },
+    async readdir(path) { return files.readdir(String(path === undefined ? '.' : path)); },
+    async mkdir(path, options) { files.mkdir(String(path), flag(options, 'recursive')); },
+    async rm(path, options) { files.rm(String(path), flag(options, 'recursive'), flag(options, 'force')); },
+    async unlink(path) { files.rm(String(path), false, false); },
+    async rename(from, to) { files.rename(String(from), String(to)); },
+    async stat(path) {
+      const s = files.stat(String(path));
+      return { size: s.size, mtimeMs: s.mtimeMs, isFile: () => s.file, isDirectory: () => s.directory };
+    },
+    async access(path) { files.stat(String(path)); },
+  });
+
+  let installed = [];
+  return {
+    // When the nearest timer is due (`now()`'s milliseconds), or -1.
+    next() {
+      let due = -1;
+      for (const t of timers.values()) if (due < 0 || t.due < due) due = t.due;
+      return due;
+    },
+    // Runs the timers that are due; a callback's throw ends the program.
+    fire() {
+      const t0 = now();
+      for (const [id, t] of [...timers]) {
+        if (t.due <= t0) {
+          timers.delete(id);
+          if (typeof t.fn === 'function') t.fn(...t.args);
+        }
+      }
+    },
+    // The program's tools, in place of the last program's: [[jsNamespace, jsName, namespace, name]].
+    tools(list) {
+      for (const [ns, n] of installed) {
+        if (!ns) delete globalThis[n];
+        else if (globalThis[ns] && typeof globalThis[ns] === 'object') delete globalThis[ns][n];
+      }
+      for (const [ns, n, namespace, name] of list) {
+        const f = tool(namespace, name);
+        if (!ns) globalThis[n] = f;
+        else (globalThis[ns] = globalThis[ns] || {})[n] = f;
+      }
+      installed = list;
+    },
+  };
+})

@@ -1,0 +1,202 @@
+//! The JavaScript runtime (`runtime: javascript`, QuickJS-ng): tools as promises, a gather in
+//! one round, errors in words, limits, hibernation, through the engine and its real component.
+
+use std::time::Duration;
+
+use ptc_engine::{ExecutionRequest, FailureKind, Limits, Runtime};
+use ptc_tests::*;
+use serde_json::json;
+
+fn js(code: &str) -> ExecutionRequest {
+    ExecutionRequest::new(code).with_runtime(Runtime::Javascript).with_tools(standard_tools())
+}
+
+async fn run_js(code: &str) -> Run {
+    drive(engine().start(js(code)).await.unwrap(), standard_handler).await
+}
+
+#[tokio::test]
+async fn promise_all_of_three_tools_is_one_round_and_the_last_value_is_the_result() {
+    let code = r#"
+const sums = await Promise.all([1, 2, 3].map((i) => add({a: i, b: 10})));
+const w = await get_weather({city: "Oslo"});
+console.log(sums.join(","), w.city, w.temp);
+console.error("to stderr");
+({total: sums.reduce((x, y) => x + y, 0)})
+"#;
+    let run = run_js(code).await;
+    assert_eq!(run.rounds.len(), 2, "the gather is one round, the weather another");
+    assert_eq!(run.rounds[0].len(), 3);
+    assert_eq!(run.rounds[0][0].name, "add");
+    assert_eq!(run.rounds[0][0].input_value(), json!({"a": 1, "b": 10}));
+    assert_eq!(run.rounds[1][0].name, "get-weather", "the tool's own name reaches the host");
+    let done = run.completed();
+    assert_eq!(done.stdout, "11,12,13 Oslo 21\n");
+    assert_eq!(done.stderr, "to stderr\n");
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&done.return_value).unwrap(), json!({"total": 36}));
+    assert_eq!(done.stats.round_trips, 2);
+}
+
+#[tokio::test]
+async fn a_failing_tool_rejects_with_a_tool_error_caught_or_not() {
+    let code = r#"
+try { await get_weather({city: "Nowhere"}) } catch (e) {
+    console.log(e instanceof ToolError, e.name, e.message);
+}
+return await add({a: 1, b: 2});
+"#;
+    let done = run_js(code).await.completed();
+    assert_eq!(done.stdout, "true ToolError no such city: Nowhere\n");
+    assert_eq!(done.return_value, "3");
+
+    let f = run_js("const w = await get_weather({city: 'Nowhere'});\nw").await.failed();
+    assert_eq!(f.kind, FailureKind::PythonError);
+    assert_eq!(f.message, "ToolError: no such city: Nowhere");
+    assert!(f.traceback.contains("program.js:1:"), "where the program called it: {}", f.traceback);
+    assert!(!f.traceback.contains("ptc:runtime"), "{}", f.traceback);
+}
+
+#[tokio::test]
+async fn errors_name_the_program_line_and_column() {
+    let f = run_js("let a = 1;\nlet b = ;\n").await.failed();
+    assert!(f.message.starts_with("SyntaxError"), "{}", f.message);
+    assert!(f.traceback.contains("program.js:2:"), "{}", f.traceback);
+
+    let f = run_js("const x = 1;\nfunction f() { return x.y.z; }\nf();").await.failed();
+    assert!(f.message.starts_with("TypeError"), "{}", f.message);
+    assert!(f.traceback.contains("program.js:2"), "{}", f.traceback);
+    assert!(!f.traceback.contains("ptc:runtime"), "{}", f.traceback);
+}
+
+#[tokio::test]
+async fn a_runaway_loop_stops_at_its_deadline_and_deep_recursion_ends_in_words() {
+    let limits = Limits::default().with_timeout(Duration::from_millis(1000));
+    let exec = engine().start(js("while (true) {}").with_limits(limits)).await.unwrap();
+    assert_eq!(drive(exec, standard_handler).await.failed().kind, FailureKind::Timeout);
+
+    let f = run_js("function f(n) { return f(n + 1) + 1; }\nf(0)").await.failed();
+    assert!(f.message.starts_with("RangeError"), "{}", f.message);
+
+    // Recursion inside QuickJS's C code overflows the native stack: the instance ends, in words.
+    let f = run_js("JSON.parse('['.repeat(200000) + ']'.repeat(200000))").await.failed();
+    assert!(f.message.starts_with("RangeError: Maximum call stack size exceeded"), "{}", f.message);
+    assert_eq!(run_js("1 + 1").await.completed().return_value, "2", "the engine runs on");
+}
+
+#[tokio::test]
+async fn a_timer_and_a_half_answered_gather_outlive_a_hibernation() {
+    let engine = engine_with(|c| c.hibernate_after = Some(Duration::from_millis(30)));
+    let code = r#"
+const t0 = Date.now();
+const later = new Promise((resolve) => setTimeout(() => { console.log("timer fired"); resolve("slept"); }, 300));
+const one = async (i) => { const v = await add({a: i, b: i}); console.log("got", v); return v; };
+const r = await Promise.all([one(1), one(2), one(3)]);
+console.log("after", r.join(","));
+[r, await later, Date.now() - t0 >= 300]
+"#;
+    let mut exec = engine.start(js(code)).await.unwrap();
+    let calls = loop {
+        match exec.next_event().await.expect("an event") {
+            ptc_engine::Event::ToolCalls { calls, .. } => break calls,
+            ptc_engine::Event::Output { .. } => {}
+            other => panic!("expected tool calls, got {other:?}"),
+        }
+    };
+    assert_eq!(calls.len(), 3, "the gather is one round");
+    let answer = |c: &ptc_engine::ToolCall| ptc_engine::ToolResult::ok(&c.id, &standard_handler(c).unwrap());
+    exec.submit(vec![answer(&calls[0])]).unwrap();
+    eventually("the program hibernates", || engine.hibernated() == 1).await;
+    // The timer is due while it sleeps: it thaws, runs it, and hibernates again.
+    let mut printed = String::new();
+    while !printed.contains("timer fired") {
+        match exec.next_event().await.expect("an event") {
+            ptc_engine::Event::Output { data, .. } => printed.push_str(&String::from_utf8_lossy(&data)),
+            other => panic!("expected the program's output, got {other:?}"),
+        }
+    }
+    eventually("the program hibernates again", || engine.hibernated() == 1).await;
+    assert_eq!(engine.live_instances(), 0, "the instance is freed");
+    exec.submit(calls[1..].iter().map(answer).collect()).unwrap();
+    let done = drive(exec, standard_handler).await.completed();
+    assert_eq!(done.stdout, "got 2\ntimer fired\ngot 4\ngot 6\nafter 2,4,6\n", "{}", done.stderr);
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&done.return_value).unwrap(),
+        json!([[2, 4, 6], "slept", true])
+    );
+}
+
+#[tokio::test]
+async fn a_session_keeps_its_globals_between_programs() {
+    let engine = engine();
+    let request = ptc_engine::SessionRequest::new().with_runtime(Runtime::Javascript);
+    let session = engine.open_session(request).await.unwrap().0;
+    let exec = |code: &str| engine.execute_in(&session, js(code));
+    let first = "var rows = [3, 1, 2];\nlet total = await add({a: 40, b: 2});\nconst top = (n) => [...rows].sort().slice(-n);\nfunction twice(x) { return 2 * x; }";
+    drive(exec(first).await.unwrap(), standard_handler).await.completed();
+    let done = drive(exec("console.log(top(2), total, twice(total));\nrows.length").await.unwrap(), standard_handler)
+        .await
+        .completed();
+    assert_eq!(done.stdout, "2,3 42 84\n");
+    assert_eq!(done.return_value, "3");
+    // As in Node's REPL, a `let` stays declared: declaring it again says what to do instead.
+    let f = drive(exec("let total = 1;\ntotal").await.unwrap(), standard_handler).await.failed();
+    assert!(f.message.starts_with("SyntaxError: redeclaration of 'total'"), "{}", f.message);
+    assert!(f.message.contains("assign to it without let/const"), "{}", f.message);
+    let done = drive(exec("total = 1;\nvar rows = 2;\ntotal + rows").await.unwrap(), standard_handler).await;
+    assert_eq!(done.completed().return_value, "3");
+    session.close();
+}
+
+#[tokio::test]
+async fn a_program_past_its_memory_limit_fails_as_memory() {
+    let limits = Limits::default().with_max_memory_bytes(64 << 20);
+    let code = "const a = [];\nwhile (true) a.push('x'.repeat(1 << 20) + a.length);";
+    let exec = engine().start(js(code).with_limits(limits)).await.unwrap();
+    let f = drive(exec, standard_handler).await.failed();
+    assert_eq!(f.kind, FailureKind::Memory, "{}", f.message);
+    assert_eq!(run_js("1 + 1").await.completed().return_value, "2", "the engine runs on");
+}
+
+#[tokio::test]
+async fn files_under_mnt_data_are_written_read_and_listed_and_nothing_else_is_reachable() {
+    let engine = engine_with(|c| c.hibernate_after = Some(Duration::from_millis(30)));
+    let (root, dir) = data_dir_beside_a_secret("js-files");
+    let code = r#"
+await fs.writeFile("/mnt/data/notes.txt", "kept");
+await fs.appendFile("notes.txt", " and more");
+await fs.mkdir("/mnt/data/sub/deeper", {recursive: true});
+await fs.writeFile("sub/bytes.bin", new Uint8Array([1, 2, 255]));
+for (const path of ["/mnt/data/../secret.txt", "/etc/passwd", "/tmp/x"]) {
+    try { await fs.writeFile(path, "x"); console.log("WROTE", path); }
+    catch (e) { console.log("refused", e.code); }
+}
+try { await fs.readFile("/mnt/data/none.txt", "utf8"); } catch (e) { console.log(e.code, e.message); }
+const w = await add({a: 1, b: 2});
+const text = await fs.readFile("/mnt/data/notes.txt", "utf8");
+const bytes = await fs.readFile("sub/bytes.bin");
+const s = await fs.stat("sub");
+[text, Array.from(bytes), await fs.readdir("/mnt/data"), s.isDirectory(), w]
+"#;
+    let mut exec = engine.start(js(code).with_data_dir(dir.clone())).await.unwrap();
+    let calls = loop {
+        match exec.next_event().await.expect("an event") {
+            ptc_engine::Event::ToolCalls { calls, .. } => break calls,
+            ptc_engine::Event::Output { .. } => {}
+            other => panic!("expected tool calls, got {other:?}"),
+        }
+    };
+    // It hibernates having used its files: it holds no file open.
+    eventually("the program hibernates", || engine.hibernated() == 1).await;
+    exec.submit(vec![ptc_engine::ToolResult::ok(&calls[0].id, &json!(3))]).unwrap();
+    let done = drive(exec, standard_handler).await.completed();
+    assert_eq!(
+        done.stdout,
+        "refused EACCES\nrefused ENOENT\nrefused ENOENT\nENOENT ENOENT: no such file or directory, open '/mnt/data/none.txt'\n",
+        "{}",
+        done.stderr
+    );
+    let value: serde_json::Value = serde_json::from_str(&done.return_value).unwrap();
+    assert_eq!(value, json!(["kept and more", [1, 2, 255], ["notes.txt", "sub"], true, 3]));
+    assert_eq!(std::fs::read_to_string(dir.join("notes.txt")).unwrap(), "kept and more");
+    assert_eq!(std::fs::read_to_string(root.join("secret.txt")).unwrap(), "do not read");
+}
