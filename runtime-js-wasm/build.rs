@@ -56,7 +56,7 @@ fn main() {
         .env("AR_wasm32_wasip2", &ar)
         .env("CFLAGS_wasm32_wasip2", cflags);
     let status = build.status().unwrap_or_else(|e| panic!("running cargo for the JavaScript guest: {e}"));
-    assert!(status.success(), "building the JavaScript guest failed (above); {NEEDS}");
+    assert!(status.success(), "building the JavaScript guest failed: its errors are above");
 
     let built = target_dir.join(TARGET).join("release").join("ptc_js_guest.wasm");
     let bytes = std::fs::read(&built).unwrap_or_else(|e| panic!("reading {}: {e}", built.display()));

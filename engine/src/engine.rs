@@ -168,7 +168,7 @@ impl Engine {
     pub fn runtime_digest(&self, runtime: Runtime) -> [u8; 32] {
         match runtime {
             Runtime::PythonData => *ptc_runtime_python_data::RUNTIME_DIGEST,
-            Runtime::Javascript => *ptc_runtime_js_wasm::RUNTIME_DIGEST,
+            Runtime::Javascript | Runtime::Typescript => *ptc_runtime_js_wasm::RUNTIME_DIGEST,
             Runtime::Python => self.inner.digest,
         }
     }
@@ -279,7 +279,7 @@ impl Engine {
         let pre = inner.stores.pre(request.runtime).await?;
         if request.journal.is_some() && request.runtime != Runtime::Python {
             return Err(Error::invalid(match request.runtime {
-                Runtime::Javascript => {
+                Runtime::Javascript | Runtime::Typescript => {
                     "only the python runtime can be journaled: the javascript runtime does not record its random \
                      sources and clocks yet"
                 }
@@ -333,7 +333,8 @@ impl Engine {
             GuestTools::Sent(wit_tools(&request.tools, inner.stores.observed.as_deref(), request.tenant.as_deref()));
         let sides = Sides { fuel: host.fuel, output: host.output, events: host.events };
         let clock = Clock { started, deadline, timeout: limits.timeout };
-        let job = Job::new(pre, request.code, tools, clock, sides, &inner.shutdown, &inner.running)
+        let code = request.runtime.program(request.code);
+        let job = Job::new(pre, code, tools, clock, sides, &inner.shutdown, &inner.running)
             .holding(permit, hibernation)
             .refilling((request.runtime == Runtime::Python).then(|| self.refill(!host.ahead)));
         let cancel = job.cancel.clone();

@@ -275,7 +275,7 @@ pub struct HttpArgs {
     #[arg(long, env = "PTC_HTTP_UPLOAD_TIMEOUT_SECS", default_value_t = defaults().http_limits.upload_timeout.as_secs())]
     pub http_upload_timeout_secs: u64,
     /// The runtime of HTTP API runs that name none (`lang: "py"` names the default too):
-    /// `python`, `python-data` (needs --python-data) or `javascript`.
+    /// `python`, `python-data` (needs --python-data), `javascript` or `typescript`.
     #[arg(long, env = "PTC_HTTP_RUNTIME", default_value = "python")]
     pub http_runtime: ptc_engine::Runtime,
 }
@@ -465,8 +465,12 @@ pub struct McpArgs {
 impl RunArgs {
     /// `--runtime`, or what the file's extension says.
     pub fn runtime(&self) -> ptc_engine::Runtime {
-        let javascript = self.file.extension().is_some_and(|e| e == "js" || e == "mjs");
-        self.runtime.unwrap_or(if javascript { ptc_engine::Runtime::Javascript } else { ptc_engine::Runtime::Python })
+        let by_extension = match self.file.extension().and_then(|e| e.to_str()) {
+            Some("js" | "mjs") => ptc_engine::Runtime::Javascript,
+            Some("ts" | "mts") => ptc_engine::Runtime::Typescript,
+            _ => ptc_engine::Runtime::Python,
+        };
+        self.runtime.unwrap_or(by_extension)
     }
 }
 
@@ -494,7 +498,7 @@ impl McpArgs {
         if self.runtime == ptc_engine::Runtime::PythonData {
             engine.python_data = Some(ptc_engine::python_data_artifacts());
         }
-        if self.runtime == ptc_engine::Runtime::Javascript {
+        if matches!(self.runtime, ptc_engine::Runtime::Javascript | ptc_engine::Runtime::Typescript) {
             return Err(serve_config::MCP_PYTHON_ONLY.into());
         }
         engine.ceilings.check(&engine.default_limits, engine.fuel).map_err(|e| format!("default limits: {e}"))?;
@@ -514,8 +518,8 @@ fn defaults() -> &'static ServerConfig {
 
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
-    /// The program to run: a Python file, or JavaScript (`.js`, `.mjs`; `-` for stdin, Python
-    /// unless `--runtime` says otherwise).
+    /// The program to run: a Python file, JavaScript (`.js`, `.mjs`) or TypeScript (`.ts`,
+    /// `.mts`); `-` for stdin, Python unless `--runtime` says otherwise.
     pub file: PathBuf,
     /// JSON file with an array of tools: `[{"name", "description", "parameters"}]`.
     #[arg(long)]
@@ -538,8 +542,8 @@ pub struct RunArgs {
     #[arg(long)]
     pub timeout_ms: Option<u32>,
     /// The runtime: `python`, `python-data` (numpy, pandas, matplotlib; with --local the
-    /// embedded engine enables it, its first start takes minutes) or `javascript`. Default:
-    /// `javascript` for a `.js` or `.mjs` file, else `python`.
+    /// embedded engine enables it, its first start takes minutes), `javascript` or
+    /// `typescript`. Default: by the file's extension, else `python`.
     #[arg(long)]
     pub runtime: Option<ptc_engine::Runtime>,
     /// Give the program a /mnt/data and save the files it writes there into this directory.

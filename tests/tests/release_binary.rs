@@ -243,7 +243,7 @@ async fn a_session_snapshot_restores_on_another_server_process() {
 
 /// `ptc-engine run --local`: a tool answered by a shell command, the program's output, and a
 /// failure that printed nothing itself (a C-stack overflow) shown on stderr with the exit code;
-/// a `.js` file run as JavaScript.
+/// a `.js` file run as JavaScript, a `.ts` file as TypeScript.
 #[tokio::test]
 async fn the_run_command_answers_tools_and_says_why_a_program_failed() {
     let bin = tokio::task::spawn_blocking(ptc_tests::binary::release).await.unwrap();
@@ -283,5 +283,9 @@ async fn the_run_command_answers_tools_and_says_why_a_program_failed() {
     let (code, _, stderr) = run("program.js", "console.log('before');\nundefinedThing.x;\n");
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("ReferenceError") && stderr.contains("program.js:2"), "{stderr}");
+    // A `.ts` file runs as TypeScript.
+    let ts = "const r: { name: string } = await echo({x: 41});\nconsole.log(r.name as string);\n";
+    let (code, stdout, stderr) = run("program.ts", ts);
+    assert_eq!((code, stdout.as_str()), (Some(0), "echo\n"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }

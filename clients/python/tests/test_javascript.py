@@ -1,6 +1,7 @@
-"""JavaScript programs (`runtime="javascript"`) through the client, in process or against a
-server (the run's mode, conftest.py): Python functions as tools a program awaits with one
-object argument, a gather in one round, a tool's failure as a `ToolError`, sessions, limits."""
+"""JavaScript and TypeScript programs (`runtime="javascript"`, `"typescript"`) through the
+client, in process or against a server (the run's mode, conftest.py): Python functions as tools
+a program awaits with one object argument, a gather in one round, a tool's failure as a
+`ToolError`, sessions, files, limits."""
 
 import pytest
 
@@ -64,3 +65,38 @@ async def test_javascript_errors_and_limits_read_as_pythons_do(sb):
     with pytest.raises(ptc_engine.MemoryLimitError):
         await sb.run("const a = []; while (true) a.push('x'.repeat(1 << 20) + a.length);", runtime="javascript",
                      limits=Limits(max_memory_bytes=64 << 20))
+
+
+async def test_typescript_runs_with_its_types_erased(sb):
+    code = (
+        "interface Sum { total: number }\n"
+        "const r: number[] = await Promise.all([1, 2].map((i: number) => add({a: i, b: i})));\n"
+        "const s: Sum = { total: r[0] + r[1] };\n"
+        "return s;"
+    )
+    result = await sb.run(code, tools=[add], runtime="typescript")
+    assert result.return_value == {"total": 6} and result.stats.round_trips == 1
+    with pytest.raises(ptc_engine.PythonError) as e:
+        await sb.run("const a = 1;\nenum E { A }", runtime="typescript")
+    assert e.value.message.startswith("SyntaxError: TypeScript: ") and "program.js:2" in str(e.value), str(e.value)
+
+
+async def test_files_go_in_and_out_of_a_javascript_program(sb):
+    code = (
+        "const rows = (await fs.readFile('/mnt/data/in.csv', 'utf8')).trim().split('\\n');\n"
+        "await fs.writeFile('/mnt/data/out.txt', `rows: ${rows.length}`);\n"
+        "rows.length"
+    )
+    result = await sb.run(code, runtime="javascript", files={"in.csv": "a,b\n1,2\n"}, return_files=True)
+    assert result.return_value == 2
+    assert result.files == {"out.txt": b"rows: 2"}, result.files
+
+
+async def test_describe_gives_typescript_declarations_for_javascript(sb):
+    weather = Tool.from_function(get_weather, namespace="weather")
+    d = await sb.describe([add, weather], runtime="javascript")
+    assert [t.python_name for t in d.tools] == ["add", "weather.get_weather"]
+    assert d.tools[0].signature == "add(args: { a: number; b: number }): Promise<number>", d.tools[0].signature
+    assert "declare namespace weather {" in d.stub and "/** Adds two integers. */" in d.stub, d.stub
+    python = await sb.describe([add])
+    assert python.tools[0].signature.startswith("add(a: int, b: int)"), python.tools[0].signature

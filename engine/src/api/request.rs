@@ -141,15 +141,35 @@ pub enum Runtime {
     /// JavaScript (QuickJS-ng, ES2023 with top-level `await`): the smallest paused (~0.3 MiB)
     /// and the fastest per tool round (docs/javascript.md).
     Javascript,
+    /// TypeScript: the JavaScript runtime, the program's types erased first on the host
+    /// (lines and columns kept; what cannot be erased, such as an `enum`, is refused in words).
+    Typescript,
 }
 
 impl Runtime {
-    /// The names clients use: `python`, `python-data`, `javascript`.
+    /// The names clients use: `python`, `python-data`, `javascript`, `typescript`.
     pub fn as_str(self) -> &'static str {
         match self {
             Runtime::Python => "python",
             Runtime::PythonData => "python-data",
             Runtime::Javascript => "javascript",
+            Runtime::Typescript => "typescript",
+        }
+    }
+
+    /// The runtime whose instances run its programs: JavaScript's for TypeScript.
+    pub(crate) fn instances(self) -> Runtime {
+        match self {
+            Runtime::Typescript => Runtime::Javascript,
+            other => other,
+        }
+    }
+
+    /// `code` as this runtime's instances take it (a TypeScript program's types erased).
+    pub(crate) fn program(self, code: String) -> String {
+        match self {
+            Runtime::Typescript => crate::run::typescript::to_javascript(&code),
+            _ => code,
         }
     }
 }
@@ -162,9 +182,10 @@ impl std::str::FromStr for Runtime {
             "" | "python" => Ok(Runtime::Python),
             "python-data" => Ok(Runtime::PythonData),
             "javascript" | "js" => Ok(Runtime::Javascript),
+            "typescript" | "ts" => Ok(Runtime::Typescript),
             other => Err(Error::invalid(format!(
                 "unknown runtime {other:?}: use \"python\" (the standard library), \"python-data\" (numpy, pandas, \
-                 matplotlib) or \"javascript\""
+                 matplotlib), \"javascript\" or \"typescript\""
             ))),
         }
     }

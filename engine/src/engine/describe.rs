@@ -1,18 +1,36 @@
 //! Tools as the model reads them (`describe_tools`): names, one-line signatures and a stub,
-//! rendered by the sandbox itself.
+//! rendered by the sandbox itself: Python's (a `.pyi` stub) or JavaScript's (a `.d.ts`).
 
 use super::{DescribedTool, Engine, ToolDescription};
 use crate::api::error::{Error, Result};
 use crate::api::request::{Runtime, ToolDef, check_tools_size};
+use crate::instance::guest::Guest;
 use crate::instance::tool_lists::wit_tools;
 use crate::run::stores::StoreSpec;
 
 impl Engine {
     /// Normalised Python names, one-line signatures and a `.pyi` stub for `tools`, as the
-    /// sandbox itself computes them. Takes an execution slot like any run and, for a `tenant`,
-    /// one of its run slots while the guest renders (rendering is bounded in the guest, see
-    /// `shapes.py`, and by the default deadline).
+    /// sandbox itself computes them: [`Engine::describe_tools_in`] for Python.
     pub async fn describe_tools(&self, tools: &[ToolDef], tenant: Option<&str>) -> Result<ToolDescription> {
+        self.describe_tools_in(Runtime::Python, tools, tenant).await
+    }
+
+    /// How programs of `runtime` name and call `tools`: names, one-line signatures and a stub
+    /// (`.pyi` for Python, `.d.ts` for JavaScript and TypeScript), as that runtime's guest
+    /// computes them. Takes an execution slot like any run and, for a `tenant`, one of its
+    /// run slots while the guest renders (rendering is bounded in the guest, see `shapes.py`
+    /// and `describe.js`, and by the default deadline).
+    pub async fn describe_tools_in(
+        &self,
+        runtime: Runtime,
+        tools: &[ToolDef],
+        tenant: Option<&str>,
+    ) -> Result<ToolDescription> {
+        // The data runtime's programs call tools as the Python component's do.
+        let runtime = match runtime.instances() {
+            Runtime::Javascript => Runtime::Javascript,
+            _ => Runtime::Python,
+        };
         check_tools_size(tools, &self.inner.config.ceilings)?;
         let _permit = self.acquire().await?;
         let limits = self.inner.config.default_limits.clone();
@@ -21,7 +39,7 @@ impl Engine {
             schemas: None,
             data_dir: None,
             tenant,
-            runtime: Runtime::Python,
+            runtime,
             journal: None,
             monotonic_from: 0,
             running: None,
@@ -30,14 +48,13 @@ impl Engine {
         store.epoch_deadline_async_yield_and_update(1);
         let run_slot = store.data().broker.run_slot.clone();
         run_slot.acquire().await;
+        let pre = self.inner.stores.pre(runtime).await?;
         let described = tokio::time::timeout(limits.timeout, async {
-            let sandbox = self
-                .inner
-                .stores
-                .pre
-                .instantiate_async(&mut store)
-                .await
-                .map_err(|e| Error::engine("instantiating", e))?;
+            let Guest::Component(sandbox, ..) =
+                pre.instantiate(&mut store).await.map_err(|e| Error::engine("instantiating", e))?
+            else {
+                unreachable!("both runtimes that describe are components")
+            };
             sandbox
                 .call_describe_tools(&mut store, &wit_tools(tools, self.inner.stores.observed.as_deref(), tenant))
                 .await

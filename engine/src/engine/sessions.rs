@@ -159,7 +159,7 @@ impl Engine {
         let pre = inner.stores.pre(session.runtime()).await?;
         let job = Job::new(
             pre,
-            request.code,
+            session.runtime().program(request.code),
             tools,
             Clock::from(started, limits.timeout),
             sides,

@@ -416,7 +416,7 @@ fn classify(trap: &wasmtime::Error, runtime: Runtime) -> (FailureKind, String) {
     // nested literals): the same overflow, in JavaScript's words.
     if let Some(wasmtime::Trap::StackOverflow) = trap.downcast_ref::<wasmtime::Trap>() {
         let message = match runtime {
-            Runtime::Javascript => {
+            Runtime::Javascript | Runtime::Typescript => {
                 "RangeError: Maximum call stack size exceeded in native code (data nested too deeply, e.g. in \
                  JSON.parse, JSON.stringify or eval); flatten the data or process it iteratively"
             }

@@ -1,6 +1,6 @@
 //! Lifecycle: how stores are made ([`stores`]), instances made ahead of demand ([`warm`]), the
 //! sleep policy ([`sleep`]), an execution ([`execution`]), its spans ([`trace`]) and the task that drives it
-//! ([`job`]), and live sessions ([`session`]). Below it: [`crate::pages`] (hibernation's mechanism),
+//! ([`job`]), a TypeScript program's types erased before it ([`typescript`]), and live sessions ([`session`]). Below it: [`crate::pages`] (hibernation's mechanism),
 //! [`crate::instance`], [`crate::calls`], [`crate::api`], [`crate::net`]. Above it only the
 //! [`crate::engine::Engine`] facade.
 
@@ -10,4 +10,5 @@ pub(crate) mod session;
 pub(crate) mod sleep;
 pub(crate) mod stores;
 pub(crate) mod trace;
+pub(crate) mod typescript;
 pub(crate) mod warm;

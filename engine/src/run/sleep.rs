@@ -252,7 +252,7 @@ impl Hibernation {
         store.data_mut().rewire().map_err(wasmtime::Error::msg)?;
         let warm = match asleep.image.runtime {
             Runtime::Python => self.stores.move_to_warm(store, asleep.fuel).map_err(wasmtime::Error::msg)?,
-            Runtime::PythonData | Runtime::Javascript => None,
+            Runtime::PythonData | Runtime::Javascript | Runtime::Typescript => None,
         };
         let guest = match warm {
             Some(guest) => guest,

@@ -160,7 +160,9 @@ impl Stores {
     pub(crate) async fn pre(&self, runtime: Runtime) -> Result<Pre> {
         match runtime {
             Runtime::Python => Ok(Pre::Component(self.pre.clone(), Runtime::Python)),
-            Runtime::Javascript => Ok(Pre::Component(self.javascript.0.clone(), Runtime::Javascript)),
+            Runtime::Javascript | Runtime::Typescript => {
+                Ok(Pre::Component(self.javascript.0.clone(), Runtime::Javascript))
+            }
             Runtime::PythonData => match &self.data {
                 Some(data) => Ok(Pre::Data(data.ready().await?.clone())),
                 None => Err(Error::invalid(
@@ -252,10 +254,12 @@ impl Stores {
 
     /// `runtime`'s memory as a fresh instance has it (`hibernation/`), read once.
     pub(crate) async fn image(&self, runtime: Runtime) -> Result<Arc<Image>> {
-        let image = match runtime {
+        let image = match runtime.instances() {
             Runtime::Python => self.image.get_or_try_init(|| self.component_image(runtime, self.build)).await?,
-            Runtime::Javascript => {
-                self.javascript_image.get_or_try_init(|| self.component_image(runtime, self.javascript.1)).await?
+            Runtime::Javascript | Runtime::Typescript => {
+                self.javascript_image
+                    .get_or_try_init(|| self.component_image(Runtime::Javascript, self.javascript.1))
+                    .await?
             }
             Runtime::PythonData => {
                 self.data_image

@@ -453,16 +453,43 @@ impl Guest for Component {
     }
 
     fn describe_tools(tools: Vec<ToolDef>) -> Result<Description, String> {
+        describe(&tools).map_err(|e| format!("describing the tools: {e}"))
+    }
+}
+
+/// The tools' names, signatures and `.d.ts` stub, rendered by `describe.js` in a runtime of its
+/// own (a program's is left as it is).
+fn describe(tools: &[ToolDef]) -> rquickjs::Result<Description> {
+    let js = new_js()?;
+    js.ctx.with(|ctx| {
+        let list = rquickjs::Array::new(ctx.clone())?;
+        for (i, t) in tools.iter().enumerate() {
+            let row = rquickjs::Array::new(ctx.clone())?;
+            row.set(0, t.name.as_str())?;
+            row.set(1, t.description.as_str())?;
+            row.set(2, t.parameters.as_str())?;
+            row.set(3, t.namespace.as_str())?;
+            row.set(4, t.returns.as_str())?;
+            row.set(5, t.observed)?;
+            list.set(i, row)?;
+        }
+        let mut options = EvalOptions::default();
+        options.filename = Some("ptc:describe".into());
+        let render: Function = ctx.eval_with_options(include_str!("describe.js"), options)?;
+        let rendered: Object = render.call((list,))?;
+        let rows: Vec<Vec<String>> = rendered.get("signatures")?;
+        let stub: String = rendered.get("stub")?;
         let described = tools
             .iter()
-            .map(|t| DescribedTool {
-                name: t.name.clone(),
-                code_name: js_name(&t.name),
-                signature: format!("{}(args)", js_name(&t.name)),
+            .zip(rows)
+            .map(|(t, mut row)| {
+                let signature = row.pop().unwrap_or_default();
+                let code_name = row.pop().unwrap_or_default();
+                DescribedTool { name: t.name.clone(), code_name, signature }
             })
             .collect();
-        Ok(Description { tools: described, stub: String::new() })
-    }
+        Ok(Description { tools: described, stub })
+    })
 }
 
 export!(Component);

@@ -1,7 +1,7 @@
 // The guest's own JavaScript, evaluated once per runtime as `ptc:runtime` (its frames are
 // left out of the program's stacks). It is called with the host's two functions and returns
 // what the Rust side drives: the timers and the tools. Nothing of it is a global but what a
-// program uses: setTimeout, clearTimeout, ToolError, fs and the tools.
+// program uses: setTimeout, setInterval and their clears, ToolError, fs and the tools.
 (function (call, now, files) {
   'use strict';
   let seq = 0;
@@ -12,6 +12,14 @@
     return id;
   };
   globalThis.clearTimeout = (id) => { timers.delete(id); };
+  // An interval is a timer set again each time it fires (never more often than every 1 ms).
+  globalThis.setInterval = (fn, ms, ...args) => {
+    const id = ++seq;
+    const every = Math.max(1, +ms || 0);
+    timers.set(id, { due: now() + every, fn, args, every });
+    return id;
+  };
+  globalThis.clearInterval = globalThis.clearTimeout;
 
   class ToolError extends Error {
     constructor(message, tool) {
@@ -76,7 +84,8 @@
       const t0 = now();
       for (const [id, t] of [...timers]) {
         if (t.due <= t0) {
-          timers.delete(id);
+          if (t.every) t.due = t0 + t.every;
+          else timers.delete(id);
           if (typeof t.fn === 'function') t.fn(...t.args);
         }
       }

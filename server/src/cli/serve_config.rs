@@ -34,7 +34,7 @@ impl ServeArgs {
                 return Err(format!("{flag} python-data needs --python-data"));
             }
         }
-        if self.mcp.mcp_runtime == ptc_engine::Runtime::Javascript {
+        if matches!(self.mcp.mcp_runtime, ptc_engine::Runtime::Javascript | ptc_engine::Runtime::Typescript) {
             return Err(MCP_PYTHON_ONLY.into());
         }
         self.limits.apply(&mut config.engine)?;

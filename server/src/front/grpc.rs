@@ -372,7 +372,8 @@ impl sandbox_server::Sandbox for SandboxService {
                 .tenants
                 .admit(&tenant, None, self.core.engine.paused_executions_of(&tenant))
                 .map_err(|r| status(r.into()))?;
-            let d = self.core.engine.describe_tools(&tools, Some(&tenant)).await.map_err(engine_status)?;
+            let runtime: Runtime = r.runtime.parse().map_err(engine_status)?;
+            let d = self.core.engine.describe_tools_in(runtime, &tools, Some(&tenant)).await.map_err(engine_status)?;
             Ok(proto::DescribeToolsResponse {
                 tools: d
                     .tools

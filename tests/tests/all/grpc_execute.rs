@@ -241,7 +241,8 @@ async fn describe_tools_over_grpc() {
             json!({"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city"]}),
         ),
     )];
-    let d = client.describe_tools(proto::DescribeToolsRequest { tools }).await.unwrap().into_inner();
+    let d =
+        client.describe_tools(proto::DescribeToolsRequest { tools, ..Default::default() }).await.unwrap().into_inner();
     assert_eq!(d.tools[0].python_name, "get_weather");
     assert_eq!(d.tools[0].signature, "get_weather(city: str, days?: int)");
     assert!(d.stub.contains("async def get_weather("), "{}", d.stub);

@@ -69,6 +69,24 @@ async fn errors_name_the_program_line_and_column() {
 }
 
 #[tokio::test]
+async fn timers_and_intervals_run_while_calls_are_out() {
+    let code = r#"
+let ticks = 0;
+const started = Date.now();
+const id = setInterval(() => { ticks += 1; }, 20);
+const cleared = setTimeout(() => { throw new Error("cleared, never fired"); }, 10);
+clearTimeout(cleared);
+await new Promise((resolve) => setTimeout(resolve, 130));
+clearInterval(id);
+const at = ticks;
+await new Promise((resolve) => setTimeout(resolve, 60));
+[at >= 4 && at <= 7, ticks === at, Date.now() - started >= 190]
+"#;
+    let done = run_js(code).await.completed();
+    assert_eq!(done.return_value, "[true,true,true]", "{}", done.stderr);
+}
+
+#[tokio::test]
 async fn a_runaway_loop_stops_at_its_deadline_and_deep_recursion_ends_in_words() {
     let limits = Limits::default().with_timeout(Duration::from_millis(1000));
     let exec = engine().start(js("while (true) {}").with_limits(limits)).await.unwrap();
@@ -199,4 +217,95 @@ const s = await fs.stat("sub");
     assert_eq!(value, json!(["kept and more", [1, 2, 255], ["notes.txt", "sub"], true, 3]));
     assert_eq!(std::fs::read_to_string(dir.join("notes.txt")).unwrap(), "kept and more");
     assert_eq!(std::fs::read_to_string(root.join("secret.txt")).unwrap(), "do not read");
+}
+
+#[tokio::test]
+async fn typescript_runs_with_its_types_erased_and_its_errors_at_their_lines() {
+    let ts = |code: &str| ExecutionRequest::new(code).with_runtime(Runtime::Typescript).with_tools(standard_tools());
+    let code = r#"
+interface Weather { city: string; temp: number }
+const cities: string[] = ["Oslo", "Lima"];
+const all = await Promise.all(cities.map((city) => get_weather({ city }) as Promise<Weather>));
+function hottest<T extends Weather>(ws: T[]): T { return ws.reduce((a, b) => (b.temp > a.temp ? b : a)); }
+const name: string = hottest<Weather>(all).city;
+if (name.length > 100) throw new Error("too long");
+return { name, count: all.length };
+"#;
+    let run = drive(engine().start(ts(code)).await.unwrap(), standard_handler).await;
+    assert_eq!(run.rounds.len(), 1);
+    let done = run.completed();
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&done.return_value).unwrap(),
+        json!({"name": "Oslo", "count": 2})
+    );
+
+    // A throw on line 3 is on line 3: the erased types kept every line and column.
+    let f = drive(
+        engine().start(ts("type N = number;\nconst n: N = 1;\nthrow new RangeError(`bad ${n}`);")).await.unwrap(),
+        echo,
+    )
+    .await
+    .failed();
+    assert_eq!(f.message, "RangeError: bad 1");
+    assert!(f.traceback.contains("program.js:3:"), "{}", f.traceback);
+
+    // What cannot be erased, and what does not parse, are the program's SyntaxErrors where they are.
+    let f = drive(engine().start(ts("const a = 1;\nenum Color { Red, Green }")).await.unwrap(), echo).await.failed();
+    assert!(
+        f.message.starts_with("SyntaxError: TypeScript: ") && f.message.contains("object of constants"),
+        "{}",
+        f.message
+    );
+    assert!(f.traceback.contains("program.js:2:"), "{}", f.traceback);
+    let f = drive(engine().start(ts("let ok = 1;\nlet x: number = ;")).await.unwrap(), echo).await.failed();
+    assert!(f.message.starts_with("SyntaxError: TypeScript: "), "{}", f.message);
+    assert!(f.traceback.contains("program.js:2:"), "{}", f.traceback);
+}
+
+#[tokio::test]
+async fn describe_gives_typescript_declarations_for_javascript_programs() {
+    let mut tools = standard_tools();
+    tools.push(
+        ptc_engine::ToolDef::new("search-issues")
+            .with_namespace("github")
+            .with_description("Searches issues.\nReturns the first page.")
+            .with_parameters(json!({
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string"},
+                    "state": {"enum": ["open", "closed"]},
+                    "labels": {"type": "array", "items": {"type": "string"}},
+                    "where": {"$ref": "#/$defs/Place"}
+                },
+                "required": ["query"],
+                "$defs": {"Place": {"type": "object", "properties": {"lat": {"type": "number"}}}}
+            })),
+    );
+    // An engine of its own: the shared one has seen `add`'s results, whose shape it then shows.
+    let engine = engine_with(|_| {});
+    let d = engine.describe_tools_in(Runtime::Javascript, &tools, None).await.unwrap();
+    let signatures: Vec<(&str, &str)> =
+        d.tools.iter().map(|t| (t.python_name.as_str(), t.signature.as_str())).collect();
+    assert_eq!(signatures[0], ("add", "add(args: { a: number; b: number }): Promise<unknown>"));
+    assert_eq!(signatures[1].0, "get_weather");
+    assert_eq!(
+        signatures[2],
+        (
+            "github.search_issues",
+            "github.search_issues(args: { query: string; state?: \"open\" | \"closed\"; labels?: string[]; \
+             where?: { lat?: number } }): Promise<unknown>"
+        )
+    );
+    assert!(
+        d.stub.contains(
+            "/** Adds two numbers. */\ndeclare function add(args: { a: number; b: number }): Promise<unknown>;"
+        ),
+        "{}",
+        d.stub
+    );
+    assert!(d.stub.contains("declare namespace github {\n  /**\n   * Searches issues.\n   * Returns the first page.\n   */\n  function search_issues("), "{}", d.stub);
+    assert!(d.stub.contains("declare class ToolError extends Error"), "{}", d.stub);
+    // Python's, for the same tools, is unchanged.
+    let python = engine.describe_tools(&tools, None).await.unwrap();
+    assert!(python.tools[0].signature.starts_with("add(a: float, b: float)"), "{}", python.tools[0].signature);
 }

@@ -63,6 +63,8 @@ async fn librechats_client_shows_the_model_what_happened_and_what_to_do() {
         {"name": "js_error", "tool": "exec", "lang": "js", "code": "const a = 1;\nnull.x"},
         {"name": "js_timeout", "tool": "exec", "lang": "js", "code": "while (true) {}", "timeout": 2000},
         {"name": "js_recursion", "tool": "exec", "lang": "js", "code": "JSON.parse('['.repeat(200000))"},
+        {"name": "ts_ok", "tool": "exec", "lang": "ts", "code": "interface P { n: number }\nconst p: P = { n: 21 };\nconsole.log(p.n * 2)"},
+        {"name": "ts_enum", "tool": "exec", "lang": "ts", "code": "enum Color { Red }"},
         {"name": "rust", "tool": "exec", "lang": "rs", "code": "fn main() {}"},
     ]);
     let results = drive(&server, "lc-key", &cases).await;
@@ -104,6 +106,9 @@ async fn librechats_client_shows_the_model_what_happened_and_what_to_do() {
     expect("js_error", "success", &["TypeError", "program.js:2"]);
     expect("js_timeout", "success", &["Execution timeout after 2000 ms"]);
     expect("js_recursion", "success", &["RangeError: Maximum call stack size exceeded in native code"]);
+    // TypeScript (`lang: "ts"`), its types erased; what cannot be erased said with what to do.
+    expect("ts_ok", "success", &["stdout:\n42"]);
+    expect("ts_enum", "success", &["SyntaxError: TypeScript: ", "object of constants"]);
     // A language nobody runs here is refused (LibreChat's client shows a 400 in its own words).
     let (_, content) = seen("rust");
     assert!(content.contains("The code execution request was rejected"), "{content}");

@@ -33,7 +33,7 @@ async fn signature(
     key: &str,
     tools: Vec<proto::Tool>,
 ) -> (String, String) {
-    let mut request = tonic::Request::new(proto::DescribeToolsRequest { tools });
+    let mut request = tonic::Request::new(proto::DescribeToolsRequest { tools, ..Default::default() });
     request.metadata_mut().insert("x-api-key", key.parse().unwrap());
     let d = client.describe_tools(request).await.unwrap().into_inner();
     (d.tools[0].signature.clone(), d.stub)

@@ -91,8 +91,10 @@ async fn describing_tools_is_bounded_and_admitted_like_an_execution() {
     let server = serve(config).await;
     let mut client = client(&server).await;
     let describe = |key: &str| {
-        let mut request =
-            tonic::Request::new(proto::DescribeToolsRequest { tools: vec![tool("chain", Some(chain_schema()))] });
+        let mut request = tonic::Request::new(proto::DescribeToolsRequest {
+            tools: vec![tool("chain", Some(chain_schema()))],
+            ..Default::default()
+        });
         request.metadata_mut().insert("x-api-key", key.parse().unwrap());
         request
     };

@@ -438,7 +438,7 @@ async fn session_rpcs_are_server_spans_under_the_client_s_and_a_refusal_has_its_
     client.snapshot_session(with_trace(snapshot)).await.unwrap();
     let unknown = proto::SnapshotSessionRequest { session_id: "no-such-session".into(), include_files: false };
     let refused = client.snapshot_session(with_trace(unknown)).await.unwrap_err();
-    let describe = proto::DescribeToolsRequest { tools: vec![grpc::tool("lookup", None)] };
+    let describe = proto::DescribeToolsRequest { tools: vec![grpc::tool("lookup", None)], ..Default::default() };
     client.describe_tools(with_trace(describe)).await.unwrap();
     client.close_session(with_trace(proto::CloseSessionRequest { session_id: opened.session_id })).await.unwrap();
     // An `Execute` refused at its start (a runtime there is none of).

@@ -146,14 +146,15 @@ class Sandbox:
         on a loop of its own in a background thread; async tools and callbacks run there too."""
         return self._transport.run_sync(self.run(code, tools, **options))
 
-    async def describe(self, tools: Iterable[ToolLike]) -> Description:
-        """The compact signatures and `.pyi` stub of `tools`, as programs see them (for a
-        model's prompt)."""
-        request = _wire.describe_request(_offered(tools))
+    async def describe(self, tools: Iterable[ToolLike], *, runtime: str | None = None) -> Description:
+        """The compact signatures and stub of `tools`, as programs of `runtime` see them (for a
+        model's prompt): a `.pyi` for Python (the default), a `.d.ts` for `"javascript"` and
+        `"typescript"`."""
+        request = _wire.describe_request(_offered(tools), runtime)
         return _wire.description(await self._transport.unary("DescribeTools", request))
 
-    def describe_sync(self, tools: Iterable[ToolLike]) -> Description:
-        return self._transport.run_sync(self.describe(tools))
+    def describe_sync(self, tools: Iterable[ToolLike], *, runtime: str | None = None) -> Description:
+        return self._transport.run_sync(self.describe(tools, runtime=runtime))
 
     def session(
         self,

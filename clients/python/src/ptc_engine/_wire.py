@@ -106,8 +106,8 @@ def open_session(
     return request
 
 
-def describe_request(tools: Sequence[Tool]) -> pb.DescribeToolsRequest:
-    return pb.DescribeToolsRequest(tools=[tool(t) for t in tools])
+def describe_request(tools: Sequence[Tool], runtime: str | None = None) -> pb.DescribeToolsRequest:
+    return pb.DescribeToolsRequest(tools=[tool(t) for t in tools], runtime=runtime or "")
 
 
 def snapshot_request(session_id: str, include_files: bool) -> pb.SnapshotSessionRequest:

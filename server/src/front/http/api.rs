@@ -51,10 +51,10 @@ pub(crate) struct RunOptions {
     pub timeout: Option<u64>,
     pub session_id: Option<String>,
     pub files: Option<Vec<FileSpec>>,
-    /// LibreChat's language: `py` (or `python`, `python3`: the server's default runtime) or
-    /// `js` (`javascript`); `runtime`, when given too, must agree.
+    /// LibreChat's language: `py` (or `python`, `python3`: the server's default runtime), `js`
+    /// (`javascript`) or `ts` (`typescript`); `runtime`, when given too, must agree.
     pub lang: Option<String>,
-    /// `python`, `python-data` or `javascript`; absent: what `lang` says, else the server's
+    /// `python`, `python-data`, `javascript` or `typescript`; absent: what `lang` says, else the server's
     /// default (`--http-runtime`).
     pub runtime: Option<String>,
     /// Narrows the tenant's network policy to these hosts.

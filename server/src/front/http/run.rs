@@ -60,9 +60,10 @@ fn runtime(state: &HttpState, lang: Option<&str>, runtime: Option<&str>) -> Resu
             Some(named.filter(|r| python(*r)).unwrap_or(default))
         }
         Some("js" | "javascript") => Some(Runtime::Javascript),
+        Some("ts" | "typescript") => Some(Runtime::Typescript),
         Some(other) => {
             return Err(ApiError::bad_request(format!(
-                "unsupported language {other:?}: send Python (\"py\") or JavaScript (\"js\")"
+                "unsupported language {other:?}: send Python (\"py\"), JavaScript (\"js\") or TypeScript (\"ts\")"
             )));
         }
     };

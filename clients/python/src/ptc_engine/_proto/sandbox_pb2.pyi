@@ -326,10 +326,12 @@ class Error(_message.Message):
     def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
 class DescribeToolsRequest(_message.Message):
-    __slots__ = ("tools",)
+    __slots__ = ("tools", "runtime")
     TOOLS_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_FIELD_NUMBER: _ClassVar[int]
     tools: _containers.RepeatedCompositeFieldContainer[Tool]
-    def __init__(self, tools: _Optional[_Iterable[_Union[Tool, _Mapping]]] = ...) -> None: ...
+    runtime: str
+    def __init__(self, tools: _Optional[_Iterable[_Union[Tool, _Mapping]]] = ..., runtime: _Optional[str] = ...) -> None: ...
 
 class DescribedTool(_message.Message):
     __slots__ = ("name", "python_name", "signature")
