@@ -66,16 +66,24 @@ fn read(ctx: &Ctx<'_>, path: &str) -> Result<Vec<u8>> {
     std::fs::read(resolve(path)).map_err(|e| thrown(ctx, e, "open", path))
 }
 
-fn write<'js>(ctx: &Ctx<'js>, path: &str, data: Value<'js>, append: bool) -> Result<()> {
-    use std::io::Write;
-    let bytes: Vec<u8> = if let Some(s) = data.as_string() {
-        s.to_string()?.into_bytes()
+/// A string's UTF-8 bytes, or a `Uint8Array`'s (what `runtime.js` hands over as data);
+/// `undefined` or `null`: none.
+pub(crate) fn bytes_of<'js>(ctx: &Ctx<'js>, data: Value<'js>) -> Result<Vec<u8>> {
+    if data.is_undefined() || data.is_null() {
+        Ok(Vec::new())
+    } else if let Some(s) = data.as_string() {
+        Ok(s.to_string()?.into_bytes())
     } else if let Ok(array) = TypedArray::<u8>::from_value(data.clone()) {
         // SAFETY: the slice is copied at once; no JavaScript runs while it is alive.
-        unsafe { array.as_bytes() }.map(<[u8]>::to_vec).unwrap_or_default()
+        Ok(unsafe { array.as_bytes() }.map(<[u8]>::to_vec).unwrap_or_default())
     } else {
-        return Err(Exception::throw_type(ctx, "fs: data must be a string or a Uint8Array"));
-    };
+        Err(Exception::throw_type(ctx, "data must be a string or a Uint8Array"))
+    }
+}
+
+fn write<'js>(ctx: &Ctx<'js>, path: &str, data: Value<'js>, append: bool) -> Result<()> {
+    use std::io::Write;
+    let bytes = bytes_of(ctx, data)?;
     let mut options = std::fs::OpenOptions::new();
     options.create(true);
     if append {

@@ -17,6 +17,7 @@
 wit_bindgen::generate!({ world: "sandbox", path: "../../runtime-python-wasm/wit" });
 
 mod files;
+mod net;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -151,9 +152,19 @@ fn install_globals<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<()> {
     console.set("error", Func::from(|args: Rest<Coerced<String>>| write_args(2, args)))?;
     g.set("console", console)?;
     let make: Function = runtime_eval(ctx, include_str!("runtime.js"))?;
-    let guest: Object = make.call((Func::from(call_tool), Func::from(now_ms), files::host(ctx)?))?;
+    let guest: Object = make.call((Func::from(call_tool), Func::from(now_ms), files::host(ctx)?, net::host(ctx)?))?;
     GUEST.with(|g| *g.borrow_mut() = Some(Persistent::save(ctx, guest)));
     Ok(())
+}
+
+/// The execution's environment as `process.env`: the names of the secrets its network policy
+/// lets it use, each with its placeholder (the host puts the value in where a request
+/// carries the placeholder; the program never sees it).
+fn set_env<'js>(ctx: &Ctx<'js>, env: &[(String, String)]) -> rquickjs::Result<()> {
+    let pairs: Vec<Vec<String>> = env.iter().map(|(k, v)| vec![k.clone(), v.clone()]).collect();
+    let guest = guest_object(ctx).ok_or(rquickjs::Error::Unknown)?;
+    let set: Function = guest.get("env")?;
+    set.call((rquickjs::function::This(guest), pairs))
 }
 
 /// Makes `tools` the program's, in place of the last program's: functions named as in the
@@ -383,7 +394,7 @@ fn take_handles() {
 struct Component;
 
 impl Guest for Component {
-    fn execute(code: String, tools: Option<Vec<ToolDef>>, session: bool, _env: Vec<(String, String)>) -> Outcome {
+    fn execute(code: String, tools: Option<Vec<ToolDef>>, session: bool, env: Vec<(String, String)>) -> Outcome {
         take_handles();
         let new_tools = tools.is_some();
         if let Some(tools) = tools {
@@ -412,6 +423,9 @@ impl Guest for Component {
                 if let Err(e) = j.ctx.with(|ctx| install_tools(&ctx, &tools)) {
                     return failure(FailureKind::Internal, format!("tools: {e}"), String::new());
                 }
+            }
+            if let Err(e) = j.ctx.with(|ctx| set_env(&ctx, &env)) {
+                return failure(FailureKind::Internal, format!("environment: {e}"), String::new());
             }
             let started = j.ctx.with(|ctx| {
                 start(&ctx, &code)

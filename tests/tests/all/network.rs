@@ -562,3 +562,52 @@ except Exception as e:\n    print(e.reason)",
     assert!(done.stdout.contains("this execution made its 2 requests"), "{}", done.stdout);
     assert_eq!(web.seen().len(), 2, "no third request reached the host");
 }
+
+/// JavaScript's `fetch` goes through the same host function and policy: a GET and a POST over
+/// HTTP and HTTPS, a redirect followed hop by hop, a refused host in words, and a secret's
+/// placeholder in `process.env` put in by the host.
+#[tokio::test(flavor = "multi_thread")]
+async fn javascript_fetch_is_under_the_same_policy() {
+    let web = Web::start().await;
+    let mut p = web.policy();
+    p.secrets = vec![SecretSpec::new("TOKEN", "s3cr3t-VALUE-42", &["localhost"])];
+    let code = format!(
+        r#"
+const hello = await fetch({http:?});
+console.log(hello.status, hello.ok, await hello.text());
+const token = process.env.TOKEN;
+const r = await fetch({echo:?}, {{ method: "POST", body: JSON.stringify({{ a: 1 }}),
+    headers: {{ "Content-Type": "application/json", Authorization: `Bearer ${{token}}` }} }});
+const echoed = await r.json();
+console.log(echoed.method, echoed.body, echoed.headers["content-type"], echoed.headers.authorization === `Bearer ${{token}}`);
+const moved = await fetch({redirect:?});
+console.log(moved.redirected, moved.url === {https:?}, await moved.text());
+try {{ await fetch("https://example.com/"); }} catch (e) {{ console.log(e.name, e.cause.code, e.message); }}
+token.startsWith("ptc-secret-TOKEN-")
+"#,
+        http = web.http_url("/hello"),
+        https = web.https_url("/hello"),
+        echo = web.https_url("/echo"),
+        redirect = web.https_url(&format!("/redirect?to={}", web.https_url("/hello"))),
+    );
+    let mut request = ExecutionRequest::new(code).with_runtime(ptc_engine::Runtime::Javascript);
+    request.network = Some(network(&p));
+    let done = drive(engine().start(request).await.unwrap(), echo).await.completed();
+    let lines: Vec<&str> = done.stdout.lines().collect();
+    assert_eq!(
+        lines[..3],
+        ["200 true hello", "POST {\"a\":1} application/json true", "true true hello"],
+        "{}",
+        done.stderr
+    );
+    assert!(
+        lines[3]
+            .starts_with("TypeError refused fetch failed: host example.com is not in this sandbox's network policy"),
+        "{}",
+        lines[3]
+    );
+    assert_eq!(done.return_value, "true");
+    // The server got the secret's value; the program's output never did.
+    assert!(web.seen().iter().any(|s| s.headers.contains(&("authorization".into(), "Bearer s3cr3t-VALUE-42".into()))));
+    assert!(!done.stdout.contains("s3cr3t"));
+}
