@@ -152,7 +152,7 @@ fn install_globals<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<()> {
     console.set("error", Func::from(|args: Rest<Coerced<String>>| write_args(2, args)))?;
     g.set("console", console)?;
     let make: Function = runtime_eval(ctx, include_str!("runtime.js"))?;
-    let guest: Object = make.call((Func::from(call_tool), Func::from(now_ms), files::host(ctx)?, net::host(ctx)?))?;
+    let guest: Object = make.call((Func::from(call_tool), Func::from(now_ms), Func::from(extras)))?;
     GUEST.with(|g| *g.borrow_mut() = Some(Persistent::save(ctx, guest)));
     Ok(())
 }
@@ -165,6 +165,12 @@ fn set_env<'js>(ctx: &Ctx<'js>, env: &[(String, String)]) -> rquickjs::Result<()
     let guest = guest_object(ctx).ok_or(rquickjs::Error::Unknown)?;
     let set: Function = guest.get("env")?;
     set.call((rquickjs::function::This(guest), pairs))
+}
+
+/// What `extras.js` makes (`fs`, `fetch`, `Headers`), at the first use of one of them.
+fn extras<'js>(ctx: Ctx<'js>) -> rquickjs::Result<Object<'js>> {
+    let make: Function = runtime_eval(&ctx, include_str!("extras.js"))?;
+    make.call((files::host(&ctx)?, net::host(&ctx)?))
 }
 
 /// Makes `tools` the program's, in place of the last program's: functions named as in the
