@@ -29,6 +29,7 @@ use crate::run::job::{Clock, Job, Sides, Start, drive};
 use crate::run::sleep::{Hibernation, Sealing};
 use crate::run::stores::{Running, StoreSpec, Stores};
 use crate::run::trace::{self, Trace};
+use crate::run::typescript;
 use crate::run::warm::Refill;
 
 mod describe;
@@ -333,7 +334,7 @@ impl Engine {
             GuestTools::Sent(wit_tools(&request.tools, inner.stores.observed.as_deref(), request.tenant.as_deref()));
         let sides = Sides { fuel: host.fuel, output: host.output, events: host.events };
         let clock = Clock { started, deadline, timeout: limits.timeout };
-        let code = request.runtime.program(request.code);
+        let code = typescript::program(request.runtime, request.code);
         let job = Job::new(pre, code, tools, clock, sides, &inner.shutdown, &inner.running)
             .holding(permit, hibernation)
             .refilling((request.runtime == Runtime::Python).then(|| self.refill(!host.ahead)));

@@ -462,6 +462,11 @@ pub struct McpArgs {
     pub traces: TraceArgs,
 }
 
+/// Why `--mcp-runtime javascript` is refused: the MCP endpoint describes its tools as Python
+/// (a program picks JavaScript per call with `execute_code`'s `language`).
+pub(crate) const MCP_PYTHON_ONLY: &str = "the MCP endpoint's runtime is python or python-data (its tools are described \
+     as Python functions); a program picks JavaScript or TypeScript with execute_code's language argument";
+
 impl RunArgs {
     /// `--runtime`, or what the file's extension says.
     pub fn runtime(&self) -> ptc_engine::Runtime {
@@ -499,7 +504,7 @@ impl McpArgs {
             engine.python_data = Some(ptc_engine::python_data_artifacts());
         }
         if matches!(self.runtime, ptc_engine::Runtime::Javascript | ptc_engine::Runtime::Typescript) {
-            return Err(serve_config::MCP_PYTHON_ONLY.into());
+            return Err(MCP_PYTHON_ONLY.into());
         }
         engine.ceilings.check(&engine.default_limits, engine.fuel).map_err(|e| format!("default limits: {e}"))?;
         let mcp = match &self.config {

@@ -29,8 +29,10 @@ def text_of(result):
     return "\n".join(c.text for c in result.content if getattr(c, "type", "") == "text")
 
 
-async def run(client, code, session=None, **kwargs):
+async def run(client, code, session=None, language=None, **kwargs):
     args = {"code": code} if session is None else {"code": code, "session": session}
+    if language is not None:
+        args["language"] = language
     result = await client.call_tool("execute_code", args, **kwargs)
     return result, text_of(result), result.structured_content
 
@@ -111,6 +113,32 @@ return {{"ids": [n["id"] for n in found["result"]]}}
     assert names == ["fs.read_text_file", "notes.get_body", "notes.note_stats", "notes.search_notes", "web.search_notes"], names
     assert "[return value]" in text
     log("gather: ok")
+
+    # The same servers from JavaScript and TypeScript (`language`): Promise.all in one round,
+    # a tool's failure a ToolError, TypeScript's types erased.
+    assert 'language="javascript"' in desc and tools["execute_code"].input_schema["properties"]["language"], desc
+    code = f"""
+const [found, body, text] = await Promise.all([
+  notes.search_notes({{query: "rust"}}), notes.get_body({{id: 2}}),
+  fs.read_text_file({{path: {fs_root + '/hello.txt'!r}}})]);
+console.log(found.result.length, body, typeof text === "string" ? text : text.content.trim());
+try {{ await notes.fail({{message: "boom"}}); }} catch (e) {{ console.log(e.name, e.message.includes("boom")); }}
+({{ids: found.result.map((n) => n.id)}})
+"""
+    result, text, sc = await run(client, code, language="javascript")
+    assert not result.is_error, text
+    assert sc["stdout"] == "2 gather independent awaits hello from the filesystem\nToolError true\n", sc
+    assert sc["return_value"] == {"ids": [1, 3]}, sc
+    names = sorted(c["tool_name"] for c in sc["tool_calls"])
+    assert names == ["fs.read_text_file", "notes.fail", "notes.get_body", "notes.search_notes"], names
+    code = "interface Stats { count: number }\nconst s = (await notes.note_stats()) as Stats;\nconst n: number = s.count;\nn"
+    result, text, sc = await run(client, code, language="typescript")
+    assert not result.is_error and sc["return_value"] == 3, text
+    result, text, sc = await run(client, "const x = 1;\nnull.y", language="javascript")
+    assert result.is_error and "TypeError" in text and "program.js:2" in text, text
+    result, text, sc = await run(client, "1", language="rust")
+    assert result.is_error and '"language" must be' in text, text
+    log("javascript and typescript: ok")
 
     # Globals persist from one execute_code to the next in one MCP session (stdio; HTTP under
     # protocol 2026-07-28 has no sessions, and the description must not promise it).

@@ -164,14 +164,6 @@ impl Runtime {
             other => other,
         }
     }
-
-    /// `code` as this runtime's instances take it (a TypeScript program's types erased).
-    pub(crate) fn program(self, code: String) -> String {
-        match self {
-            Runtime::Typescript => crate::run::typescript::to_javascript(&code),
-            _ => code,
-        }
-    }
 }
 
 impl std::str::FromStr for Runtime {

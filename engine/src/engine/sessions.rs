@@ -22,6 +22,7 @@ use crate::run::session::{self, Restored, Session, SessionCore, SessionRequest};
 use crate::run::sleep::Hibernation;
 use crate::run::stores::StoreSpec;
 use crate::run::trace::{self, Trace};
+use crate::run::typescript;
 
 impl Engine {
     /// Opens a live session (see [`Session`]): instantiates the sandbox and, with
@@ -159,7 +160,7 @@ impl Engine {
         let pre = inner.stores.pre(session.runtime()).await?;
         let job = Job::new(
             pre,
-            session.runtime().program(request.code),
+            typescript::program(session.runtime(), request.code),
             tools,
             Clock::from(started, limits.timeout),
             sides,

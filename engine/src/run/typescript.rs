@@ -12,6 +12,8 @@
 
 use std::sync::{Arc, Mutex};
 
+use crate::api::request::Runtime;
+
 use swc_common::errors::{DiagnosticBuilder, Emitter, Handler};
 use swc_common::sync::Lrc;
 use swc_common::{BytePos, GLOBALS, Globals, SourceMap};
@@ -21,6 +23,14 @@ use swc_common::{BytePos, GLOBALS, Globals, SourceMap};
 /// which the stripper leaves as it is.
 const BEFORE: &str = "async function __ptc_program() {";
 const AFTER: &str = "\n}";
+
+/// `code` as `runtime`'s instances take it: a TypeScript program's types erased.
+pub(crate) fn program(runtime: Runtime, code: String) -> String {
+    match runtime {
+        Runtime::Typescript => to_javascript(&code),
+        _ => code,
+    }
+}
 
 /// `code` as the JavaScript the guest runs: its types erased, or, when it cannot be, a
 /// program that throws the reason where it lies.

@@ -426,8 +426,13 @@ impl Guest for Component {
             let j = js.as_ref().unwrap();
             if new_tools || !session {
                 let tools = TOOLS.with(|t| t.borrow().clone());
-                if let Err(e) = j.ctx.with(|ctx| install_tools(&ctx, &tools)) {
-                    return failure(FailureKind::Internal, format!("tools: {e}"), String::new());
+                let installed = j.ctx.with(|ctx| install_tools(&ctx, &tools).map_err(|_| describe_exception(&ctx).1));
+                if let Err(why) = installed {
+                    return failure(
+                        FailureKind::InvalidTools,
+                        format!("the tools could not be defined: {why}"),
+                        String::new(),
+                    );
                 }
             }
             if let Err(e) = j.ctx.with(|ctx| set_env(&ctx, &env)) {

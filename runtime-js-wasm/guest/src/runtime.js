@@ -68,6 +68,8 @@
   }
 
   let installed = [];
+  // The objects made for tool namespaces.
+  const spaces = new WeakSet();
   return {
     // When the nearest timer is due (`now()`'s milliseconds), or -1.
     next() {
@@ -91,15 +93,27 @@
       globalThis.process = Object.freeze({ env: Object.freeze(Object.fromEntries(pairs)) });
     },
     // The program's tools, in place of the last program's: [[jsNamespace, jsName, namespace, name]].
+    // A tool's name wins over a global of the runtime's (a server named `fs`, a tool named
+    // `fetch`): the program calls what its tool list names.
     tools(list) {
+      const define = (name, value) =>
+        Object.defineProperty(globalThis, name, { value, writable: true, configurable: true, enumerable: false });
       for (const [ns, n] of installed) {
         if (!ns) delete globalThis[n];
-        else if (globalThis[ns] && typeof globalThis[ns] === 'object') delete globalThis[ns][n];
+        else if (spaces.has(globalThis[ns])) delete globalThis[ns][n];
       }
       for (const [ns, n, namespace, name] of list) {
         const f = tool(namespace, name);
-        if (!ns) globalThis[n] = f;
-        else (globalThis[ns] = globalThis[ns] || {})[n] = f;
+        if (!ns) {
+          define(n, f);
+        } else {
+          if (!spaces.has(globalThis[ns])) {
+            const space = {};
+            spaces.add(space);
+            define(ns, space);
+          }
+          globalThis[ns][n] = f;
+        }
       }
       installed = list;
     },

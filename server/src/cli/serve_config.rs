@@ -21,9 +21,6 @@ impl CompileArgs {
     }
 }
 
-/// Why `--mcp-runtime javascript` is refused: the MCP endpoint describes its tools as Python.
-pub(crate) const MCP_PYTHON_ONLY: &str = "the MCP endpoint runs Python programs only (its tools are described as Python functions): use python or python-data";
-
 impl ServeArgs {
     pub fn server_config(&self) -> Result<ServerConfig, String> {
         let mut config = defaults().clone();
@@ -35,7 +32,7 @@ impl ServeArgs {
             }
         }
         if matches!(self.mcp.mcp_runtime, ptc_engine::Runtime::Javascript | ptc_engine::Runtime::Typescript) {
-            return Err(MCP_PYTHON_ONLY.into());
+            return Err(super::MCP_PYTHON_ONLY.into());
         }
         self.limits.apply(&mut config.engine)?;
         self.listen.apply(&mut config);

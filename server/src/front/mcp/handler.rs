@@ -96,13 +96,21 @@ impl CodeMode {
     }
 }
 
+/// What `execute_code`'s description says of JavaScript and TypeScript programs, after the
+/// Python it describes.
+const JAVASCRIPT: &str = "\n\nJavaScript or TypeScript instead: pass language=\"javascript\" (or \"typescript\"). The same \
+tools, each called with one object of its arguments: `await server.tool({arg: value})`; run independent calls at once \
+with `await Promise.all([...])`. A failing tool rejects with a ToolError; console.log prints; the last expression's value, \
+or a top-level `return`, is the result; `await llm_query({prompt: \"...\"})` asks your client's model. Such a program \
+starts afresh at each call (no session state), and search_tools and describe_tools are Python's only.";
+
 impl ServerHandler for CodeMode {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_tool_list_changed().build())
             .with_server_info(Implementation::new("ptc-engine", env!("CARGO_PKG_VERSION")))
             .with_instructions(
-                "Call execute_code with one Python program that calls the downstream tools as async functions; \
-                 only what it prints or returns comes back.",
+                "Call execute_code with one Python program (or JavaScript or TypeScript, with `language`) that calls \
+                 the downstream tools as async functions; only what it prints or returns comes back.",
             )
     }
 
@@ -120,10 +128,12 @@ impl ServerHandler for CodeMode {
                 format!("{}\n\nNo tools can be offered now: {e}", intro(self.runs.state.runtime, policy))
             }
         };
+        let description = format!("{description}{JAVASCRIPT}");
         let mut input = json!({
             "type": "object",
             "properties": {
-                "code": {"type": "string", "description": "The Python program."},
+                "code": {"type": "string", "description": "The program (Python unless `language` says otherwise)."},
+                "language": {"type": "string", "enum": ["python", "javascript", "typescript"], "description": "The program's language; default python."},
                 "timeout_ms": {"type": "integer", "minimum": 1, "description": "Deadline for the whole run, tool calls included."}
             },
             "required": ["code"]

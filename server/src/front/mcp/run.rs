@@ -8,7 +8,9 @@ use std::time::Instant;
 
 use opentelemetry::KeyValue;
 use opentelemetry::trace::Span as _;
-use ptc_engine::{ApprovalRequest, Decision, Event, ExecutionRequest, FailureKind, OutputStream, ToolCall, ToolResult};
+use ptc_engine::{
+    ApprovalRequest, Decision, Event, ExecutionRequest, FailureKind, OutputStream, Runtime, ToolCall, ToolResult,
+};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CreateMessageRequest, ElicitRequest, InputRequest, InputRequests,
     JsonObject, ProtocolVersion,
@@ -112,8 +114,19 @@ impl Runs {
         trace_parent: Option<opentelemetry::trace::SpanContext>,
     ) -> Result<Program, String> {
         let Some(code) = args.get("code").and_then(Value::as_str) else {
-            return Err("execute_code needs \"code\": the Python program to run, as a string".into());
+            return Err("execute_code needs \"code\": the program to run, as a string".into());
         };
+        let state = &self.state;
+        // A JavaScript or TypeScript program runs afresh: the connection's sessions keep
+        // Python's globals.
+        let runtime = match args.get("language") {
+            None | Some(Value::Null) => state.runtime,
+            Some(Value::String(l)) if l == "python" => state.runtime,
+            Some(Value::String(l)) if l == "javascript" => Runtime::Javascript,
+            Some(Value::String(l)) if l == "typescript" => Runtime::Typescript,
+            Some(_) => return Err("\"language\" must be \"python\", \"javascript\" or \"typescript\"".into()),
+        };
+        let python = matches!(runtime, Runtime::Python | Runtime::PythonData);
         let timeout_ms = match args.get("timeout_ms") {
             None | Some(Value::Null) => None,
             Some(v) => match v.as_u64() {
@@ -122,6 +135,11 @@ impl Runs {
             },
         };
         let requested = match (mode, args.get("session")) {
+            (_, Some(Value::String(_))) if !python => {
+                return Err("sessions keep Python programs' state: a javascript or typescript program runs afresh, \
+                            so leave out \"session\""
+                    .into());
+            }
             (Mode::Handles, Some(Value::String(id))) => Some(id.clone()),
             (_, None | Some(Value::Null)) => None,
             (Mode::Handles, Some(_)) => {
@@ -132,10 +150,9 @@ impl Runs {
             // Not offered on this connection (its programs share one session, or none).
             (_, Some(_)) => None,
         };
-        let state = &self.state;
         let mut catalog = catalog(&self.state, false, Mode::Fresh, tenant.as_deref(), elicits).await?;
         catalog.defs.push(llm_query_def());
-        let mut request = ExecutionRequest::new(code).with_tools(catalog.defs).with_runtime(state.runtime);
+        let mut request = ExecutionRequest::new(code).with_tools(catalog.defs).with_runtime(runtime);
         request.trace_parent = trace_parent;
         let start = Start {
             tenant: tenant.as_deref(),
@@ -149,6 +166,7 @@ impl Runs {
         let timeout_limit = prepared.request.limits.as_ref().expect("prepared with limits").timeout;
         let started = Instant::now();
         let mut notice = None;
+        let held = held.filter(|_| python);
         let live = match (held, &requested, &state.sessions) {
             (Some(slot), _, Some(sessions)) => Some(self.held_session(sessions, slot, &tenant, &mut notice).await),
             (None, Some(id), Some(sessions)) => Some(self.named_session(sessions, id, &tenant, &mut notice).await),
