@@ -17,6 +17,7 @@
 wit_bindgen::generate!({ world: "sandbox", path: "../../runtime-python-wasm/wit" });
 
 mod files;
+mod globals;
 mod net;
 
 use std::cell::RefCell;
@@ -44,20 +45,27 @@ struct Js {
 }
 
 /// The calls of the program under way: made and not yet handed out, and handed out and not
-/// yet answered (each call's promise's resolve and reject functions).
+/// yet answered.
 #[derive(Default)]
 struct Calls {
     new: Vec<ToolCall>,
-    waiting: HashMap<String, (Persistent<Function<'static>>, Persistent<Function<'static>>)>,
+    waiting: HashMap<String, Waiting>,
     next_id: u64,
+}
+
+/// A call handed out: its promise's resolve and reject functions, and for a failure's
+/// `ToolError`, the tool's name and the program's stack where it called it.
+struct Waiting {
+    resolve: Persistent<Function<'static>>,
+    reject: Persistent<Function<'static>>,
+    tool: String,
+    site: String,
 }
 
 thread_local! {
     static JS: RefCell<Option<Js>> = const { RefCell::new(None) };
     static TOOLS: RefCell<Vec<ToolDef>> = const { RefCell::new(Vec::new()) };
     static CALLS: RefCell<Calls> = RefCell::new(Calls::default());
-    /// What `runtime.js` returned in the current runtime: its timers and tools.
-    static GUEST: RefCell<Option<Persistent<Object<'static>>>> = const { RefCell::new(None) };
     /// The program's own promise (what its evaluation returned), while it runs.
     static MAIN: RefCell<Option<(Persistent<Promise<'static>>, bool)>> = const { RefCell::new(None) };
 }
@@ -100,90 +108,18 @@ fn now_ms() -> f64 {
     START.get_or_init(std::time::Instant::now).elapsed().as_secs_f64() * 1000.0
 }
 
-/// When the nearest timer is due (`now_ms`), or `None`.
-fn next_timer(j: &Js) -> Option<f64> {
-    j.ctx.with(|ctx| {
-        let guest = guest_object(&ctx)?;
-        let next: Function = guest.get("next").ok()?;
-        let due: f64 = next.call((rquickjs::function::This(guest),)).ok()?;
-        (due >= 0.0).then_some(due)
-    })
-}
-
 /// Runs the timers that are due; a callback's throw ends the program with it.
 fn fire_timers(j: &Js) -> Option<Outcome> {
-    j.ctx.with(|ctx| {
-        let guest = guest_object(&ctx)?;
-        let fire: Function = guest.get("fire").ok()?;
-        match fire.call::<_, ()>((rquickjs::function::This(guest),)) {
-            Err(rquickjs::Error::Exception) => {
-                let thrown = ctx.catch();
-                Some(failed(&ctx, thrown))
-            }
-            _ => None,
-        }
-    })
+    j.ctx.with(|ctx| globals::fire_timers(&ctx).map(|thrown| failed(&ctx, thrown)))
 }
 
-/// What `runtime.js` returned in this runtime (its timers and tools).
-fn guest_object<'js>(ctx: &Ctx<'js>) -> Option<Object<'js>> {
-    GUEST.with(|g| g.borrow().clone())?.restore(ctx).ok()
-}
-
-/// A call the program makes: a promise, settled when the host answers it (`drive`).
-fn call_tool<'js>(ctx: Ctx<'js>, namespace: String, name: String, input: String) -> rquickjs::Result<Promise<'js>> {
-    let (promise, resolve, reject) = ctx.promise()?;
-    CALLS.with(|c| {
-        let mut c = c.borrow_mut();
-        c.next_id += 1;
-        let id = format!("call_{}", c.next_id);
-        c.waiting.insert(id.clone(), (Persistent::save(&ctx, resolve), Persistent::save(&ctx, reject)));
-        c.new.push(ToolCall { id, name, input, namespace });
-    });
-    Ok(promise)
-}
-
-/// The guest's globals in a new runtime: `console`, and what `runtime.js` defines (timers,
-/// `ToolError`), which is kept for the Rust side (`GUEST`).
+/// The guest's globals in a new runtime: `console`, and the rest (`globals.rs`).
 fn install_globals<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<()> {
-    let g = ctx.globals();
     let console = Object::new(ctx.clone())?;
     console.set("log", Func::from(|args: Rest<Coerced<String>>| write_args(1, args)))?;
     console.set("error", Func::from(|args: Rest<Coerced<String>>| write_args(2, args)))?;
-    g.set("console", console)?;
-    let make: Function = runtime_eval(ctx, include_str!("runtime.js"))?;
-    let guest: Object = make.call((Func::from(call_tool), Func::from(now_ms), Func::from(extras)))?;
-    GUEST.with(|g| *g.borrow_mut() = Some(Persistent::save(ctx, guest)));
-    Ok(())
-}
-
-/// The execution's environment as `process.env`: the names of the secrets its network policy
-/// lets it use, each with its placeholder (the host puts the value in where a request
-/// carries the placeholder; the program never sees it).
-fn set_env<'js>(ctx: &Ctx<'js>, env: &[(String, String)]) -> rquickjs::Result<()> {
-    let pairs: Vec<Vec<String>> = env.iter().map(|(k, v)| vec![k.clone(), v.clone()]).collect();
-    let guest = guest_object(ctx).ok_or(rquickjs::Error::Unknown)?;
-    let set: Function = guest.get("env")?;
-    set.call((rquickjs::function::This(guest), pairs))
-}
-
-/// What `extras.js` makes (`fs`, `fetch`, `Headers`), at the first use of one of them.
-fn extras<'js>(ctx: Ctx<'js>) -> rquickjs::Result<Object<'js>> {
-    let make: Function = runtime_eval(&ctx, include_str!("extras.js"))?;
-    make.call((files::host(&ctx)?, net::host(&ctx)?))
-}
-
-/// Makes `tools` the program's, in place of the last program's: functions named as in the
-/// tool list (`-` and `.` as `_`), in an object per namespace.
-fn install_tools<'js>(ctx: &Ctx<'js>, tools: &[ToolDef]) -> rquickjs::Result<()> {
-    let list = rquickjs::Array::new(ctx.clone())?;
-    for (i, t) in tools.iter().enumerate() {
-        let ns = if t.namespace.is_empty() { String::new() } else { js_name(&t.namespace) };
-        list.set(i, vec![ns, js_name(&t.name), t.namespace.clone(), t.name.clone()])?;
-    }
-    let guest = guest_object(ctx).ok_or(rquickjs::Error::Unknown)?;
-    let install: Function = guest.get("tools")?;
-    install.call((rquickjs::function::This(guest), list))
+    ctx.globals().set("console", console)?;
+    globals::install(ctx)
 }
 
 fn failure(kind: FailureKind, message: String, traceback: String) -> Outcome {
@@ -227,6 +163,7 @@ fn failed<'js>(ctx: &Ctx<'js>, reason: Value<'js>) -> Outcome {
 fn ended(outcome: Outcome) -> Outcome {
     MAIN.with(|m| m.borrow_mut().take());
     CALLS.with(|c| *c.borrow_mut() = Calls::default());
+    globals::clear_timers();
     outcome
 }
 
@@ -274,7 +211,7 @@ fn drive(j: &Js) -> Outcome {
             let mut c = c.borrow_mut();
             (std::mem::take(&mut c.new), c.waiting.len())
         });
-        let due = next_timer(j);
+        let due = globals::next_timer();
         if new.is_empty() && waiting == 0 {
             let Some(due) = due else {
                 return ended(failure(
@@ -299,13 +236,18 @@ fn drive(j: &Js) -> Outcome {
         };
         j.ctx.with(|ctx| {
             for r in results {
-                let Some((resolve, reject)) = CALLS.with(|c| c.borrow_mut().waiting.remove(&r.id)) else { continue };
-                let (f, text) = match r.outcome {
-                    ToolOutcome::Ok(json) => (resolve, json),
-                    ToolOutcome::Error(message) => (reject, message),
+                let Some(call) = CALLS.with(|c| c.borrow_mut().waiting.remove(&r.id)) else { continue };
+                let Waiting { resolve, reject, tool, site } = call;
+                let settled = match r.outcome {
+                    ToolOutcome::Ok(json) => ctx.json_parse(json).map(|value| (resolve, value)),
+                    ToolOutcome::Error(message) => {
+                        globals::tool_error(&ctx, &message, &tool, &site).map(|e| (reject.clone(), e))
+                    }
                 };
+                // What could not be made (a result that is not JSON) rejects with its error.
+                let (f, value) = settled.unwrap_or_else(|_| (reject, ctx.catch()));
                 if let Ok(f) = f.restore(&ctx) {
-                    let _ = f.call::<_, ()>((text,));
+                    let _ = f.call::<_, ()>((value,));
                 }
             }
         });
@@ -411,7 +353,7 @@ impl Guest for Component {
             if js.is_none() || !session {
                 // What refers to the old runtime goes before it.
                 MAIN.with(|m| m.borrow_mut().take());
-                GUEST.with(|g| g.borrow_mut().take());
+                globals::reset();
                 CALLS.with(|c| *c.borrow_mut() = Calls::default());
                 *js = None;
                 match new_js() {
@@ -426,7 +368,8 @@ impl Guest for Component {
             let j = js.as_ref().unwrap();
             if new_tools || !session {
                 let tools = TOOLS.with(|t| t.borrow().clone());
-                let installed = j.ctx.with(|ctx| install_tools(&ctx, &tools).map_err(|_| describe_exception(&ctx).1));
+                let installed =
+                    j.ctx.with(|ctx| globals::install_tools(&ctx, &tools).map_err(|_| describe_exception(&ctx).1));
                 if let Err(why) = installed {
                     return failure(
                         FailureKind::InvalidTools,
@@ -435,7 +378,7 @@ impl Guest for Component {
                     );
                 }
             }
-            if let Err(e) = j.ctx.with(|ctx| set_env(&ctx, &env)) {
+            if let Err(e) = j.ctx.with(|ctx| globals::set_env(&ctx, &env)) {
                 return failure(FailureKind::Internal, format!("environment: {e}"), String::new());
             }
             let started = j.ctx.with(|ctx| {
