@@ -52,9 +52,12 @@ struct Refusal {
     message: String,
 }
 
-/// The diagnostics swc reports: where each is, and its words.
+/// One diagnostic swc reports: where it is, and its words.
+type Diagnostic = (Option<BytePos>, String);
+
+/// The diagnostics swc reports.
 #[derive(Clone, Default)]
-struct Collected(Arc<Mutex<Vec<(Option<BytePos>, String)>>>);
+struct Collected(Arc<Mutex<Vec<Diagnostic>>>);
 
 impl Emitter for Collected {
     fn emit(&mut self, db: &mut DiagnosticBuilder<'_>) {

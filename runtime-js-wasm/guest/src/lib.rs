@@ -6,13 +6,16 @@
 //! while the program's jobs run are handed to the host together in one `wait-for-tools`, so a
 //! `Promise.all` of three calls is one round; a failing call rejects with a `ToolError`.
 //! `console.log`/`console.error` go to stdout/stderr; the last value (or the returned one) is
-//! the result. `setTimeout`/`clearTimeout` are kept in the guest: while calls are out, the
-//! nearest timer is `wait-for-tools`' timeout; with none out, the guest sleeps until it. When the
+//! the result. Timers are kept in the guest (`globals.rs`): while calls are out, the nearest
+//! timer is `wait-for-tools`' timeout; with none out, the guest sleeps until it. When the
 //! host answers `hibernate` the export returns `hibernated` with the program's state (its
 //! promises, its timers) in linear memory, and `resume` carries on. `fs` reaches `/mnt/data`
-//! (`files.rs`). A session keeps the runtime, and with it the globals, from one program to
-//! the next. Not here yet: `setInterval`, `snapshot`/`restore`, `describe-tools`' signatures
-//! and stub, the pre-run check, `fetch`.
+//! (`files.rs`), `fetch` the network under the host's policy (`net.rs`); `describe-tools`
+//! renders a `.d.ts` (`describe.js`). A session keeps the runtime, and with it the globals,
+//! from one program to the next. Not here yet: `snapshot`/`restore`, the pre-run check.
+
+// The generated `wait-for-tools` and `fetch` bindings take more arguments than clippy likes.
+#![allow(clippy::too_many_arguments)]
 
 wit_bindgen::generate!({ world: "sandbox", path: "../../runtime-python-wasm/wit" });
 
@@ -348,7 +351,7 @@ impl Guest for Component {
         if let Some(tools) = tools {
             TOOLS.with(|t| *t.borrow_mut() = tools);
         }
-        let outcome = JS.with(|js| {
+        JS.with(|js| {
             let mut js = js.borrow_mut();
             if js.is_none() || !session {
                 // What refers to the old runtime goes before it.
@@ -390,16 +393,14 @@ impl Guest for Component {
                 Err(outcome) => outcome,
             };
             if session { redeclared(outcome) } else { outcome }
-        });
-        outcome
+        })
     }
 
     fn resume() -> Outcome {
-        let outcome = JS.with(|js| match js.borrow().as_ref() {
+        JS.with(|js| match js.borrow().as_ref() {
             Some(j) => drive(j),
             None => failure(FailureKind::Internal, "resume: no program is paused here".into(), String::new()),
-        });
-        outcome
+        })
     }
 
     fn prime(grow_by: u64) {
