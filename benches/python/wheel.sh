@@ -12,6 +12,8 @@ MATURIN=target/test-venvs/maturin
 }
 # The component compiled ahead for a baseline CPU, which the wheel ships (`_ahead/`): a fresh
 # install's first run loads it instead of compiling.
-cargo run --release --quiet -p ptc-server --bin ptc-engine -- compile --out clients/python/src/ptc_engine/_ahead >&2
+# Python's only: the JavaScript component is compiled at an engine's first start (the wheel stays
+# within 40 MB).
+cargo run --release --quiet -p ptc-server --bin ptc-engine -- compile --without-javascript --out clients/python/src/ptc_engine/_ahead >&2
 (cd clients/python && "../../$MATURIN/bin/maturin" build --release --quiet --out ../../target/wheels >&2)
 ls -t target/wheels/ptc_engine-*.whl | head -1

@@ -48,6 +48,6 @@ pub use api::trace::Tracer;
 pub use calls::schema::{INLINE_CHECK_STEPS, MAX_CHECK_STEPS, MAX_WIDEST, SchemaCache, check_tool_schema};
 pub use engine::{DescribedTool, Engine, ToolDescription};
 pub use instance::wasm::compile_ahead;
-pub use net::{Network, NetworkPolicy, SecretSpec};
+pub use net::{Network, NetworkPolicy, SecretSpec, install_crypto_provider};
 pub use run::execution::{Control, Execution};
 pub use run::session::{DEFAULT_IDLE_TIMEOUT, Dropped, Restored, Session, SessionRequest, SessionState};

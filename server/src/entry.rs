@@ -14,6 +14,9 @@ where
     T: Into<std::ffi::OsString> + Clone,
 {
     let cli = Cli::parse_from(args);
+    // Every HTTPS client of the process (the OTLP exporter, downstream MCP servers, a
+    // cluster's forwarding, programs' requests) on one crypto provider.
+    ptc_engine::install_crypto_provider();
     // `run` is a client: its own output matters, so only errors are logged unless asked.
     // `mcp` speaks on stdout and its client shows stderr as a log: warnings only.
     let default_level = match cli.command {
@@ -37,8 +40,10 @@ where
             Command::Run(args) => crate::client::run(args).await,
             Command::Compile(args) => {
                 let engine = args.engine_config();
-                let written =
-                    tokio::task::spawn_blocking(move || ptc_engine::compile_ahead(&engine, &args.out)).await??;
+                let written = tokio::task::spawn_blocking(move || {
+                    ptc_engine::compile_ahead(&engine, &args.out, !args.without_javascript)
+                })
+                .await??;
                 for path in written {
                     println!("{}", path.display());
                 }

@@ -219,6 +219,9 @@ const FINAL_EVENTS_GRACE: Duration = Duration::from_secs(5);
 /// Binds the listeners (port 0 picks a free port) and starts serving: the shared core, then
 /// each front end over it, then the shutdown sequence.
 pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
+    // Its HTTPS clients (the OTLP exporter, downstream MCP servers, a cluster's forwarding)
+    // build on the process's crypto provider.
+    ptc_engine::install_crypto_provider();
     if config.api_keys.is_empty() {
         tracing::warn!(
             "NO API KEYS CONFIGURED: local development mode, every caller is tenant \"local\". \

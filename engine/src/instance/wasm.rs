@@ -238,28 +238,39 @@ fn baseline_config(cfg: &EngineConfig) -> Result<Config> {
     Ok(c)
 }
 
-/// Compiles the components ahead of time (the Python one, or `cfg`'s file, and the
-/// JavaScript one) for a baseline CPU (x86-64-v2 on x86-64: SSE4.2, POPCNT, CMPXCHG16B) and
+/// Compiles the components ahead of time (the Python one, or `cfg`'s file, and with
+/// `javascript` the JavaScript one) for a baseline CPU (x86-64-v2 on x86-64: SSE4.2, POPCNT, CMPXCHG16B) and
 /// `cfg`'s engine settings, into `dir` (created if missing) as `sandbox-<digest>.cwasm.zst`
 /// and `javascript-<digest>.cwasm.zst`, removing other components' files there. An engine
 /// whose [`EngineConfig::ahead_dir`] is `dir` loads them instead of compiling, when its
 /// settings match and this CPU has the features.
 ///
-/// Each file is a zstd delta against its component, which holds the same memory image: 7.1 MB
-/// for the Python one, where its compiled form (49 MB) compressed alone is 14.7 MB.
-pub fn compile_ahead(cfg: &EngineConfig, dir: &Path) -> Result<Vec<PathBuf>> {
+/// Each file is a zstd delta against its component, which holds the same memory image: for
+/// the Python one 6.4 MB at level 19 (7.1 MB at 12, in 3 s instead of 33), where its compiled
+/// form (49 MB) compressed alone is 14.7 MB. Level 19 keeps the Python wheel, which ships
+/// it, within 40 MB.
+pub fn compile_ahead(cfg: &EngineConfig, dir: &Path, javascript: bool) -> Result<Vec<PathBuf>> {
     let engine = Engine::new(&baseline_config(cfg)?).map_err(|e| Error::engine("the baseline engine", e))?;
     let io = |e: std::io::Error| Error::engine(&format!("writing into {}", dir.display()), e);
     std::fs::create_dir_all(dir).map_err(io)?;
     let mut written = Vec::new();
-    for wasm in [Wasm::of(&cfg.component)?, Wasm::javascript()] {
+    if !javascript {
+        // An earlier run's JavaScript file would be shipped with the rest.
+        for entry in std::fs::read_dir(dir).map_err(io)?.flatten() {
+            let name = entry.file_name();
+            if name.to_string_lossy().starts_with("javascript-") && name.to_string_lossy().ends_with(".cwasm.zst") {
+                std::fs::remove_file(entry.path()).map_err(io)?;
+            }
+        }
+    }
+    let components = [Some(Wasm::of(&cfg.component)?), javascript.then(Wasm::javascript)];
+    for wasm in components.into_iter().flatten() {
         let bytes = wasm.bytes();
         let started = std::time::Instant::now();
         let compiled = engine.precompile_component(&bytes).map_err(|e| Error::engine("compiling the component", e))?;
         tracing::info!(elapsed = ?started.elapsed(), kind = wasm.kind, "compiled a component for a baseline CPU");
-        // A delta against the component, whose memory image the compiled form repeats. Level
-        // 12: 7.1 MB in ~3 s here; 19 gave 6.4 MB in 33 s.
-        let delta = ptc_runtime_python_wasm::compress(&compiled, Some(&bytes), 12)
+        // A delta against the component, whose memory image the compiled form repeats.
+        let delta = ptc_runtime_python_wasm::compress(&compiled, Some(&bytes), 19)
             .map_err(|e| Error::engine("compressing the compiled component", e))?;
         let path = ahead_file(dir, &wasm);
         let prefix = format!("{}-", wasm.kind);

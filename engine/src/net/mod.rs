@@ -74,6 +74,18 @@ struct Shared {
     in_flight: tokio::sync::Semaphore,
 }
 
+/// Makes ring the process's TLS crypto provider, once, unless one is installed already:
+/// every HTTPS client of the process (programs' requests, the MCP front end's downstream
+/// servers, the OTLP exporter, a cluster's forwarding) builds its TLS on the process's default.
+pub fn install_crypto_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if rustls::crypto::CryptoProvider::get_default().is_none() {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+    });
+}
+
 impl Network {
     /// `tenant`'s policy, compiled: its patterns and ranges checked, its certificate files
     /// read, its secrets' values taken (from the policy or the environment).
@@ -81,6 +93,7 @@ impl Network {
         let rules = Rules::compile(policy)?;
         let secrets = policy.secrets.iter().map(|s| Secret::compile(tenant, s)).collect::<Result<Vec<_>, _>>()?;
         let scrubber = Arc::new(Scrubber::new(secrets.iter().map(Secret::form)));
+        install_crypto_provider();
         let mut builder = reqwest::Client::builder()
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())

@@ -80,16 +80,34 @@ pub(crate) fn install<'js>(ctx: &Ctx<'js>) -> Result<()> {
     g.set("ToolError", tool_error.clone())?;
     STATE.with(|s| s.borrow_mut().tool_error = Some(Persistent::save(ctx, tool_error)));
 
-    for name in ["fs", "fetch", "Headers"] {
-        let get = move |ctx: Ctx<'js>| -> Result<Value<'js>> {
-            let value: Value = extras(&ctx)?.get(name)?;
-            define(&ctx.globals(), name, value.clone())?;
-            Ok(value)
-        };
-        let set = move |ctx: Ctx<'js>, value: Value<'js>| define(&ctx.globals(), name, value);
-        g.prop(name, Accessor::new(get, set).configurable())?;
+    for name in EXTRAS {
+        lazy(&g, name)?;
     }
     Ok(())
+}
+
+/// The globals `extras.js` makes.
+const EXTRAS: [&str; 3] = ["fs", "fetch", "Headers"];
+
+/// `name` (one of [`EXTRAS`]) as an accessor that makes it at its first use.
+fn lazy<'js>(g: &Object<'js>, name: &'static str) -> Result<()> {
+    let get = move |ctx: Ctx<'js>| -> Result<Value<'js>> {
+        let value: Value = extras(&ctx)?.get(name)?;
+        define(&ctx.globals(), name, value.clone())?;
+        Ok(value)
+    };
+    let set = move |ctx: Ctx<'js>, value: Value<'js>| define(&ctx.globals(), name, value);
+    g.prop(name, Accessor::new(get, set).configurable())
+}
+
+/// Takes away a global the last program's tools made, giving back the runtime's own of that
+/// name (`fs`, `fetch`, `Headers`) if there is one.
+fn unset<'js>(g: &Object<'js>, name: &str) -> Result<()> {
+    g.remove(name)?;
+    match EXTRAS.iter().find(|e| **e == name) {
+        Some(extra) => lazy(g, extra),
+        None => Ok(()),
+    }
 }
 
 /// `name` on `object` as a plain writable, configurable value, whatever it was (an accessor
@@ -178,22 +196,27 @@ pub(crate) fn fire_timers<'js>(ctx: &Ctx<'js>) -> Option<Value<'js>> {
 /// global of the runtime's (a server named `fs`, a tool named `fetch`).
 pub(crate) fn install_tools<'js>(ctx: &Ctx<'js>, tools: &[ToolDef]) -> Result<()> {
     let g = ctx.globals();
+    // The last program's tools go, and the namespaces made for them (a global the program
+    // itself set since is left as it is).
     let (installed, spaces) = STATE.with(|s| {
         let mut s = s.borrow_mut();
-        (std::mem::take(&mut s.installed), s.spaces.clone())
+        (std::mem::take(&mut s.installed), std::mem::take(&mut s.spaces))
     });
     let spaces: Vec<Object> = spaces.into_iter().filter_map(|p| p.restore(ctx).ok()).collect();
-    let ours = |value: &Value<'js>| value.as_object().is_some_and(|o| spaces.iter().any(|s| s == o));
+    let ours = |spaces: &[Object<'js>], value: &Value<'js>| value.as_object().is_some_and(|o| spaces.contains(o));
+    let mut gone: Vec<String> = Vec::new();
     for (ns, n) in installed {
-        if ns.is_empty() {
-            g.remove(n.as_str())?;
-        } else if let Ok(space) = g.get::<_, Value>(ns.as_str())
-            && ours(&space)
-            && let Some(space) = space.as_object()
-        {
-            space.remove(n.as_str())?;
+        let name = if ns.is_empty() { n } else { ns };
+        if gone.contains(&name) {
+            continue;
         }
+        let current: Value = g.get(name.as_str())?;
+        if current.as_function().is_some() || ours(&spaces, &current) {
+            unset(&g, &name)?;
+        }
+        gone.push(name);
     }
+    let mut spaces: Vec<Object> = Vec::new();
     let mut now_installed = Vec::with_capacity(tools.len());
     for t in tools {
         let (namespace, name) = (t.namespace.clone(), t.name.clone());
@@ -206,11 +229,12 @@ pub(crate) fn install_tools<'js>(ctx: &Ctx<'js>, tools: &[ToolDef]) -> Result<()
         }
         let ns = js_name(&t.namespace);
         let current: Value = g.get(ns.as_str())?;
-        let space = match current.as_object().filter(|_| ours(&current)) {
+        let space = match current.as_object().filter(|_| ours(&spaces, &current)) {
             Some(space) => space.clone(),
             None => {
                 let space = Object::new(ctx.clone())?;
                 STATE.with(|s| s.borrow_mut().spaces.push(Persistent::save(ctx, space.clone())));
+                spaces.push(space.clone());
                 define(&g, &ns, space.clone().into_value())?;
                 space
             }

@@ -190,9 +190,12 @@ async fn malformed_requests_get_a_400_that_says_what_is_wrong() {
     assert!(error(&r).contains("both become the Python name"), "{}", r.text);
     let r = call(&server, PATH, &[], json!({"continuation_token": "x"}).to_string()).await;
     assert_eq!((r.status, error(&r)), (400, "tool_results (an array) is required".into()));
-    let r = call(&server, "/exec", &[], json!({"lang": "js", "code": "1"}).to_string()).await;
+    let r = call(&server, "/exec", &[], json!({"lang": "rs", "code": "1"}).to_string()).await;
     assert_eq!(r.status, 400);
-    assert!(error(&r).starts_with("unsupported language \"js\""), "{}", r.text);
+    assert!(error(&r).starts_with("unsupported language \"rs\": send Python (\"py\"), JavaScript"), "{}", r.text);
+    let r = call(&server, "/exec", &[], json!({"lang": "js", "runtime": "python", "code": "1"}).to_string()).await;
+    assert_eq!(r.status, 400);
+    assert!(error(&r).starts_with("lang \"javascript\" and runtime \"python\" disagree"), "{}", r.text);
     let r = call(&server, "/exec/programmatic/cancel", &[], "{}").await;
     assert_eq!((r.status, error(&r)), (400, "request_id is required".into()));
     let r = call(&server, "/exec/programmatic/cancel", &[], json!({"request_id": "nope"}).to_string()).await;
@@ -228,8 +231,19 @@ async fn exec_runs_tool_free_code_with_top_level_await() {
     .await;
     assert_eq!(reply.status, 200, "{}", reply.text);
     assert_eq!((reply.body["status"].as_str(), reply.body["stdout"].as_str()), (Some("completed"), Some("ok\n")));
-    let reply = post(server.http_addr, "/exec", None, &json!({"lang": "js", "code": "1"})).await;
-    assert_eq!(reply.status, 400);
+    // JavaScript and TypeScript by LibreChat's `lang`, with top-level await too.
+    for (lang, code) in [
+        ("js", "await new Promise((r) => setTimeout(r, 10));\nconsole.log('ok')"),
+        ("ts", "const s: string = 'ok';\nconsole.log(s)"),
+    ] {
+        let reply = post(server.http_addr, "/exec", None, &json!({"lang": lang, "code": code})).await;
+        assert_eq!(reply.status, 200, "{}", reply.text);
+        assert_eq!(
+            (reply.body["status"].as_str(), reply.body["stdout"].as_str()),
+            (Some("completed"), Some("ok\n")),
+            "{lang}"
+        );
+    }
 }
 
 #[tokio::test]

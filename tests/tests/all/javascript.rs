@@ -68,6 +68,36 @@ async fn errors_name_the_program_line_and_column() {
     assert!(!f.traceback.contains("ptc:runtime"), "{}", f.traceback);
 }
 
+/// Namespaced tools are objects; a namespace or tool named like one of the runtime's globals
+/// (`fs`, `fetch`) is the tool; a session's next program gets its own tool list.
+#[tokio::test]
+async fn namespaces_hold_their_tools_and_tools_win_over_globals() {
+    let schema = json!({"type": "object", "properties": {"q": {"type": "string"}}});
+    let tools = vec![
+        ptc_engine::ToolDef::new("search").with_namespace("web-search").with_parameters(schema.clone()),
+        ptc_engine::ToolDef::new("open").with_namespace("web-search"),
+        ptc_engine::ToolDef::new("read").with_namespace("fs"),
+        ptc_engine::ToolDef::new("fetch"),
+    ];
+    let code = r#"
+const r = await Promise.all([web_search.search({q: "rust"}), web_search.open(), fs.read(), fetch({})]);
+r.map((x) => x.tool).join(",")
+"#;
+    let session =
+        engine().open_session(ptc_engine::SessionRequest::new().with_runtime(Runtime::Javascript)).await.unwrap().0;
+    let request = ExecutionRequest::new(code).with_runtime(Runtime::Javascript).with_tools(tools);
+    let run = drive(engine().execute_in(&session, request).await.unwrap(), echo).await;
+    assert_eq!(run.rounds.len(), 1);
+    assert_eq!(run.completed().return_value, "\"search,open,read,fetch\"");
+    // The next program has only its own tools, and the runtime's fs again.
+    let request = ExecutionRequest::new("[typeof web_search, typeof fs.readFile, typeof add]")
+        .with_runtime(Runtime::Javascript)
+        .with_tools(standard_tools());
+    let done = drive(engine().execute_in(&session, request).await.unwrap(), standard_handler).await.completed();
+    assert_eq!(done.return_value, "[\"undefined\",\"function\",\"function\"]");
+    session.close();
+}
+
 #[tokio::test]
 async fn timers_and_intervals_run_while_calls_are_out() {
     let code = r#"

@@ -177,7 +177,7 @@ async fn an_empty_cache_takes_the_component_compiled_ahead_when_it_fits() {
     std::fs::write(ahead.join("sandbox-000000000000000000000000.cwasm.zst"), b"another component's").unwrap();
     let mut settings = engine_config();
     settings.fuel = true;
-    let written = ptc_engine::compile_ahead(&settings, &ahead).unwrap();
+    let written = ptc_engine::compile_ahead(&settings, &ahead, true).unwrap();
     let names = |dir: &std::path::Path| -> Vec<String> {
         let mut names: Vec<String> =
             std::fs::read_dir(dir).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
