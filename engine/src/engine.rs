@@ -105,6 +105,9 @@ impl Engine {
             let default = &mut config.default_limits.max_memory_bytes;
             *default = (*default).min(reservation);
         }
+        // Every HTTPS client of the process (programs' requests and whatever the caller makes)
+        // on one crypto provider.
+        crate::net::install_crypto_provider();
         let wasm = Wasm::of(&config.component)?;
         let (wasmtime, [component, javascript], pooling) = build_engine(&config, &wasm, &Wasm::javascript())?;
         let digest = match &config.component {

@@ -46,6 +46,8 @@ pub struct Reader {
 impl Local {
     /// Builds the core (the engine compiled or loaded from its cache) and the service over it.
     pub async fn new(config: ServerConfig) -> anyhow::Result<Self> {
+        // Its HTTPS clients build on the process's crypto provider (as `start`'s do).
+        ptc_engine::install_crypto_provider();
         let signer = token::Signer::new(config.token_secret.as_deref());
         let cluster = build_cluster(&config, &signer).await?;
         let core = build_core(&config, &signer, &cluster).await?;
