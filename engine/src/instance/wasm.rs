@@ -253,16 +253,23 @@ pub fn compile_ahead(cfg: &EngineConfig, dir: &Path, javascript: bool) -> Result
     let engine = Engine::new(&baseline_config(cfg)?).map_err(|e| Error::engine("the baseline engine", e))?;
     let io = |e: std::io::Error| Error::engine(&format!("writing into {}", dir.display()), e);
     std::fs::create_dir_all(dir).map_err(io)?;
-    let mut written = Vec::new();
-    if !javascript {
-        // An earlier run's JavaScript file would be shipped with the rest.
+    // Other files of a kind written here go: an earlier run's JavaScript one too, when this
+    // run leaves JavaScript out (it would be shipped with the rest).
+    let remove_others = |kind: &str, keep: Option<&Path>| -> Result<()> {
+        let prefix = format!("{kind}-");
         for entry in std::fs::read_dir(dir).map_err(io)?.flatten() {
             let name = entry.file_name();
-            if name.to_string_lossy().starts_with("javascript-") && name.to_string_lossy().ends_with(".cwasm.zst") {
+            let name = name.to_string_lossy();
+            if name.starts_with(&prefix) && name.ends_with(".cwasm.zst") && Some(entry.path().as_path()) != keep {
                 std::fs::remove_file(entry.path()).map_err(io)?;
             }
         }
+        Ok(())
+    };
+    if !javascript {
+        remove_others(Wasm::javascript().kind, None)?;
     }
+    let mut written = Vec::new();
     let components = [Some(Wasm::of(&cfg.component)?), javascript.then(Wasm::javascript)];
     for wasm in components.into_iter().flatten() {
         let bytes = wasm.bytes();
@@ -273,14 +280,7 @@ pub fn compile_ahead(cfg: &EngineConfig, dir: &Path, javascript: bool) -> Result
         let delta = ptc_runtime_python_wasm::compress(&compiled, Some(&bytes), 19)
             .map_err(|e| Error::engine("compressing the compiled component", e))?;
         let path = ahead_file(dir, &wasm);
-        let prefix = format!("{}-", wasm.kind);
-        for entry in std::fs::read_dir(dir).map_err(io)?.flatten() {
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
-            if name.starts_with(&prefix) && name.ends_with(".cwasm.zst") && entry.path() != path {
-                std::fs::remove_file(entry.path()).map_err(io)?;
-            }
-        }
+        remove_others(wasm.kind, Some(&path))?;
         std::fs::write(&path, delta).map_err(io)?;
         written.push(path);
     }

@@ -13,7 +13,7 @@ use rquickjs::{Coerced, Constructor, Ctx, Exception, Function, Object, Persisten
 
 use crate::ToolDef;
 use crate::ptc::sandbox::host::ToolCall;
-use crate::{CALLS, Waiting, files, js_name, net, now_ms, runtime_eval};
+use crate::{CALLS, Waiting, files, js_name, net, now_ms, own_frames, runtime_eval};
 
 /// One timer: when it is due (`now_ms`), how often it repeats (an interval), what it calls.
 struct Timer {
@@ -280,8 +280,7 @@ fn call<'js>(ctx: &Ctx<'js>, namespace: &str, name: &str, args: Option<Value<'js
 pub(crate) fn tool_error<'js>(ctx: &Ctx<'js>, message: &str, tool: &str, site: &str) -> Result<Value<'js>> {
     let class = STATE.with(|s| s.borrow().tool_error.clone()).ok_or(rquickjs::Error::Unknown)?;
     let error: Object = class.restore(ctx)?.construct((message, tool))?;
-    let own: Vec<&str> = site.lines().filter(|l| !l.trim().is_empty() && !l.contains("ptc:runtime")).collect();
-    error.set("stack", format!("{}\n", own.join("\n")))?;
+    error.set("stack", format!("{}\n", own_frames(site)))?;
     Ok(error.into_value())
 }
 

@@ -135,15 +135,18 @@ fn describe_exception<'js>(ctx: &Ctx<'js>) -> (String, String) {
         let name: String = obj.get::<_, Coerced<String>>("name").map(|c| c.0).unwrap_or_else(|_| "Error".into());
         if let Some(e) = Exception::from_object(obj.clone()) {
             let msg = format!("{}: {}", name, e.message().unwrap_or_default());
-            // The program's frames: the runtime's (`ptc:runtime`) are not its doing.
-            let stack = e.stack().unwrap_or_default();
-            let own: Vec<&str> = stack.lines().filter(|l| !l.contains("ptc:runtime")).collect();
-            let stack = format!("{}\n{}", msg, own.join("\n"));
+            let stack = format!("{}\n{}", msg, own_frames(&e.stack().unwrap_or_default()));
             return (msg, stack);
         }
     }
     let s = v.get::<Coerced<String>>().map(|c| c.0).unwrap_or_else(|_| "uncaught exception".into());
     (format!("Uncaught {s}"), format!("Uncaught {s}"))
+}
+
+/// The program's frames of a stack: the runtime's (`ptc:runtime`) are not its doing.
+fn own_frames(stack: &str) -> String {
+    let own: Vec<&str> = stack.lines().filter(|l| !l.trim().is_empty() && !l.contains("ptc:runtime")).collect();
+    own.join("\n")
 }
 
 /// The program's value as the host takes it: JSON text (`null` for what JSON cannot say).
