@@ -27,7 +27,7 @@ use crate::net::NetSide;
 use crate::run::execution::{Control, Execution};
 use crate::run::job::{Clock, Job, Sides, Start, drive};
 use crate::run::sleep::{Hibernation, Sealing};
-use crate::run::stores::{Running, StoreSpec, Stores};
+use crate::run::stores::{Javascript, Running, StoreSpec, Stores};
 use crate::run::trace::{self, Trace};
 use crate::run::typescript;
 use crate::run::warm::Refill;
@@ -109,7 +109,7 @@ impl Engine {
         // on one crypto provider.
         crate::net::install_crypto_provider();
         let wasm = Wasm::of(&config.component)?;
-        let (wasmtime, [component, javascript], pooling) = build_engine(&config, &wasm, &Wasm::javascript())?;
+        let (wasmtime, component, pooling) = build_engine(&config, &wasm)?;
         let digest = match &config.component {
             ComponentSource::Embedded => *ptc_runtime_python_wasm::RUNTIME_DIGEST,
             ComponentSource::File(_) => wasm.sha256,
@@ -129,7 +129,8 @@ impl Engine {
             let pre = linker.instantiate_pre(component).map_err(|e| Error::engine("pre-instantiating", e))?;
             SandboxPre::new(pre).map_err(|e| Error::engine("component does not match the WIT world", e))
         };
-        let (javascript, pre) = ((pre(&javascript)?, *ptc_runtime_js_wasm::COMPONENT_SHA256), pre(&component)?);
+        let pre = pre(&component)?;
+        let javascript = Javascript::new(&config, linker);
         let data = config.python_data.as_deref().map(|dir| Data::new(&config, dir)).transpose()?;
         let ticker = EpochTicker::start(vec![wasmtime.clone()], config.epoch_tick);
         tracing::info!(pooling, "sandbox engine ready");

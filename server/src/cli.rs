@@ -47,8 +47,8 @@ pub struct CompileArgs {
     /// into (created if missing; other components' files there are removed).
     #[arg(long)]
     pub out: PathBuf,
-    /// Leave the JavaScript component out: it is then compiled when an engine first starts
-    /// (1.2 MB, about 0.6 s) and cached. The Python wheel leaves it out for size.
+    /// Leave the JavaScript component out: it is then compiled when an engine first runs
+    /// JavaScript (1.2 MB, about 0.6 s) and cached. The Python wheel leaves it out for size.
     #[arg(long)]
     pub without_javascript: bool,
     #[command(flatten)]

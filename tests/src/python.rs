@@ -56,8 +56,8 @@ pub fn wheel() -> PathBuf {
             let _ = std::fs::remove_dir_all(&out);
             // The component compiled ahead, which the wheel ships (as `benches/python/wheel.sh`).
             let ahead = root.join("clients").join("python").join("src").join("ptc_engine").join("_ahead");
-            // Python's only: the JavaScript component is compiled at an engine's first start (the
-            // wheel stays within 40 MB).
+            // Python's only: the JavaScript component is compiled at an engine's first JavaScript
+            // program (the wheel stays within 40 MB).
             let ok = Command::new(crate::binary::release())
                 .args(["compile", "--without-javascript", "--out"])
                 .arg(&ahead)

@@ -178,38 +178,51 @@ impl Wasm {
     }
 }
 
-/// The engine and the compiled components (`wasm`, the Python one, and `javascript`), pooled
-/// when the machine allows it (a pool reserves its address space up front, which some
-/// sandboxes and `ulimit -v` settings refuse).
+/// The shape every slot of the pool also fits: the JavaScript component's (1 memory, 2
+/// tables, measured), which is compiled at its first use rather than when the engine is built
+/// ([`load_javascript`] checks it still fits).
+const JAVASCRIPT_SHAPE: PoolShape = PoolShape { memories: 1, tables: 2 };
+
+/// The engine and the Python component (`wasm`), pooled when the machine allows it (a pool
+/// reserves its address space up front, which some sandboxes and `ulimit -v` settings refuse).
 ///
-/// The pool's shape comes from the components themselves (a slot holds either), so they are
-/// loaded first by an on-demand engine. Allocation strategy is not part of the compatibility
-/// hash, so both engines share one compiled artifact and the second load is only a file
-/// mapping.
-pub(crate) fn build_engine(
-    cfg: &EngineConfig,
-    wasm: &Wasm,
-    javascript: &Wasm,
-) -> Result<(Engine, [Component; 2], bool)> {
+/// The pool's shape comes from the component itself and [`JAVASCRIPT_SHAPE`] (a slot holds
+/// either), so it is loaded first by an on-demand engine. Allocation strategy is not part of
+/// the compatibility hash, so both engines share one compiled artifact and the second load is
+/// only a file mapping.
+pub(crate) fn build_engine(cfg: &EngineConfig, wasm: &Wasm) -> Result<(Engine, Component, bool)> {
     let on_demand = Engine::new(&wasmtime_config(cfg, None)).map_err(|e| Error::engine("wasmtime engine", e))?;
     let (artifact, component) = Artifact::get(&on_demand, wasm, cfg.cache_dir.as_deref(), cfg.ahead_dir.as_deref())?;
-    let (js_artifact, js_component) =
-        Artifact::get(&on_demand, javascript, cfg.cache_dir.as_deref(), cfg.ahead_dir.as_deref())?;
     if !cfg.pooling {
-        return Ok((on_demand, [component, js_component], false));
+        return Ok((on_demand, component, false));
     }
-    let shape = PoolShape::of(&component).or(PoolShape::of(&js_component));
+    let shape = PoolShape::of(&component).or(JAVASCRIPT_SHAPE);
     match Engine::new(&wasmtime_config(cfg, Some(shape))) {
         Ok(pooled) => {
-            let components = [artifact.load(&pooled)?, js_artifact.load(&pooled)?];
+            let component = artifact.load(&pooled)?;
             tracing::debug!(?shape, slots = cfg.max_concurrent, "pooling allocator");
-            Ok((pooled, components, true))
+            Ok((pooled, component, true))
         }
         Err(e) => {
             tracing::warn!("pooling allocator unavailable, using on-demand: {e:#}");
-            Ok((on_demand, [component, js_component], false))
+            Ok((on_demand, component, false))
         }
     }
+}
+
+/// The JavaScript component for `engine` (built by [`build_engine`]), from the cache, or
+/// compiled ahead into `ahead`, or compiled now (0.6 s here): an engine that never runs
+/// JavaScript never pays for it.
+pub(crate) fn load_javascript(engine: &Engine, cache_dir: Option<&Path>, ahead: Option<&Path>) -> Result<Component> {
+    let (_, component) = Artifact::get(engine, &Wasm::javascript(), cache_dir, ahead)?;
+    let shape = PoolShape::of(&component);
+    if shape.memories > JAVASCRIPT_SHAPE.memories || shape.tables > JAVASCRIPT_SHAPE.tables {
+        return Err(Error::engine(
+            "loading the javascript component",
+            format!("it needs {shape:?}, more than the pool's slots were made for ({JAVASCRIPT_SHAPE:?})"),
+        ));
+    }
+    Ok(component)
 }
 
 /// The file [`compile_ahead`] writes for `wasm` into a directory: the component compiled for

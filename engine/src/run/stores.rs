@@ -3,13 +3,14 @@
 //! its fuel and its epoch deadline; and the instance itself when a warm one is ready
 //! (`warm.rs`).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 use wasmtime::Store;
+use wasmtime::component::Linker;
 
 use crate::api::config::{Ceilings, EngineConfig, Limits};
 use crate::api::error::{Error, Result};
@@ -30,6 +31,7 @@ use crate::instance::guest::{Guest, Pre};
 use crate::instance::host::{HostState, Parts};
 use crate::instance::limiter::Limiter;
 use crate::instance::output::Output;
+use crate::instance::wasm::load_javascript;
 use crate::instance::wiring::Wiring;
 use crate::net::NetSide;
 use crate::pages::{Image, Images};
@@ -40,9 +42,8 @@ use crate::run::warm::{Hot, Warm, WarmPool};
 pub(crate) struct Stores {
     pub(crate) wasmtime: wasmtime::Engine,
     pub(crate) pre: SandboxPre<HostState>,
-    /// The JavaScript runtime's component, pre-linked like the Python one, and the SHA-256 of
-    /// its bytes (what its sealed images are bound to).
-    javascript: (SandboxPre<HostState>, [u8; 32]),
+    /// The JavaScript runtime's component, pre-linked like the Python one at its first use.
+    javascript: Javascript,
     /// The data-science runtime, when configured (`EngineConfig::python_data`).
     pub(crate) data: Option<Data>,
     /// Whether stores are metered (`EngineConfig::fuel`).
@@ -74,6 +75,41 @@ pub(crate) struct Stores {
     image: tokio::sync::OnceCell<Arc<Image>>,
     data_image: tokio::sync::OnceCell<Arc<Image>>,
     javascript_image: tokio::sync::OnceCell<Arc<Image>>,
+}
+
+/// The JavaScript component, compiled (or loaded from the cache) and linked when a program
+/// first needs it: 0.6 s of an engine's start that Python-only users would otherwise pay.
+pub(crate) struct Javascript {
+    linker: Linker<HostState>,
+    cache_dir: Option<PathBuf>,
+    ahead_dir: Option<PathBuf>,
+    pre: tokio::sync::OnceCell<SandboxPre<HostState>>,
+}
+
+impl Javascript {
+    /// `linker`: the host's imports, as the Python component is linked with them.
+    pub(crate) fn new(config: &EngineConfig, linker: Linker<HostState>) -> Self {
+        let (cache_dir, ahead_dir) = (config.cache_dir.clone(), config.ahead_dir.clone());
+        Javascript { linker, cache_dir, ahead_dir, pre: tokio::sync::OnceCell::new() }
+    }
+
+    async fn pre(&self, engine: &wasmtime::Engine) -> Result<SandboxPre<HostState>> {
+        let pre = self.pre.get_or_try_init(|| {
+            let (engine, linker) = (engine.clone(), self.linker.clone());
+            let (cache_dir, ahead_dir) = (self.cache_dir.clone(), self.ahead_dir.clone());
+            async move {
+                tokio::task::spawn_blocking(move || {
+                    let component = load_javascript(&engine, cache_dir.as_deref(), ahead_dir.as_deref())?;
+                    let pre = linker.instantiate_pre(&component).map_err(|e| Error::engine("pre-instantiating", e))?;
+                    SandboxPre::new(pre)
+                        .map_err(|e| Error::engine("javascript component does not match the WIT world", e))
+                })
+                .await
+                .map_err(|e| Error::engine("loading the javascript component", e))?
+            }
+        });
+        Ok(pre.await?.clone())
+    }
 }
 
 /// What one instance's store is made for.
@@ -119,12 +155,11 @@ pub(crate) struct HostSide {
 }
 
 impl Stores {
-    /// `build`: the SHA-256 of the component's bytes; `javascript`: the JavaScript component's
-    /// and its.
+    /// `build`: the SHA-256 of the component's bytes.
     pub(crate) fn new(
         config: &EngineConfig,
         (wasmtime, pre, build): (wasmtime::Engine, SandboxPre<HostState>, [u8; 32]),
-        javascript: (SandboxPre<HostState>, [u8; 32]),
+        javascript: Javascript,
         data: Option<Data>,
         shares: Arc<Shares>,
     ) -> Self {
@@ -161,7 +196,7 @@ impl Stores {
         match runtime {
             Runtime::Python => Ok(Pre::Component(self.pre.clone(), Runtime::Python)),
             Runtime::Javascript | Runtime::Typescript => {
-                Ok(Pre::Component(self.javascript.0.clone(), Runtime::Javascript))
+                Ok(Pre::Component(self.javascript.pre(&self.wasmtime).await?, Runtime::Javascript))
             }
             Runtime::PythonData => match &self.data {
                 Some(data) => Ok(Pre::Data(data.ready().await?.clone())),
@@ -258,7 +293,9 @@ impl Stores {
             Runtime::Python => self.image.get_or_try_init(|| self.component_image(runtime, self.build)).await?,
             Runtime::Javascript | Runtime::Typescript => {
                 self.javascript_image
-                    .get_or_try_init(|| self.component_image(Runtime::Javascript, self.javascript.1))
+                    .get_or_try_init(|| {
+                        self.component_image(Runtime::Javascript, *ptc_runtime_js_wasm::COMPONENT_SHA256)
+                    })
                     .await?
             }
             Runtime::PythonData => {

@@ -222,7 +222,7 @@ async fn the_library_runs_programs_in_its_own_process_from_its_wheel() {
             .map(|dir| dir.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect::<Vec<_>>());
         let _ = std::fs::remove_dir_all(&cache);
         // Python's component from the wheel's `_ahead/`; JavaScript's, which the wheel leaves
-        // out for size, compiled at the start.
+        // out for size, compiled at the suite's first JavaScript program.
         let from =
             |names: &Vec<String>, kind: &str| names.iter().filter(|n| n.starts_with(kind)).cloned().collect::<Vec<_>>();
         assert!(

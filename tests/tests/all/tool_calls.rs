@@ -166,8 +166,9 @@ async fn a_component_can_be_loaded_from_a_file() {
 }
 
 /// The components compiled ahead (`ptc-engine compile`, which the Python wheel ships) are what
-/// an engine whose cache is empty loads, and keeps in its cache; an engine with other settings
-/// (no fuel metering: other code) cannot load them and compiles the components instead.
+/// an engine whose cache is empty loads, and keeps in its cache, the JavaScript one at its
+/// first program; an engine with other settings (no fuel metering: other code) cannot load them
+/// and compiles the components instead.
 #[tokio::test]
 async fn an_empty_cache_takes_the_component_compiled_ahead_when_it_fits() {
     let root = std::env::temp_dir().join(format!("ptc-ahead-test-{}", std::process::id()));
@@ -200,6 +201,9 @@ async fn an_empty_cache_takes_the_component_compiled_ahead_when_it_fits() {
         });
         let exec = engine.start(ptc_engine::ExecutionRequest::new("print(6 * 7)")).await.unwrap();
         assert_eq!(drive(exec, echo).await.completed().stdout, "42\n");
+        // The JavaScript component waits for its first program.
+        let cached = names(&cache);
+        assert!(cached.len() == 1 && cached[0].starts_with("sandbox-"), "before a JavaScript program: {cached:?}");
         let request =
             ptc_engine::ExecutionRequest::new("console.log(6 * 7)").with_runtime(ptc_engine::Runtime::Javascript);
         assert_eq!(drive(engine.start(request).await.unwrap(), echo).await.completed().stdout, "42\n");
