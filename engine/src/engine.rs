@@ -25,11 +25,11 @@ use crate::instance::tool_lists::{GuestTools, wit_tools};
 use crate::instance::wasm::{EpochTicker, Wasm, build_engine};
 use crate::net::NetSide;
 use crate::run::execution::{Control, Execution};
+use crate::run::javascript;
 use crate::run::job::{Clock, Job, Sides, Start, drive};
 use crate::run::sleep::{Hibernation, Sealing};
 use crate::run::stores::{Javascript, Running, StoreSpec, Stores};
 use crate::run::trace::{self, Trace};
-use crate::run::typescript;
 use crate::run::warm::Refill;
 
 mod describe;
@@ -338,7 +338,7 @@ impl Engine {
             GuestTools::Sent(wit_tools(&request.tools, inner.stores.observed.as_deref(), request.tenant.as_deref()));
         let sides = Sides { fuel: host.fuel, output: host.output, events: host.events };
         let clock = Clock { started, deadline, timeout: limits.timeout };
-        let code = typescript::program(request.runtime, request.code);
+        let code = javascript::program(request.runtime, request.code, &request.tools, false);
         let job = Job::new(pre, code, tools, clock, sides, &inner.shutdown, &inner.running)
             .holding(permit, hibernation)
             .refilling((request.runtime == Runtime::Python).then(|| self.refill(!host.ahead)));

@@ -67,6 +67,17 @@ async def test_javascript_errors_and_limits_read_as_pythons_do(sb):
                      limits=Limits(max_memory_bytes=64 << 20))
 
 
+async def test_a_tool_call_that_cannot_work_refuses_the_javascript_program_before_it_runs(sb):
+    weather = Tool.from_function(get_weather, namespace="weather")
+    code = "await add({a: 1, b: 2});\nawait weather.get_wether({city: 'Oslo'})"
+    with pytest.raises(ptc_engine.PythonError) as e:
+        await sb.run(code, tools=[add, weather], runtime="javascript")
+    message = e.value.message
+    assert message.startswith("ToolCheckError: the program was not run"), message
+    assert "line 2: weather has no tool \"get_wether\"; did you mean weather.get_weather(args: { city: string })" in message, message
+    assert e.value.result.tool_calls == [], "nothing ran"
+
+
 async def test_typescript_runs_with_its_types_erased(sb):
     code = (
         "interface Sum { total: number }\n"

@@ -1,11 +1,13 @@
 //! Tools as the model reads them (`describe_tools`): names, one-line signatures and a stub,
-//! rendered by the sandbox itself: Python's (a `.pyi` stub) or JavaScript's (a `.d.ts`).
+//! rendered by the Python sandbox itself (a `.pyi` stub), or for JavaScript on the host (a
+//! `.d.ts`, `run/javascript/declarations.rs`), where its pre-run check is.
 
 use super::{DescribedTool, Engine, ToolDescription};
 use crate::api::error::{Error, Result};
 use crate::api::request::{Runtime, ToolDef, check_tools_size};
 use crate::instance::guest::Guest;
 use crate::instance::tool_lists::wit_tools;
+use crate::run::javascript::declarations::declarations;
 use crate::run::stores::StoreSpec;
 
 impl Engine {
@@ -16,10 +18,10 @@ impl Engine {
     }
 
     /// How programs of `runtime` name and call `tools`: names, one-line signatures and a stub
-    /// (`.pyi` for Python, `.d.ts` for JavaScript and TypeScript), as that runtime's guest
-    /// computes them. Takes an execution slot like any run and, for a `tenant`, one of its
-    /// run slots while the guest renders (rendering is bounded in the guest, see `shapes.py`
-    /// and `describe.js`, and by the default deadline).
+    /// (`.pyi` for Python, `.d.ts` for JavaScript and TypeScript), as that runtime's check
+    /// words them. Python's guest renders them: that takes an execution slot like any run and,
+    /// for a `tenant`, one of its run slots while it renders (bounded in the guest, see
+    /// `shapes.py`, and by the default deadline).
     pub async fn describe_tools_in(
         &self,
         runtime: Runtime,
@@ -32,6 +34,21 @@ impl Engine {
             _ => Runtime::Python,
         };
         check_tools_size(tools, &self.inner.config.ceilings)?;
+        let listed = || wit_tools(tools, self.inner.stores.observed.as_deref(), tenant);
+        if runtime == Runtime::Javascript {
+            let (declared, stub) = declarations(&listed());
+            let tools = declared
+                .into_iter()
+                .zip(tools)
+                .map(|(d, def)| DescribedTool {
+                    name: def.name.clone(),
+                    namespace: def.namespace.clone(),
+                    signature: d.line(),
+                    python_name: d.code_name,
+                })
+                .collect();
+            return Ok(ToolDescription { tools, stub });
+        }
         let _permit = self.acquire().await?;
         let limits = self.inner.config.default_limits.clone();
         let spec = StoreSpec {
@@ -53,10 +70,10 @@ impl Engine {
             let Guest::Component(sandbox, ..) =
                 pre.instantiate(&mut store).await.map_err(|e| Error::engine("instantiating", e))?
             else {
-                unreachable!("both runtimes that describe are components")
+                unreachable!("the Python runtime that describes is a component")
             };
             sandbox
-                .call_describe_tools(&mut store, &wit_tools(tools, self.inner.stores.observed.as_deref(), tenant))
+                .call_describe_tools(&mut store, &listed())
                 .await
                 .map_err(|e| Error::engine("describing tools", e))?
                 .map_err(Error::invalid)

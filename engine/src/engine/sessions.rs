@@ -17,12 +17,12 @@ use crate::instance::host::HostState;
 use crate::instance::tool_lists::{self, GuestTools, wit_tools};
 use crate::net::NetSide;
 use crate::run::execution::{Control, Execution};
+use crate::run::javascript;
 use crate::run::job::{Clock, Job, Sides, Start};
 use crate::run::session::{self, Restored, Session, SessionCore, SessionRequest};
 use crate::run::sleep::Hibernation;
 use crate::run::stores::StoreSpec;
 use crate::run::trace::{self, Trace};
-use crate::run::typescript;
 
 impl Engine {
     /// Opens a live session (see [`Session`]): instantiates the sandbox and, with
@@ -151,6 +151,7 @@ impl Engine {
         let id: Arc<str> = request.id.clone().unwrap_or_else(new_id).into();
         let run = trace::Run { id: &id, runtime: request.runtime, tenant: session.tenant(), how: "session" };
         let trace = Trace::start(inner.config.tracer.as_ref(), request.trace_parent.as_ref(), run);
+        let code = javascript::program(session.runtime(), request.code, &request.tools, true);
         let (given, observed, tenant) =
             (request.tools, inner.stores.observed.clone(), session.tenant().map(str::to_string));
         let make = move || wit_tools(&given, observed.as_deref(), tenant.as_deref());
@@ -158,16 +159,9 @@ impl Engine {
         let sides = Sides { fuel, output: output.clone(), events: events_tx.clone() };
         // Unused (the session's instance runs the program), but the session's own runtime's.
         let pre = inner.stores.pre(session.runtime()).await?;
-        let job = Job::new(
-            pre,
-            typescript::program(session.runtime(), request.code),
-            tools,
-            Clock::from(started, limits.timeout),
-            sides,
-            &inner.shutdown,
-            &inner.running,
-        )
-        .cancelled_by(cancel.clone());
+        let job =
+            Job::new(pre, code, tools, Clock::from(started, limits.timeout), sides, &inner.shutdown, &inner.running)
+                .cancelled_by(cancel.clone());
         let ceilings = inner.config.ceilings.clone();
         let install_exchange = exchange.clone();
         let (install_id, control_schemas) = (id.clone(), schemas.clone());

@@ -10,9 +10,9 @@
 //! timer is `wait-for-tools`' timeout; with none out, the guest sleeps until it. When the
 //! host answers `hibernate` the export returns `hibernated` with the program's state (its
 //! promises, its timers) in linear memory, and `resume` carries on. `fs` reaches `/mnt/data`
-//! (`files.rs`), `fetch` the network under the host's policy (`net.rs`); `describe-tools`
-//! renders a `.d.ts` (`describe.js`). A session keeps the runtime, and with it the globals,
-//! from one program to the next. Not here yet: `snapshot`/`restore`, the pre-run check.
+//! (`files.rs`), `fetch` the network under the host's policy (`net.rs`). The host
+//! checks programs' tool calls and renders the tools' `.d.ts`. A session keeps the runtime, and with it the globals,
+//! from one program to the next. Not here yet: `snapshot`/`restore`.
 
 // The generated `wait-for-tools` and `fetch` bindings take more arguments than clippy likes.
 #![allow(clippy::too_many_arguments)]
@@ -424,44 +424,11 @@ impl Guest for Component {
         Err("restore is not supported by the JavaScript runtime yet".into())
     }
 
-    fn describe_tools(tools: Vec<ToolDef>) -> Result<Description, String> {
-        describe(&tools).map_err(|e| format!("describing the tools: {e}"))
+    /// The host renders JavaScript's declarations (`run/javascript/declarations.rs` in the
+    /// engine), beside its pre-run check that words refusals with them.
+    fn describe_tools(_: Vec<ToolDef>) -> Result<Description, String> {
+        Err("the JavaScript runtime's tools are described by the host".into())
     }
-}
-
-/// The tools' names, signatures and `.d.ts` stub, rendered by `describe.js` in a runtime of its
-/// own (a program's is left as it is).
-fn describe(tools: &[ToolDef]) -> rquickjs::Result<Description> {
-    let js = new_js()?;
-    js.ctx.with(|ctx| {
-        let list = rquickjs::Array::new(ctx.clone())?;
-        for (i, t) in tools.iter().enumerate() {
-            let row = rquickjs::Array::new(ctx.clone())?;
-            row.set(0, t.name.as_str())?;
-            row.set(1, t.description.as_str())?;
-            row.set(2, t.parameters.as_str())?;
-            row.set(3, t.namespace.as_str())?;
-            row.set(4, t.returns.as_str())?;
-            row.set(5, t.observed)?;
-            list.set(i, row)?;
-        }
-        let mut options = EvalOptions::default();
-        options.filename = Some("ptc:describe".into());
-        let render: Function = ctx.eval_with_options(include_str!("describe.js"), options)?;
-        let rendered: Object = render.call((list,))?;
-        let rows: Vec<Vec<String>> = rendered.get("signatures")?;
-        let stub: String = rendered.get("stub")?;
-        let described = tools
-            .iter()
-            .zip(rows)
-            .map(|(t, mut row)| {
-                let signature = row.pop().unwrap_or_default();
-                let code_name = row.pop().unwrap_or_default();
-                DescribedTool { name: t.name.clone(), code_name, signature }
-            })
-            .collect();
-        Ok(Description { tools: described, stub })
-    })
 }
 
 export!(Component);

@@ -173,6 +173,68 @@ console.log("after", r.join(","));
     );
 }
 
+/// The pre-run check: a tool call that cannot work refuses the program before any of it runs
+/// (its first call, which could, is not made), in words with the tool's declaration and at the
+/// call's line; TypeScript after its types are erased; in a session, which goes on.
+#[tokio::test]
+async fn tool_calls_that_cannot_work_refuse_the_program_before_it_runs() {
+    let code = "await add({a: 1, b: 2});\nconsole.log('ran');\nawait get_weather({town: 'Oslo'})";
+    let run = run_js(code).await;
+    assert!(run.rounds.is_empty(), "nothing ran: {:?}", run.rounds);
+    let f = run.failed();
+    assert_eq!(f.kind, FailureKind::PythonError);
+    assert!(
+        f.message.starts_with("ToolCheckError: the program was not run: its tool call cannot work"),
+        "{}",
+        f.message
+    );
+    assert!(
+        f.message.contains(
+            "line 3: get_weather() is missing the required argument \"city\": \
+             get_weather(args: { city: string; days?: number }): Promise<unknown>"
+        ),
+        "{}",
+        f.message
+    );
+    assert!(f.traceback.contains("program.js:3:7"), "{}", f.traceback);
+    assert!(!f.stdout.contains("ran"), "{}", f.stdout);
+
+    let ts = js("const n: number = 2;\nawait add({a: n, b: 'two'});").with_runtime(Runtime::Typescript);
+    let f = drive(engine().start(ts).await.unwrap(), standard_handler).await.failed();
+    assert!(f.message.contains("line 2: add() takes a number as \"b\", not a string"), "{}", f.message);
+
+    let session =
+        engine().open_session(ptc_engine::SessionRequest::new().with_runtime(Runtime::Javascript)).await.unwrap().0;
+    let exec = |code: &str| engine().execute_in(&session, js(code));
+    let f = drive(exec("await add({a: 1, b: 2, c: 3}, 4)").await.unwrap(), standard_handler).await.failed();
+    assert!(f.message.contains("add() takes one object of arguments, not 2"), "{}", f.message);
+    // An earlier program's function is not refused as unknown.
+    drive(exec("async function helper() { return 7 }").await.unwrap(), standard_handler).await.completed();
+    let done = drive(exec("await helper()").await.unwrap(), standard_handler).await.completed();
+    assert_eq!(done.return_value, "7");
+    session.close();
+}
+
+/// The check knows the runtime's globals: an awaited call of any of them is no unknown name.
+#[tokio::test]
+async fn the_check_knows_every_global_of_the_guest() {
+    let names = run_js("Object.getOwnPropertyNames(globalThis).filter((n) => !['add', 'get_weather'].includes(n))")
+        .await
+        .completed()
+        .return_value;
+    let names: Vec<String> = serde_json::from_str(&names).unwrap();
+    assert!(names.len() > 50 && names.contains(&"setTimeout".to_string()), "{names:?}");
+    // Not those that turn the check off (a program with them may define anything).
+    let calls: Vec<String> = names
+        .iter()
+        .filter(|n| !["eval", "Function", "globalThis"].contains(&n.as_str()))
+        .map(|n| format!("await {n}();"))
+        .collect();
+    let code = format!("if (false) {{ {} }}\n'checked'", calls.join(" "));
+    let done = run_js(&code).await;
+    assert_eq!(done.completed().return_value, "\"checked\"");
+}
+
 #[tokio::test]
 async fn a_session_keeps_its_globals_between_programs() {
     let engine = engine();
