@@ -37,6 +37,27 @@ async def run(client, code, session=None, language=None, **kwargs):
     return result, text_of(result), result.structured_content
 
 
+async def javascript_sessions(client, persistent):
+    """JavaScript and TypeScript programs keep their state in sessions of their own: the
+    connection's (persistent), or one they name; a Python program never sees it."""
+    code = "var rows = [3, 1, 2];\nfunction top() { return Math.max(...rows) }"
+    if persistent:
+        result, text, sc = await run(client, code, language="javascript")
+        assert not result.is_error, text
+        result, text, sc = await run(client, "const more: number[] = [7];\nrows.push(...more);\ntop()", language="typescript")
+        assert not result.is_error and sc["return_value"] == 7, text
+        result, text, sc = await run(client, "print('rows' in globals(), 'seen' in globals())")
+        assert sc["stdout"] == "False True\n", sc
+    else:
+        result, text, sc = await run(client, code, session="new", language="javascript")
+        sid = sc["session"]
+        result, text, sc = await run(client, "rows.push(7);\ntop()", session=sid, language="javascript")
+        assert not result.is_error and sc["return_value"] == 7 and sc["session"] == sid, text
+        result, text, sc = await run(client, "print(rows)", session=sid)
+        assert result.is_error and f'session "{sid}" runs javascript programs and this one is python' in text, text
+    log(f"javascript session (persistent={persistent}): ok")
+
+
 async def named_sessions(client, desc):
     """Protocol 2026-07-28 over HTTP has no MCP sessions: a program names the session it runs
     in, and its globals and /mnt/data files are there for the next program that names it."""
@@ -138,6 +159,13 @@ try {{ await notes.fail({{message: "boom"}}); }} catch (e) {{ console.log(e.name
     assert result.is_error and "TypeError" in text and "program.js:2" in text, text
     result, text, sc = await run(client, "1", language="rust")
     assert result.is_error and '"language" must be' in text, text
+    # Checked before it runs, in TypeScript's words; the tools as TypeScript declarations.
+    result, text, sc = await run(client, "console.log('first');\nawait notes.serch_notes({query: 'rust'})", language="javascript")
+    assert result.is_error and sc["stdout"] == "" and "the program was not run" in text, text
+    assert "line 2: notes has no tool \"serch_notes\"; did you mean notes.search_notes(args: { query: string })" in text, text
+    described = await client.call_tool("describe_tools", {"names": ["notes.search_notes"], "language": "typescript"})
+    stub = text_of(described)
+    assert "declare namespace notes {" in stub and "function search_notes(args: { query: string })" in stub, stub
     log("javascript and typescript: ok")
 
     # Globals persist from one execute_code to the next in one MCP session (stdio; HTTP under
@@ -153,6 +181,7 @@ try {{ await notes.fail({{message: "boom"}}); }} catch (e) {{ console.log(e.name
     else:
         await named_sessions(client, desc)
     log(f"session (persistent={persistent}): ok")
+    await javascript_sessions(client, persistent)
 
     # A stdio server inherits a few variables from ptc-engine, never its secrets.
     result, text, sc = await run(client, "print(' '.join((await notes.environment())['result']))")

@@ -158,7 +158,7 @@ impl Runtime {
     }
 
     /// The runtime whose instances run its programs: JavaScript's for TypeScript.
-    pub(crate) fn instances(self) -> Runtime {
+    pub fn instances(self) -> Runtime {
         match self {
             Runtime::Typescript => Runtime::Javascript,
             other => other,

@@ -10,7 +10,7 @@ use wasmtime::Store;
 use super::{Engine, new_id};
 use crate::api::config::Limits;
 use crate::api::error::{Error, Result};
-use crate::api::request::{ExecutionRequest, check_tools_size};
+use crate::api::request::{ExecutionRequest, Runtime, check_tools_size};
 use crate::calls::approval::NeedApproval;
 use crate::instance::broker::Next;
 use crate::instance::host::HostState;
@@ -124,6 +124,7 @@ impl Engine {
         limits.max_memory_bytes = session.limits().max_memory_bytes;
         inner.config.ceilings.check(&limits, inner.config.fuel)?;
         request.check_program_size(&inner.config.ceilings)?;
+        let runtime = program_runtime(session, request.runtime)?;
         if request.journal.is_some() {
             return Err(Error::invalid(
                 "an execution in a live session cannot be journaled: it depends on what the session's earlier programs left",
@@ -151,7 +152,7 @@ impl Engine {
         let id: Arc<str> = request.id.clone().unwrap_or_else(new_id).into();
         let run = trace::Run { id: &id, runtime: request.runtime, tenant: session.tenant(), how: "session" };
         let trace = Trace::start(inner.config.tracer.as_ref(), request.trace_parent.as_ref(), run);
-        let code = javascript::program(session.runtime(), request.code, &request.tools, true);
+        let code = javascript::program(runtime, request.code, &request.tools, true);
         let (given, observed, tenant) =
             (request.tools, inner.stores.observed.clone(), session.tenant().map(str::to_string));
         let make = move || wit_tools(&given, observed.as_deref(), tenant.as_deref());
@@ -196,4 +197,24 @@ pub(super) fn session_spec<'a>(request: &'a SessionRequest, limits: &'a Limits) 
         monotonic_from: 0,
         running: None,
     }
+}
+
+/// The language a session's program is in: its request's when the session's instance runs it
+/// (TypeScript in a JavaScript session, or JavaScript in a TypeScript one), else the
+/// session's own (a request that names none says Python). A JavaScript or TypeScript program
+/// for a Python session is refused.
+fn program_runtime(session: &Session, asked: Runtime) -> Result<Runtime> {
+    let own = session.runtime();
+    if asked.instances() == own.instances() {
+        return Ok(asked);
+    }
+    if asked.instances() == Runtime::Javascript {
+        return Err(Error::invalid(format!(
+            "this session runs {} programs, not {}: open a session with runtime {:?} for them",
+            own.as_str(),
+            asked.as_str(),
+            asked.as_str()
+        )));
+    }
+    Ok(own)
 }

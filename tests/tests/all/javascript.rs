@@ -254,7 +254,16 @@ async fn a_session_keeps_its_globals_between_programs() {
     assert!(f.message.contains("assign to it without let/const"), "{}", f.message);
     let done = drive(exec("total = 1;\nvar rows = 2;\ntotal + rows").await.unwrap(), standard_handler).await;
     assert_eq!(done.completed().return_value, "3");
+    // A TypeScript program in the JavaScript session has its types erased.
+    let ts = js("const more: number = 4;\nrows + more").with_runtime(Runtime::Typescript);
+    let done = drive(engine.execute_in(&session, ts).await.unwrap(), standard_handler).await;
+    assert_eq!(done.completed().return_value, "6");
     session.close();
+    // A JavaScript program is refused by a Python session, in words.
+    let python = engine.open_session(ptc_engine::SessionRequest::new()).await.unwrap().0;
+    let refused = engine.execute_in(&python, js("1 + 1")).await.err().unwrap();
+    assert!(refused.message().contains("this session runs python programs, not javascript"), "{refused}");
+    python.close();
 }
 
 #[tokio::test]

@@ -59,6 +59,15 @@ impl CodeMode {
         tenant: Option<&str>,
         elicits: bool,
     ) -> Result<CallToolResult, McpError> {
+        let runtime = match args.get("language") {
+            None | Some(Value::Null) => self.runs.state.runtime,
+            Some(Value::String(l)) if l == "python" => self.runs.state.runtime,
+            Some(Value::String(l)) if l == "javascript" || l == "typescript" => ptc_engine::Runtime::Javascript,
+            Some(_) => {
+                let why = "describe_tools: \"language\" must be \"python\", \"javascript\" or \"typescript\"";
+                return Ok(CallToolResult::error(vec![ContentBlock::text(why)]));
+            }
+        };
         let names: Option<Vec<String>> = match args.get("names") {
             None | Some(Value::Null) => None,
             Some(v) => Some(serde_json::from_value(v.clone()).map_err(|_| {
@@ -88,7 +97,7 @@ impl CodeMode {
                 catalog.defs.iter().filter(|d| names.contains(&qualified(d))).cloned().collect()
             }
         };
-        let described = match self.runs.state.describe_admitted(&chosen, tenant).await {
+        let described = match self.runs.state.describe_admitted(&chosen, tenant, runtime).await {
             Ok(described) => described,
             Err(why) => return Ok(CallToolResult::error(vec![ContentBlock::text(why)])),
         };
@@ -101,8 +110,9 @@ impl CodeMode {
 const JAVASCRIPT: &str = "\n\nJavaScript or TypeScript instead: pass language=\"javascript\" (or \"typescript\"). The same \
 tools, each called with one object of its arguments: `await server.tool({arg: value})`; run independent calls at once \
 with `await Promise.all([...])`. A failing tool rejects with a ToolError; console.log prints; the last expression's value, \
-or a top-level `return`, is the result; `await llm_query({prompt: \"...\"})` asks your client's model. Such a program \
-starts afresh at each call (no session state), and search_tools and describe_tools are Python's only.";
+or a top-level `return`, is the result; `await llm_query({prompt: \"...\"})` asks your client's model. JavaScript and \
+TypeScript programs keep their state as Python's do, in sessions of their own; describe_tools with \
+language=\"typescript\" gives the tools' TypeScript declarations; search_tools is Python's only.";
 
 impl ServerHandler for CodeMode {
     fn get_info(&self) -> ServerConfig {
@@ -148,10 +158,13 @@ impl ServerHandler for CodeMode {
         execute.output_schema = Some(output_schema());
         let describe = Tool::new(
             "describe_tools",
-            "The full Python stub (docstrings, every parameter) of the named tools, e.g. [\"github.create_issue\"]; all tools if no names are given.",
+            "The full Python stub (docstrings, every parameter) of the named tools, e.g. [\"github.create_issue\"]; all tools if no names are given. With language=\"typescript\" (or \"javascript\"), their TypeScript declarations (.d.ts) for JavaScript programs.",
             object(json!({
                 "type": "object",
-                "properties": {"names": {"type": "array", "items": {"type": "string"}}}
+                "properties": {
+                    "names": {"type": "array", "items": {"type": "string"}},
+                    "language": {"type": "string", "enum": ["python", "javascript", "typescript"], "description": "The language of the declarations; default python."}
+                }
             })),
         );
         Ok(ListToolsResult::with_all_items(vec![execute, describe]))

@@ -58,6 +58,14 @@ pub(super) fn tenant_of(extensions: &rmcp::model::Extensions) -> Option<String> 
     extensions.get::<axum::http::request::Parts>().and_then(|p| p.extensions.get::<McpTenant>()).map(|t| t.0.clone())
 }
 
+/// A connection's live sessions (persistent mode): one for its Python programs, one for its
+/// JavaScript and TypeScript ones, each opened by its first program.
+#[derive(Default)]
+pub(super) struct HeldSessions {
+    pub python: Option<HeldSession>,
+    pub javascript: Option<HeldSession>,
+}
+
 /// A connection's live session in the registry; closed when the MCP session ends.
 pub(super) struct HeldSession {
     pub sessions: Arc<Sessions>,

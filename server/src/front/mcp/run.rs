@@ -23,7 +23,7 @@ use tokio::task::JoinSet;
 use super::approvals;
 use super::catalog::catalog;
 use super::catalog::idle_minutes;
-use super::program::{HeldSession, Mode, Program, elicits, tenant_of};
+use super::program::{HeldSession, HeldSessions, Mode, Program, elicits, tenant_of};
 use super::progress::Progress;
 use super::results::{IMAGES, add_session, ended_result, failed_before_start, prefix_text};
 use super::sampling::{self, LLM_QUERY, NO_SAMPLING, llm_query_def, sampled_answer, sampling_params};
@@ -45,9 +45,10 @@ enum Stop {
 #[derive(Clone)]
 pub(super) struct Runs {
     pub state: Arc<McpState>,
-    /// This MCP session's live session, opened by its first `execute_code`; the lock also
-    /// runs its programs one after another. Dropped (and so closed) with the MCP session.
-    pub live: Arc<tokio::sync::Mutex<Option<HeldSession>>>,
+    /// This MCP session's live sessions (one per language family), each opened by its first
+    /// `execute_code`; the lock also runs its programs one after another. Dropped (and so
+    /// closed) with the MCP session.
+    pub live: Arc<tokio::sync::Mutex<HeldSessions>>,
 }
 
 impl Runs {
@@ -108,7 +109,7 @@ impl Runs {
         &self,
         args: &JsonObject,
         mode: Mode,
-        held: Option<&mut Option<HeldSession>>,
+        held: Option<&mut HeldSessions>,
         tenant: Option<String>,
         elicits: bool,
         trace_parent: Option<opentelemetry::trace::SpanContext>,
@@ -117,8 +118,6 @@ impl Runs {
             return Err("execute_code needs \"code\": the program to run, as a string".into());
         };
         let state = &self.state;
-        // A JavaScript or TypeScript program runs afresh: the connection's sessions keep
-        // Python's globals.
         let runtime = match args.get("language") {
             None | Some(Value::Null) => state.runtime,
             Some(Value::String(l)) if l == "python" => state.runtime,
@@ -135,11 +134,6 @@ impl Runs {
             },
         };
         let requested = match (mode, args.get("session")) {
-            (_, Some(Value::String(_))) if !python => {
-                return Err("sessions keep Python programs' state: a javascript or typescript program runs afresh, \
-                            so leave out \"session\""
-                    .into());
-            }
             (Mode::Handles, Some(Value::String(id))) => Some(id.clone()),
             (_, None | Some(Value::Null)) => None,
             (Mode::Handles, Some(_)) => {
@@ -166,10 +160,17 @@ impl Runs {
         let timeout_limit = prepared.request.limits.as_ref().expect("prepared with limits").timeout;
         let started = Instant::now();
         let mut notice = None;
-        let held = held.filter(|_| python);
+        // JavaScript's and TypeScript's programs share sessions of the JavaScript runtime, whose
+        // instances run both.
+        let family = if python { state.runtime } else { Runtime::Javascript };
+        let held = held.map(|held| if python { &mut held.python } else { &mut held.javascript });
         let live = match (held, &requested, &state.sessions) {
-            (Some(slot), _, Some(sessions)) => Some(self.held_session(sessions, slot, &tenant, &mut notice).await),
-            (None, Some(id), Some(sessions)) => Some(self.named_session(sessions, id, &tenant, &mut notice).await),
+            (Some(slot), _, Some(sessions)) => {
+                Some(self.held_session(sessions, slot, &tenant, family, &mut notice).await)
+            }
+            (None, Some(id), Some(sessions)) => {
+                Some(self.named_session(sessions, id, &tenant, family, &mut notice).await)
+            }
             _ => None,
         }
         .transpose()
@@ -201,6 +202,7 @@ impl Runs {
         sessions: &Arc<Sessions>,
         slot: &mut Option<HeldSession>,
         tenant: &Option<String>,
+        runtime: Runtime,
         notice: &mut Option<String>,
     ) -> Result<(String, LiveSession), Error> {
         if let Some(held) = slot.as_ref().filter(|h| !h.live.session.is_ended()) {
@@ -214,7 +216,7 @@ impl Runs {
             ));
         }
         let tenant = tenant.clone().unwrap_or_else(|| LOCAL_TENANT.to_string());
-        let (id, live) = self.open_session(sessions, &tenant).await?;
+        let (id, live) = self.open_session(sessions, &tenant, runtime).await?;
         let held = slot.insert(HeldSession { sessions: sessions.clone(), tenant, id, live });
         Ok((held.id.clone(), held.live.clone()))
     }
@@ -226,11 +228,21 @@ impl Runs {
         sessions: &Arc<Sessions>,
         id: &str,
         tenant: &Option<String>,
+        runtime: Runtime,
         notice: &mut Option<String>,
     ) -> Result<(String, LiveSession), Error> {
         let tenant = tenant.as_deref().unwrap_or(LOCAL_TENANT);
         if id != "new" {
             match sessions.get(tenant, id) {
+                Ok(live) if live.session.runtime().instances() != runtime.instances() => {
+                    let (theirs, ours) = (live.session.runtime().instances(), runtime.instances());
+                    return Err(Error::invalid(format!(
+                        "session {id:?} runs {} programs and this one is {}: pass the language of its programs, \
+                         or session=\"new\" for a new session of this language",
+                        theirs.as_str(),
+                        ours.as_str()
+                    )));
+                }
                 Ok(live) => return Ok((id.to_string(), live)),
                 Err(e) if e.kind() == ErrorKind::NotFound => {
                     *notice = Some(format!(
@@ -243,13 +255,18 @@ impl Runs {
                 Err(e) => return Err(e),
             }
         }
-        self.open_session(sessions, tenant).await
+        self.open_session(sessions, tenant, runtime).await
     }
 
-    /// A new live session of `tenant` with this front end's limits.
-    async fn open_session(&self, sessions: &Sessions, tenant: &str) -> Result<(String, LiveSession), Error> {
-        let options =
-            OpenOptions { limits: Some(self.state.limits.clone()), runtime: self.state.runtime, ..Default::default() };
+    /// A new live session of `tenant` running `runtime`'s programs, with this front end's
+    /// limits.
+    async fn open_session(
+        &self,
+        sessions: &Sessions,
+        tenant: &str,
+        runtime: Runtime,
+    ) -> Result<(String, LiveSession), Error> {
+        let options = OpenOptions { limits: Some(self.state.limits.clone()), runtime, ..Default::default() };
         let opened = sessions.open(tenant, options).await?;
         Ok((opened.id, opened.live))
     }

@@ -108,7 +108,7 @@ impl McpState {
                 return Ok(described.clone());
             }
         }
-        let described = Arc::new(self.describe_admitted(defs, tenant).await?);
+        let described = Arc::new(self.describe_admitted(defs, tenant, self.runtime).await?);
         let mut cache = self.described.lock().unwrap();
         if cache.defs.as_slice() == defs {
             if cache.by_tenant.len() >= DESCRIBED_TENANTS {
@@ -124,6 +124,7 @@ impl McpState {
         &self,
         defs: &[ToolDef],
         tenant: Option<&str>,
+        runtime: ptc_engine::Runtime,
     ) -> Result<ToolDescription, String> {
         let _admission = match tenant {
             Some(tenant) => Some(
@@ -136,7 +137,7 @@ impl McpState {
         };
         self.core
             .engine
-            .describe_tools(defs, tenant)
+            .describe_tools_in(runtime, defs, tenant)
             .await
             .map_err(|e| format!("the downstream tools cannot be offered to programs: {}", e.message()))
     }
