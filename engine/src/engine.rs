@@ -282,17 +282,13 @@ impl Engine {
         inner.config.ceilings.check(&limits, inner.config.fuel)?;
         request.check_size(&inner.config.ceilings)?;
         let pre = inner.stores.pre(request.runtime).await?;
-        if request.journal.is_some() && request.runtime != Runtime::Python {
-            return Err(Error::invalid(match request.runtime {
-                Runtime::Javascript | Runtime::Typescript => {
-                    "only the python runtime can be journaled: the javascript runtime does not record its random \
-                     sources and clocks yet"
-                }
-                _ => {
-                    "only the python runtime can be journaled: python-data's pre-initialised state differs from server \
-                     to server, so a replay elsewhere could not repeat a run"
-                }
-            }));
+        // The JavaScript runtime draws `Math.random`'s seed and `Date.now` from the WASI clocks
+        // the journal records, and its instances start alike everywhere (no pre-initialisation).
+        if request.journal.is_some() && request.runtime == Runtime::PythonData {
+            return Err(Error::invalid(
+                "the python-data runtime cannot be journaled: its pre-initialised state differs from server to \
+                 server, so a replay elsewhere could not repeat a run; journal python or javascript runs",
+            ));
         }
         let journal = request.journal.as_ref().map(|j| Recorder::new(j, inner.config.ceilings.max_journal_bytes));
         let schemas = inner.schemas.compiled(request.tenant.as_deref(), &request.tools).await?;

@@ -196,6 +196,43 @@ async fn the_first_continuation_after_redis_restarted_is_replayed_on_another_nod
     let _ = std::fs::remove_dir_all(files);
 }
 
+/// A JavaScript run is journaled as a Python one is: its continuation on another node, once its
+/// own is gone and its image cannot be used, replays it with the random numbers it drew.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_javascript_run_is_replayed_on_another_node_with_its_random_numbers() {
+    let (_redis, port) = tokio::task::spawn_blocking(|| redis::start(None)).await.unwrap();
+    let files = std::env::temp_dir().join(format!("ptc-js-replay-{}", std::process::id()));
+    let (p1, p2) = (ptc_tests::binary::free_port(), ptc_tests::binary::free_port());
+    let peers = Peers::List(vec![
+        ("n1".into(), format!("http://127.0.0.1:{p1}")),
+        ("n2".into(), format!("http://127.0.0.1:{p2}")),
+    ]);
+    let mut c1 = node("n1", port, peers.clone(), &files);
+    c1.http_addr = ([127, 0, 0, 1], p1).into();
+    let mut c2 = node("n2", port, peers, &files);
+    c2.http_addr = ([127, 0, 0, 1], p2).into();
+    let (n1, n2) = (serve(c1).await, serve(c2).await);
+    let code = "const r = Math.random();\nconst a = await t({r});\nconst b = await t({});\nconsole.log(r, a + b)";
+    let paused =
+        post(n1.http_addr, PATH, Some("key-a"), &json!({"code": code, "tools": tools(), "runtime": "javascript"}))
+            .await;
+    assert_eq!(paused.body["status"], "tool_call_required", "{}", paused.text);
+    let r = paused.body["tool_calls"][0]["input"]["r"].as_f64().expect("the random number it drew");
+    assert_eq!(journal_headers(port), 1, "journaled");
+    stop(n1).await;
+    // The image n1 kept as it stopped is refused: n2 replays the journal instead.
+    eventually("its image is in the store", || images(port) == 1).await;
+    redis::alter_an_image(port);
+    let next = answer(n2.http_addr, "key-a", &paused).await;
+    assert_eq!(next.body["status"], "tool_call_required", "{}", next.text);
+    let end = answer(n2.http_addr, "key-a", &next).await;
+    assert_eq!(end.body["stdout"], format!("{r} 2\n"), "{}", end.text);
+    let usage = n2.cluster.store.usage("a").await.unwrap();
+    assert_eq!(usage.get("replays"), Some(&1), "{usage:?}");
+    stop(n2).await;
+    let _ = std::fs::remove_dir_all(files);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_approval_pending_across_a_replay_keeps_its_call_id_and_is_asked_once() {
     let (_redis, port) = tokio::task::spawn_blocking(|| redis::start(None)).await.unwrap();

@@ -92,6 +92,49 @@ async fn a_replay_repeats_the_first_run_and_goes_live_where_its_journal_ends() {
     assert_ne!(a.split(' ').next(), b.split(' ').next());
 }
 
+/// A JavaScript program's `Math.random`, `Date.now` and `performance.now` come back the same in
+/// a replay, which goes live where the journal ends; TypeScript's too.
+#[tokio::test]
+async fn a_javascript_replay_repeats_its_random_numbers_and_clocks() {
+    const JS: &str = r#"
+const r = Math.random(), t1 = Date.now(), m1 = performance.now();
+await new Promise((resolve) => setTimeout(resolve, 5));
+const a = await echo_tool({step: 1, r, t1});
+const c = await echo_tool({step: 2, r2: Math.random(), t2: Date.now(), dm: performance.now() - m1});
+console.log(r, t1, c.input.r2, c.input.t2, c.input.dm >= 5);
+"#;
+    for runtime in [ptc_engine::Runtime::Javascript, ptc_engine::Runtime::Typescript] {
+        let start_js = |journal: Journal| async move {
+            let request = ExecutionRequest::new(JS).with_tools(tools()).with_journal(journal).with_runtime(runtime);
+            engine().start(request).await.expect("start")
+        };
+        let journal = Journal::new();
+        let seed = journal.seed;
+        let mut first = start_js(journal).await;
+        let round1 = next_calls(&mut first).await.expect("round 1");
+        answer(&first, &round1);
+        let round2 = next_calls(&mut first).await.expect("round 2");
+        let entries = first.control().take_journal().expect("journaled").entries;
+        assert!(entries.iter().any(|e| matches!(e, Entry::Wall(_))), "{entries:?}");
+
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let mut again = start_js(Journal::replay(seed, entries.clone())).await;
+        let live = next_calls(&mut again).await.expect("the live round");
+        assert_eq!(live[0].input, round2[0].input, "the same random draws and clock readings ({runtime:?})");
+        answer(&again, &live);
+        answer(&first, &round2);
+        let replayed = drive(again, echo).await.completed();
+        let original = drive(first, echo).await.completed();
+        assert_eq!(replayed.stdout, original.stdout);
+        assert!(replayed.stdout.trim_end().ends_with("true"), "{}", replayed.stdout);
+        // Without a journal, two runs draw different numbers.
+        let plain = || ExecutionRequest::new(JS).with_tools(tools()).with_runtime(runtime);
+        let a = drive(engine().start(plain()).await.unwrap(), echo).await.completed().stdout;
+        let b = drive(engine().start(plain()).await.unwrap(), echo).await.completed().stdout;
+        assert_ne!(a.split(' ').next(), b.split(' ').next());
+    }
+}
+
 #[tokio::test]
 async fn a_program_that_stops_short_of_its_journal_or_reads_the_clock_out_of_turn_diverges() {
     let journal = Journal::new();

@@ -37,12 +37,13 @@ impl Continuations {
         let mut prepared = self.core.prepare(start)?;
         let ttl = prepared.request.limits.as_ref().expect("prepared with limits").timeout;
         let expires_at_ms = now_ms() + ttl.as_millis() as u64;
-        // With a shared store, the run is journaled so that another node can finish it. A
-        // python-data run cannot be run again (each server pre-initialises its own runtime):
-        // its image, kept in the store at each pause, is what another node carries it on from.
+        // With a shared store, the run is journaled so that another node can finish it (a
+        // JavaScript one too: its random seed and clocks are the journal's). A python-data run
+        // cannot be run again (each server pre-initialises its own runtime): its image, kept in
+        // the store at each pause, is what another node carries it on from.
         let journaling = self.cluster.journaling().await;
-        let journal = (journaling && runtime == Runtime::Python).then(Journal::new);
-        let imaged = journaling && runtime != Runtime::Python;
+        let journal = (journaling && runtime != Runtime::PythonData).then(Journal::new);
+        let imaged = journaling && runtime == Runtime::PythonData;
         // What another node needs to run it again, or to thaw it (the files `/mnt/data`
         // started with are added once it has started).
         let request = &mut prepared.request;
