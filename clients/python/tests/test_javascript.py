@@ -53,6 +53,12 @@ async def test_a_javascript_session_keeps_its_variables_between_runs(sb):
         await s.run("var rows = [1, 2, 3];\nconst total = () => rows.reduce((a, b) => a + b, 0);")
         result = await s.run("rows.push(await add({a: 2, b: 2}));\nconsole.log(total())", tools=[add])
         assert result.stdout == "10\n"
+        snapshot = await s.snapshot()
+    # Its snapshot (its memory, sealed by the server) restores into a new session.
+    async with sb.session(snapshot=snapshot) as restored:
+        assert restored.restored == ["rows"], restored.restored
+        result = await restored.run("console.log(total(), rows.length)")
+        assert result.stdout == "10 4\n"
 
 
 async def test_javascript_errors_and_limits_read_as_pythons_do(sb):

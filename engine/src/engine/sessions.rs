@@ -9,13 +9,15 @@ use wasmtime::Store;
 
 use super::{Engine, new_id};
 use crate::api::config::Limits;
-use crate::api::error::{Error, Result};
+use crate::api::error::{Error, ErrorKind, Result};
 use crate::api::request::{ExecutionRequest, Runtime, check_tools_size};
 use crate::calls::approval::NeedApproval;
 use crate::instance::broker::Next;
+use crate::instance::guest::Guest;
 use crate::instance::host::HostState;
 use crate::instance::tool_lists::{self, GuestTools, wit_tools};
 use crate::net::NetSide;
+use crate::pages;
 use crate::run::execution::{Control, Execution};
 use crate::run::javascript;
 use crate::run::job::{Clock, Job, Sides, Start};
@@ -52,6 +54,15 @@ impl Engine {
         let mut restored = Restored::default();
         if let Some(data) = &request.restore {
             let sandbox = &sandbox;
+            // A JavaScript session's snapshot is its memory: put back first, then the guest
+            // names what it holds.
+            let data: &[u8] = match request.runtime.instances() {
+                Runtime::Javascript => {
+                    self.restore_memory(&mut store, sandbox, data).await?;
+                    &[]
+                }
+                _ => data,
+            };
             let r = session::guest_call(&mut store, budget, &inner.shutdown, "restoring the snapshot", |store| {
                 Box::pin(async move { sandbox.restore(store, data).await })
             })
@@ -69,6 +80,17 @@ impl Engine {
         };
         let session = self.serve_session(&request, limits, shared, budget, store, Start::Fresh(Some(sandbox)), slot);
         Ok((session, restored))
+    }
+
+    /// Writes a JavaScript session's snapshot (its memory) into `sandbox`, a fresh instance,
+    /// charging the memory it grows to as a thaw does.
+    async fn restore_memory(&self, store: &mut Store<HostState>, sandbox: &Guest, data: &[u8]) -> Result<()> {
+        let refused = |why: String| Error::invalid(format!("the snapshot could not be restored: {why}"));
+        let frozen = pages::snapshot::decode(data, ptc_runtime_js_wasm::COMPONENT_SHA256).map_err(refused)?;
+        let image = self.inner.stores.image(Runtime::Javascript).await?;
+        let grown = frozen.memory_len().saturating_sub(image.memory_len()) as u64;
+        store.data_mut().limiter.claim.grow(grown).map_err(|why| Error::new(ErrorKind::Busy, why))?;
+        pages::thaw(store, sandbox, &image, frozen).await.map_err(|e| refused(format!("{e:#}")))
     }
 
     /// The limits of a session `request` opens, once the engine takes sessions and they and
@@ -108,6 +130,7 @@ impl Engine {
             shutdown: inner.shutdown.clone(),
             _permit: permit,
             hibernation,
+            stores: inner.stores.clone(),
         };
         let span = tracing::info_span!("session", id = %shared.id);
         inner.drivers.spawn(tracing::Instrument::instrument(session::serve(serve, store, first), span));

@@ -37,6 +37,7 @@ mod delta;
 mod kept;
 pub(crate) mod pagemap;
 pub(crate) mod sealed;
+pub(crate) mod snapshot;
 
 use delta::{Delta, Unpacked};
 pub(crate) use kept::{Images, Kept};

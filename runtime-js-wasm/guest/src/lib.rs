@@ -12,7 +12,8 @@
 //! promises, its timers) in linear memory, and `resume` carries on. `fs` reaches `/mnt/data`
 //! (`files.rs`), `fetch` the network under the host's policy (`net.rs`). The host
 //! checks programs' tool calls and renders the tools' `.d.ts`. A session keeps the runtime, and with it the globals,
-//! from one program to the next. Not here yet: `snapshot`/`restore`.
+//! from one program to the next; its snapshot is its instance's memory, which the host takes
+//! (`snapshot` and `restore` name the globals kept).
 
 // The generated `wait-for-tools` and `fetch` bindings take more arguments than clippy likes.
 #![allow(clippy::too_many_arguments)]
@@ -71,6 +72,26 @@ thread_local! {
     static CALLS: RefCell<Calls> = RefCell::new(Calls::default());
     /// The program's own promise (what its evaluation returned), while it runs.
     static MAIN: RefCell<Option<(Persistent<Promise<'static>>, bool)>> = const { RefCell::new(None) };
+    /// The enumerable globals a fresh runtime has: not the programs' own.
+    static RUNTIME_GLOBALS: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+}
+
+fn enumerable_globals(ctx: &Ctx<'_>) -> Vec<String> {
+    ctx.globals().keys::<String>().filter_map(|k| k.ok()).collect()
+}
+
+/// The globals the session's programs defined (`var`s and functions: `let`, `const` and
+/// `class` are kept as well, in their own scope, but not listed).
+fn program_globals() -> Vec<String> {
+    JS.with(|js| {
+        let js = js.borrow();
+        let Some(j) = js.as_ref() else { return Vec::new() };
+        let runtime = RUNTIME_GLOBALS.with(|r| r.borrow().clone());
+        let mut names: Vec<String> =
+            j.ctx.with(|ctx| enumerable_globals(&ctx)).into_iter().filter(|n| !runtime.contains(n)).collect();
+        names.sort();
+        names
+    })
 }
 
 fn js_name(name: &str) -> String {
@@ -370,6 +391,8 @@ impl Guest for Component {
                 if let Err(e) = j.ctx.with(|ctx| install_globals(&ctx)) {
                     return failure(FailureKind::Internal, format!("globals: {e}"), String::new());
                 }
+                let own = j.ctx.with(|ctx| enumerable_globals(&ctx));
+                RUNTIME_GLOBALS.with(|r| *r.borrow_mut() = own);
             }
             let j = js.as_ref().unwrap();
             if new_tools || !session {
@@ -416,12 +439,18 @@ impl Guest for Component {
         }
     }
 
+    /// A JavaScript session's snapshot is its instance's memory, which the host takes (and
+    /// bounds) after this: the guest names the globals its programs defined.
     fn snapshot(_max_bytes: u64) -> Result<SessionState, String> {
-        Err("snapshot is not supported by the JavaScript runtime yet".into())
+        Ok(SessionState { data: Vec::new(), kept: program_globals(), modules: Vec::new(), dropped: Vec::new() })
     }
 
-    fn restore(_data: Vec<u8>) -> Result<Restored, String> {
-        Err("restore is not supported by the JavaScript runtime yet".into())
+    /// Called once the host has put a snapshot's memory back: the globals it holds.
+    fn restore(data: Vec<u8>) -> Result<Restored, String> {
+        if !data.is_empty() {
+            return Err("a JavaScript snapshot is its instance's memory, which the host restores".into());
+        }
+        Ok(Restored { kept: program_globals(), dropped: Vec::new() })
     }
 
     /// The host renders JavaScript's declarations (`run/javascript/declarations.rs` in the

@@ -173,6 +173,53 @@ console.log("after", r.join(","));
     );
 }
 
+/// A JavaScript session's snapshot is its memory: restored into a new session, everything is
+/// there (a closure's state, a class, a `let`), and the globals its programs defined are named;
+/// bytes of another kind, or a state past the bound, are refused in words.
+#[tokio::test]
+async fn a_session_snapshot_keeps_every_global_closures_included() {
+    let engine = engine();
+    let request = || ptc_engine::SessionRequest::new().with_runtime(Runtime::Javascript);
+    let session = engine.open_session(request()).await.unwrap().0;
+    let code = "var rows = [3, 1, 2];\nlet scale = 10;\nclass Acc { constructor() { this.n = 0 } add(x) { this.n += x; return this.n } }\n\
+                const counter = (() => { let c = 0; return () => ++c })();\nfunction total() { return rows.reduce((a, b) => a + b) * scale }\n\
+                counter(); counter();\nvar acc = new Acc(); acc.add(await add({a: 2, b: 3}));";
+    drive(engine.execute_in(&session, js(code)).await.unwrap(), standard_handler).await.completed();
+    let state = session.snapshot(1 << 20).await.unwrap();
+    assert_eq!(state.kept, ["acc", "rows", "total"], "the var and function names");
+    assert!(state.data.len() < 64 << 10, "{} bytes", state.data.len());
+    session.close();
+
+    let (restored, report) = engine.open_session(request().with_restore(state.data.clone())).await.unwrap();
+    assert_eq!(report.kept, ["acc", "rows", "total"]);
+    let done = drive(
+        engine
+            .execute_in(&restored, js("console.log(total(), counter(), acc.add(1), acc instanceof Acc, scale)"))
+            .await
+            .unwrap(),
+        standard_handler,
+    )
+    .await
+    .completed();
+    assert_eq!(done.stdout, "60 3 6 true 10\n");
+    restored.close();
+
+    let other = engine.open_session(request().with_restore(b"PTCJ garbage".to_vec())).await.err().unwrap();
+    assert!(other.message().contains("not a snapshot of a javascript session"), "{}", other.message());
+    let session = engine.open_session(request()).await.unwrap().0;
+    drive(
+        engine.execute_in(&session, js("var big = 'x'.repeat(1 << 20) + Math.random()")).await.unwrap(),
+        standard_handler,
+    )
+    .await
+    .completed();
+    let too_big = session.snapshot(4096).await.unwrap_err();
+    assert!(too_big.message().contains("more than the 4096 a snapshot may hold"), "{}", too_big.message());
+    let done = drive(engine.execute_in(&session, js("big.length")).await.unwrap(), standard_handler).await;
+    assert!(done.completed().return_value.parse::<u64>().unwrap() > 1 << 20, "the session goes on");
+    session.close();
+}
+
 /// The pre-run check: a tool call that cannot work refuses the program before any of it runs
 /// (its first call, which could, is not made), in words with the tool's declaration and at the
 /// call's line; TypeScript after its types are erased; in a session, which goes on.

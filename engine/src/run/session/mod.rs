@@ -378,6 +378,8 @@ pub(crate) struct Serve {
     /// With `hibernate_after`: an idle session hibernates after that long, and thaws at its
     /// next command.
     pub(crate) hibernation: Option<(Hibernation, Duration)>,
+    /// Its runtime's fresh memory, against which a JavaScript session's snapshot is taken.
+    pub(crate) stores: Arc<crate::run::stores::Stores>,
 }
 
 mod execute;
