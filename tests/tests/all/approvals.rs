@@ -99,6 +99,33 @@ async fn a_held_call_waits_while_the_rest_of_its_gather_runs_and_each_verdict_re
     assert_eq!(logged.len(), 4, "{logged:?}");
 }
 
+/// A JavaScript program's held calls work as Python's: `_reason` is the person's, the rest
+/// of its `Promise.all` runs meanwhile, and a denial rejects with a `ToolError`.
+#[tokio::test]
+async fn a_javascript_programs_held_calls_wait_for_their_verdicts() {
+    let code = r#"
+const rm = (id) => delete_({id, _reason: `note ${id} is stale`}).catch((e) => `${e.name}: ${e.message}`);
+const [a, b, c] = await Promise.all([get({id: 1}), rm(2), rm(3)]);
+console.log(a, b, c);
+"#;
+    let tools = vec![ToolDef::new("get"), ToolDef::new("delete_").with_parameters(delete_schema()).with_approval()];
+    let request = ExecutionRequest::new(code).with_tools(tools).with_runtime(ptc_engine::Runtime::Javascript);
+    let mut exec = engine().start(request).await.unwrap();
+    let (round, calls, approvals) = next_round(&mut exec).await.unwrap();
+    assert_eq!((round, calls.len(), approvals.len()), (1, 1, 2));
+    assert_eq!(approvals[0].reason.as_deref(), Some("note 2 is stale"));
+    assert_eq!(approvals[0].call.input_value(), json!({"id": 2}), "the reason is not the tool's");
+    exec.submit(vec![ToolResult::ok(&calls[0].id, &json!("one"))]).unwrap();
+    exec.decide(vec![Decision::approve(&approvals[0].call.id), Decision::deny(&approvals[1].call.id, "not that one")])
+        .await
+        .unwrap();
+    let (_, calls, _) = next_round(&mut exec).await.unwrap();
+    assert_eq!(calls.iter().map(|c| c.input_value()).collect::<Vec<_>>(), [json!({"id": 2})]);
+    exec.submit(vec![ToolResult::ok(&calls[0].id, &json!("deleted 2"))]).unwrap();
+    let done = drive(exec, echo).await.completed();
+    assert_eq!(done.stdout, "one deleted 2 ToolError: denied by the user: not that one\n");
+}
+
 #[tokio::test]
 async fn an_approval_that_never_comes_ends_at_the_deadline_in_words() {
     let request = ExecutionRequest::new("print(await delete(id=1))")

@@ -220,6 +220,62 @@ async fn a_session_snapshot_keeps_every_global_closures_included() {
     session.close();
 }
 
+/// An escape attempt is contained: a program that pollutes the prototypes and replaces
+/// `JSON` and `Promise` still hands the host its calls' true arguments and gets their true
+/// results; no module, loader or WASI function is reachable; and the next execution, and
+/// another session, start clean.
+#[tokio::test]
+async fn an_escape_attempt_is_contained() {
+    let code = r#"
+Object.prototype.polluted = "yes";
+Array.prototype.map = function () { return "hijacked" };
+JSON.stringify = () => '"forged"';
+JSON.parse = () => ({forged: true});
+globalThis.Promise = function () { throw new Error("hijacked Promise") };
+Function.prototype.call = () => "hijacked call";
+const r = await add({a: 1, b: 2});
+const reach = [typeof std, typeof os, typeof require, typeof module, typeof Deno, typeof WebAssembly,
+               typeof process.binding, typeof __ptc_program, Object.keys(process)];
+let imports = [];
+for (const m of ["os", "qjs:os", "std", "/etc/passwd", "wasi:filesystem/types"]) {
+  try { await import(m); imports.push("loaded " + m) } catch (e) { imports.push(e.name) }
+}
+let read;
+try { await fs.readFile("/etc/passwd", "utf8"); read = "read" } catch (e) { read = e.code }
+console.log(r, JSON.stringify(reach), imports.join(","), read);
+({r, seen: [1, 2].length})
+"#;
+    let run = run_js(code).await;
+    assert_eq!(run.rounds.len(), 1);
+    assert_eq!(run.rounds[0][0].input_value(), json!({"a": 1, "b": 2}), "the host gets the true arguments");
+    let done = run.completed();
+    // Modules cannot be loaded (no loader: a ReferenceError), and outside /mnt/data nothing exists.
+    let refused = "ReferenceError,ReferenceError,ReferenceError,ReferenceError,ReferenceError ENOENT";
+    assert_eq!(done.stdout, format!("3 \"forged\" {refused}\n"), "{}", done.stdout);
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&done.return_value).unwrap(), json!({"r": 3, "seen": 2}));
+    // What the program saw, told through a tool instead of its forged JSON.
+    let probe = "const reach = [typeof std, typeof os, typeof require, typeof module, typeof WebAssembly, typeof process.binding];\n\
+                 await add({a: reach.filter((t) => t !== 'undefined').length, b: 0})";
+    let run = run_js(probe).await;
+    assert_eq!(run.rounds[0][0].input_value(), json!({"a": 0, "b": 0}), "no module, loader or WASI binding");
+
+    // The next execution starts clean.
+    let clean = "[typeof ({}).polluted, [1].map((x) => x + 1), JSON.stringify({a: 1}), typeof new Promise(() => {})]";
+    let done = run_js(clean).await.completed();
+    assert_eq!(done.return_value, r#"["undefined",[2],"{\"a\":1}","object"]"#);
+    // And so does another session, while the polluted one goes on polluted.
+    let open = || engine().open_session(ptc_engine::SessionRequest::new().with_runtime(Runtime::Javascript));
+    let (polluted, other) = (open().await.unwrap().0, open().await.unwrap().0);
+    let exec = |s, code: &str| engine().execute_in(s, js(code));
+    drive(exec(&polluted, "Object.prototype.polluted = 1").await.unwrap(), standard_handler).await.completed();
+    let other_sees = drive(exec(&other, "typeof ({}).polluted").await.unwrap(), standard_handler).await.completed();
+    assert_eq!(other_sees.return_value, "\"undefined\"");
+    let it_sees = drive(exec(&polluted, "({}).polluted").await.unwrap(), standard_handler).await.completed();
+    assert_eq!(it_sees.return_value, "1");
+    polluted.close();
+    other.close();
+}
+
 /// The pre-run check: a tool call that cannot work refuses the program before any of it runs
 /// (its first call, which could, is not made), in words with the tool's declaration and at the
 /// call's line; TypeScript after its types are erased; in a session, which goes on.
