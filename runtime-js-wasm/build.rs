@@ -27,8 +27,12 @@ fn main() {
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());
     let guest = manifest.join("guest");
     let wit = manifest.join("../runtime-python-wasm/wit");
+    let declarations = manifest.join("declarations");
     for input in ["src", "Cargo.toml", "Cargo.lock", "prewasi.h"] {
         println!("cargo:rerun-if-changed={}", guest.join(input).display());
+    }
+    for input in ["src", "Cargo.toml"] {
+        println!("cargo:rerun-if-changed={}", declarations.join(input).display());
     }
     println!("cargo:rerun-if-changed={}", wit.display());
     for var in ["PTC_JS_CC", "PTC_JS_AR", "PTC_WASI_SYSROOT_INCLUDE", "PTC_JS_MAX_STACK"] {
@@ -63,7 +67,7 @@ fn main() {
     use sha2::{Digest, Sha256};
     std::fs::write(out.join("ptc-js.wasm"), &bytes).expect("writing the component");
     std::fs::write(out.join("component-sha256"), Sha256::digest(&bytes)).expect("writing the component's digest");
-    write_runtime_digest(&out, &guest, &wit);
+    write_runtime_digest(&out, &guest, &declarations, &wit);
 }
 
 /// Stops with what to install when the wasm32-wasip2 target or the C tools are missing.
@@ -114,11 +118,11 @@ fn clear_outer_build(cmd: &mut Command) {
 }
 
 /// SHA-256 of what the component is built from: the guest crate (sources, manifest, lock
-/// file, the C header) and the WIT world.
-fn write_runtime_digest(out: &Path, guest: &Path, wit: &Path) {
+/// file, the C header), the declarations crate it shares with the engine, and the WIT world.
+fn write_runtime_digest(out: &Path, guest: &Path, declarations: &Path, wit: &Path) {
     use sha2::{Digest, Sha256};
     let mut files = Vec::new();
-    for dir in [guest.join("src"), wit.to_path_buf()] {
+    for dir in [guest.join("src"), declarations.join("src"), wit.to_path_buf()] {
         for entry in std::fs::read_dir(&dir).expect("runtime sources") {
             files.push(entry.unwrap().path());
         }
@@ -126,6 +130,7 @@ fn write_runtime_digest(out: &Path, guest: &Path, wit: &Path) {
     for file in ["Cargo.toml", "Cargo.lock", "prewasi.h"] {
         files.push(guest.join(file));
     }
+    files.push(declarations.join("Cargo.toml"));
     files.sort();
     let mut hash = Sha256::new();
     for path in files.iter().filter(|p| p.is_file()) {

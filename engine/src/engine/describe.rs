@@ -1,13 +1,13 @@
 //! Tools as the model reads them (`describe_tools`): names, one-line signatures and a stub,
 //! rendered by the Python sandbox itself (a `.pyi` stub), or for JavaScript on the host (a
-//! `.d.ts`, `run/javascript/declarations.rs`), where its pre-run check is.
+//! `.d.ts`, `ptc-js-declarations`), where its pre-run check is.
 
 use super::{DescribedTool, Engine, ToolDescription};
 use crate::api::error::{Error, Result};
 use crate::api::request::{Runtime, ToolDef, check_tools_size};
 use crate::instance::guest::Guest;
 use crate::instance::tool_lists::wit_tools;
-use crate::run::javascript::declarations::declarations;
+use crate::run::javascript::declared;
 use crate::run::stores::StoreSpec;
 
 impl Engine {
@@ -36,7 +36,9 @@ impl Engine {
         check_tools_size(tools, &self.inner.config.ceilings)?;
         let listed = || wit_tools(tools, self.inner.stores.observed.as_deref(), tenant);
         if runtime == Runtime::Javascript {
-            let (declared, stub) = declarations(&listed());
+            let listed = listed();
+            let views: Vec<_> = listed.iter().map(declared).collect();
+            let (declared, stub) = ptc_js_declarations::declarations(&views);
             let tools = declared
                 .into_iter()
                 .zip(tools)

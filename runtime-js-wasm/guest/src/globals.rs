@@ -1,5 +1,6 @@
 //! The globals the guest gives programs, made in Rust: timers (`setTimeout`, `setInterval`
-//! and their clears), the tools, `ToolError`, `process.env`, and `fs`, `fetch` and `Headers`
+//! and their clears), the tools, `search_tools` and `describe_tools`, `ToolError`,
+//! `process.env`, and `fs`, `fetch` and `Headers`
 //! (compiled from `extras.js` at the first use of one of them). Made in JavaScript they took
 //! most of a fresh `1+1`: compiling the guest's own 2.3 KB of it cost 0.37 ms of 0.75
 //! (`phases`), where `ToolError`'s class alone is a few lines.
@@ -83,7 +84,46 @@ pub(crate) fn install<'js>(ctx: &Ctx<'js>) -> Result<()> {
     for name in EXTRAS {
         lazy(&g, name)?;
     }
+
+    // Finding tools by what they do, for tool sets too large for a model's prompt; rendered
+    // as the engine renders declarations (`ptc-js-declarations`).
+    g.set(
+        "search_tools",
+        Func::from(|query: Coerced<String>, limit: Opt<Coerced<f64>>| {
+            let limit = limit.0.map_or(10, |l| l.0.clamp(1.0, 1000.0) as usize);
+            with_tools(|tools| ptc_js_declarations::search::search(tools, &query.0, limit))
+        }),
+    )?;
+    g.set(
+        "describe_tools",
+        Func::from(|names: Value<'js>| -> Result<String> {
+            let names: Vec<String> = match names.as_string() {
+                Some(one) => vec![one.to_string()?],
+                None => names.get::<Vec<Coerced<String>>>()?.into_iter().map(|c| c.0).collect(),
+            };
+            Ok(with_tools(|tools| ptc_js_declarations::search::describe(tools, &names)))
+        }),
+    )?;
     Ok(())
+}
+
+/// `f` of the current program's tools, as `ptc-js-declarations` reads them.
+fn with_tools<T>(f: impl FnOnce(&[ptc_js_declarations::ToolDef<'_>]) -> T) -> T {
+    crate::TOOLS.with(|tools| {
+        let tools = tools.borrow();
+        let views: Vec<ptc_js_declarations::ToolDef<'_>> = tools
+            .iter()
+            .map(|t| ptc_js_declarations::ToolDef {
+                name: &t.name,
+                description: &t.description,
+                parameters: &t.parameters,
+                namespace: &t.namespace,
+                returns: &t.returns,
+                observed: t.observed,
+            })
+            .collect();
+        f(&views)
+    })
 }
 
 /// The globals `extras.js` makes.

@@ -318,6 +318,28 @@ async fn tool_calls_that_cannot_work_refuse_the_program_before_it_runs() {
     session.close();
 }
 
+/// `search_tools` and `describe_tools` find a program's tools by what they do and give their
+/// declarations, as the engine renders them.
+#[tokio::test]
+async fn search_tools_and_describe_tools_find_the_programs_tools() {
+    let code = "console.log(search_tools('weather in a city'));\nconsole.log(describe_tools('get_weather'));\n\
+                console.log(describe_tools(['get_wether']))";
+    let done = run_js(code).await.completed();
+    // (What it returns is the shape its results had, once an earlier test has called it.)
+    let mut parts = done.stdout.splitn(2, '\n');
+    let found = parts.next().unwrap();
+    assert!(found.starts_with("get_weather(args: { city: string; days?: number }): Promise<"), "{found}");
+    assert!(found.ends_with("  // Weather for a city."), "{found}");
+    let rest = parts.next().unwrap();
+    assert!(
+        rest.starts_with(
+            "/** Weather for a city. */\ndeclare function get_weather(args: { city: string; days?: number }): Promise<"
+        ),
+        "{rest}"
+    );
+    assert!(rest.contains("// no tool \"get_wether\"; did you mean \"get_weather\"?"), "{rest}");
+}
+
 /// The check knows the runtime's globals: an awaited call of any of them is no unknown name.
 #[tokio::test]
 async fn the_check_knows_every_global_of_the_guest() {

@@ -522,6 +522,18 @@ async fn past_the_discovery_threshold_programs_find_their_tools_by_searching() {
     assert!(text.contains("class notes:") && text.contains("async def get_body(id: int"), "{text}");
     let r = execute(&client, "print(await notes.get_body(id=2))").await;
     assert_eq!(stdout(&r), "gather independent awaits\n", "{r:?}");
+    // A JavaScript program searches the same way, and reads TypeScript.
+    let js = |code: &str| {
+        let args = json!({"code": code, "language": "javascript"}).as_object().unwrap().clone();
+        client.call_tool(CallToolRequestParams::new("execute_code").with_arguments(args))
+    };
+    let r = js("console.log(search_tools('read a text file', 1))").await.unwrap();
+    assert!(stdout(&r).starts_with("fs.read_text_file(args: { path: string"), "{r:?}");
+    let r = js("console.log(describe_tools(['notes.get_body']))").await.unwrap();
+    assert!(
+        stdout(&r).contains("declare namespace notes {") && stdout(&r).contains("function get_body(args: { id: number"),
+        "{r:?}"
+    );
     client.cancel().await.unwrap();
     server.shutdown();
     server.wait().await;

@@ -28,8 +28,8 @@ use swc_ecma_ast as ast;
 use swc_ecma_parser::{Parser, StringInput, Syntax};
 use swc_ecma_visit::{Visit, VisitWith};
 
-use super::declarations::{Declared, ident};
 use crate::api::request::ToolDef;
+use ptc_js_declarations::{Declared, ident};
 
 /// The most problems a refusal lists (the first ones, in line order).
 const MAX_SHOWN: usize = 5;
@@ -42,8 +42,8 @@ const BEFORE: &str = "async function __ptc_program() {";
 const AFTER: &str = "\n}";
 
 /// The globals of the guest's runtime (QuickJS-ng's, and ptc-engine's own): an awaited call of
-/// one of them is no misspelt tool. `javascript::the_host_knows_the_guests_globals` holds it
-/// equal to what the guest has.
+/// one of them is no misspelt tool. `javascript::the_check_knows_every_global_of_the_guest`
+/// holds it to what the guest has.
 pub(crate) const GLOBALS: &[&str] = &[
     "AggregateError",
     "Array",
@@ -107,6 +107,7 @@ pub(crate) const GLOBALS: &[&str] = &[
     "console",
     "decodeURI",
     "decodeURIComponent",
+    "describe_tools",
     "encodeURI",
     "encodeURIComponent",
     "escape",
@@ -121,6 +122,7 @@ pub(crate) const GLOBALS: &[&str] = &[
     "performance",
     "process",
     "queueMicrotask",
+    "search_tools",
     "setInterval",
     "setTimeout",
     "structuredClone",
@@ -318,7 +320,7 @@ impl Tool<'_> {
             returns: self.def.returns.as_ref().map(|r| r.to_string()).unwrap_or_default(),
             observed: false,
         };
-        Declared::of(&wit).line()
+        Declared::of(&super::declared(&wit)).line()
     }
 
     fn properties(&self) -> Option<&serde_json::Map<String, Value>> {

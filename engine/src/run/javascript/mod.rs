@@ -1,10 +1,10 @@
 //! What the host does for the JavaScript runtime before its guest runs a program: erases a
-//! TypeScript program's types (`typescript.rs`), checks the program's tool calls against the
-//! tools (`check.rs`), and renders the tools as TypeScript declarations (`declarations.rs`),
-//! which the check's refusals and `describe_tools` show.
+//! TypeScript program's types (`typescript.rs`) and checks the program's tool calls against
+//! the tools (`check.rs`). The tools' TypeScript declarations, which the check's refusals and
+//! `describe_tools` show, are `ptc-js-declarations`'s (the guest's `search_tools` renders
+//! them with the same crate).
 
 pub(crate) mod check;
-pub(crate) mod declarations;
 pub(crate) mod typescript;
 
 use crate::api::request::{Runtime, ToolDef};
@@ -29,4 +29,16 @@ fn thrower(name: &str, message: &str, line: usize, column: usize) -> String {
     let name = serde_json::to_string(name).unwrap_or_default();
     let stack = serde_json::to_string(&format!("    at <eval> (program.js:{line}:{column})")).unwrap_or_default();
     format!("throw Object.assign(new SyntaxError({message}), {{ name: {name}, stack: {stack} }});")
+}
+
+/// A tool as `ptc-js-declarations` reads it.
+pub(crate) fn declared(tool: &crate::instance::bindings::ToolDef) -> ptc_js_declarations::ToolDef<'_> {
+    ptc_js_declarations::ToolDef {
+        name: &tool.name,
+        description: &tool.description,
+        parameters: &tool.parameters,
+        namespace: &tool.namespace,
+        returns: &tool.returns,
+        observed: tool.observed,
+    }
 }

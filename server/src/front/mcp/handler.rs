@@ -111,8 +111,9 @@ const JAVASCRIPT: &str = "\n\nJavaScript or TypeScript instead: pass language=\"
 tools, each called with one object of its arguments: `await server.tool({arg: value})`; run independent calls at once \
 with `await Promise.all([...])`. A failing tool rejects with a ToolError; console.log prints; the last expression's value, \
 or a top-level `return`, is the result; `await llm_query({prompt: \"...\"})` asks your client's model. JavaScript and \
-TypeScript programs keep their state as Python's do, in sessions of their own; describe_tools with \
-language=\"typescript\" gives the tools' TypeScript declarations; search_tools is Python's only.";
+TypeScript programs keep their state as Python's do, in sessions of their own; inside them \
+console.log(search_tools(\"create an issue\")) and describe_tools([\"server.tool\"]) give TypeScript \
+declarations, as does the describe_tools tool with language=\"typescript\".";
 
 impl ServerHandler for CodeMode {
     fn get_info(&self) -> ServerConfig {

@@ -1,37 +1,50 @@
 //! Tools as a model reads them in JavaScript or TypeScript: how a program names each, a
 //! one-line signature (`get_weather(args: { city: string; days?: number }): Promise<unknown>`)
-//! and a `.d.ts` declaring them all. JSON Schema becomes TypeScript types, nested at most
-//! [`DEPTH`] deep (deeper: `unknown`), `$ref`s into the schema's own `$defs` followed.
+//! and a `.d.ts` declaring them all (this module), and finding them by what they do
+//! ([`search`]). JSON Schema becomes TypeScript types, nested at most [`DEPTH`] deep (deeper:
+//! `unknown`), `$ref`s into the schema's own `$defs` followed.
 //!
-//! Rendered on the host, where the pre-run check (`check.rs`) words its refusals with the same
-//! signatures; the guest only runs programs. Bounded by the tools' size, which the engine
-//! checks first, and by [`DEPTH`].
+//! The engine renders them for its pre-run check's refusals and `describe_tools`; the
+//! JavaScript guest for `search_tools` and `describe_tools` inside programs. Bounded by the
+//! tools' size, which the engine checks first, and by [`DEPTH`].
+
+pub mod search;
 
 use serde_json::Value;
 
-use crate::instance::bindings::ToolDef;
+/// One tool as the sandbox's WIT world hands it over: its schemas as JSON text (empty: none).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ToolDef<'a> {
+    pub name: &'a str,
+    pub description: &'a str,
+    pub parameters: &'a str,
+    pub namespace: &'a str,
+    pub returns: &'a str,
+    /// `returns` is the shape results had, not a declared schema.
+    pub observed: bool,
+}
 
 /// How deep a schema's types are written out.
 const DEPTH: usize = 6;
 
 /// The name a program calls a tool or a namespace by: `-` and `.` become `_`.
-pub(crate) fn ident(name: &str) -> String {
+pub fn ident(name: &str) -> String {
     name.replace(['-', '.'], "_")
 }
 
 /// One tool as a program sees it.
-pub(crate) struct Declared {
+pub struct Declared {
     /// `get_weather`, or `github.search_issues` in a namespace.
-    pub(crate) code_name: String,
+    pub code_name: String,
     /// `(args: {...}): Promise<...>`, the part after the name.
-    pub(crate) signature: String,
+    pub signature: String,
     fn_name: String,
     namespace: String,
 }
 
 impl Declared {
-    pub(crate) fn of(tool: &ToolDef) -> Self {
-        let schema = parse(&tool.parameters).filter(truthy).unwrap_or_else(|| Value::Object(Default::default()));
+    pub fn of(tool: &ToolDef<'_>) -> Self {
+        let schema = parse(tool.parameters).filter(truthy).unwrap_or_else(|| Value::Object(Default::default()));
         let mut with_type = serde_json::Map::new();
         with_type.insert("type".into(), "object".into());
         if let Value::Object(fields) = &schema {
@@ -39,31 +52,42 @@ impl Declared {
         }
         let args = type_of(&Value::Object(with_type), &schema, 0);
         let optional = schema.get("required").and_then(Value::as_array).is_none_or(|r| r.is_empty());
-        let output = parse(&tool.returns);
+        let output = parse(tool.returns);
         let result = output.as_ref().map_or_else(|| "unknown".into(), |o| type_of(o, o, 0));
         let observed = if tool.observed && output.is_some() { " /* observed */" } else { "" };
-        let fn_name = ident(&tool.name);
-        let namespace = ident(&tool.namespace);
+        let fn_name = ident(tool.name);
+        let namespace = ident(tool.namespace);
         let code_name = if namespace.is_empty() { fn_name.clone() } else { format!("{namespace}.{fn_name}") };
         let signature = format!("(args{}: {args}): Promise<{result}>{observed}", if optional { "?" } else { "" });
         Declared { code_name, signature, fn_name, namespace }
     }
 
     /// The whole line: `get_weather(args: ...): Promise<...>`.
-    pub(crate) fn line(&self) -> String {
+    pub fn line(&self) -> String {
         format!("{}{}", self.code_name, self.signature)
     }
 }
 
 /// The `.d.ts` declaring `tools` (with `ToolError`), and each tool as declared there.
-pub(crate) fn declarations(tools: &[ToolDef]) -> (Vec<Declared>, String) {
+pub fn declarations(tools: &[ToolDef<'_>]) -> (Vec<Declared>, String) {
     let declared: Vec<Declared> = tools.iter().map(Declared::of).collect();
-    let mut stub = String::from(
+    let stub = String::from(
         "/** A failed tool call: `message` is the tool's words, `tool` its name. */\n\
          declare class ToolError extends Error { tool: string }\n",
-    );
+    ) + &body(&declared, tools);
+    (declared, stub)
+}
+
+/// The declarations of `tools` alone, their functions first, then each namespace's.
+pub(crate) fn declarations_of(tools: &[ToolDef<'_>]) -> String {
+    let declared: Vec<Declared> = tools.iter().map(Declared::of).collect();
+    body(&declared, tools).trim_start().to_owned()
+}
+
+fn body(declared: &[Declared], tools: &[ToolDef<'_>]) -> String {
+    let mut stub = String::new();
     for (d, t) in declared.iter().zip(tools).filter(|(d, _)| d.namespace.is_empty()) {
-        stub += &format!("\n{}declare function {}{};\n", comment(&t.description, ""), d.fn_name, d.signature);
+        stub += &format!("\n{}declare function {}{};\n", comment(t.description, ""), d.fn_name, d.signature);
     }
     let mut spaces: Vec<&str> = Vec::new();
     for d in declared.iter().filter(|d| !d.namespace.is_empty()) {
@@ -74,11 +98,11 @@ pub(crate) fn declarations(tools: &[ToolDef]) -> (Vec<Declared>, String) {
     for space in spaces {
         stub += &format!("\ndeclare namespace {space} {{\n");
         for (d, t) in declared.iter().zip(tools).filter(|(d, _)| d.namespace == space) {
-            stub += &format!("{}  function {}{};\n", comment(&t.description, "  "), d.fn_name, d.signature);
+            stub += &format!("{}  function {}{};\n", comment(t.description, "  "), d.fn_name, d.signature);
         }
         stub += "}\n";
     }
-    (declared, stub)
+    stub
 }
 
 /// A JSON text, or nothing when it is empty or not JSON.
@@ -216,13 +240,13 @@ fn joined(parts: impl Iterator<Item = String>, separator: &str) -> String {
 mod tests {
     use super::*;
 
-    fn tool(name: &str, namespace: &str, parameters: &str, returns: &str) -> ToolDef {
+    fn tool<'a>(name: &'a str, namespace: &'a str, parameters: &'a str, returns: &'a str) -> ToolDef<'a> {
         ToolDef {
-            name: name.into(),
-            description: "Finds things.\nSecond line */ kept".into(),
-            parameters: parameters.into(),
-            namespace: namespace.into(),
-            returns: returns.into(),
+            name,
+            description: "Finds things.\nSecond line */ kept",
+            parameters,
+            namespace,
+            returns,
             observed: false,
         }
     }
