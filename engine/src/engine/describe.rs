@@ -7,7 +7,7 @@ use crate::api::error::{Error, Result};
 use crate::api::request::{Runtime, ToolDef, check_tools_size};
 use crate::instance::guest::Guest;
 use crate::instance::tool_lists::wit_tools;
-use crate::run::javascript::declared;
+use crate::run::javascript::check::declared;
 use crate::run::stores::StoreSpec;
 
 impl Engine {

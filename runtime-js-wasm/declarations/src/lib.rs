@@ -1,12 +1,12 @@
 //! Tools as a model reads them in JavaScript or TypeScript: how a program names each, a
 //! one-line signature (`get_weather(args: { city: string; days?: number }): Promise<unknown>`)
 //! and a `.d.ts` declaring them all (this module), and finding them by what they do
-//! ([`search`]). JSON Schema becomes TypeScript types, nested at most [`DEPTH`] deep (deeper:
+//! ([`search`]). JSON Schema becomes TypeScript types, nested at most six deep (deeper:
 //! `unknown`), `$ref`s into the schema's own `$defs` followed.
 //!
 //! The engine renders them for its pre-run check's refusals and `describe_tools`; the
 //! JavaScript guest for `search_tools` and `describe_tools` inside programs. Bounded by the
-//! tools' size, which the engine checks first, and by [`DEPTH`].
+//! tools' size, which the engine checks first, and by that depth.
 
 pub mod search;
 

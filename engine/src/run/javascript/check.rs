@@ -154,7 +154,19 @@ pub(crate) fn refusal(code: &str, tools: &[ToolDef], session: bool) -> Option<St
         if problems.len() == 1 { " cannot" } else { "s cannot" },
         listed.join("\n")
     );
-    Some(super::thrower("ToolCheckError", &message, *line, *column))
+    Some(super::thrower::thrower("ToolCheckError", &message, *line, *column))
+}
+
+/// A tool as `ptc-js-declarations` reads it (the engine's `describe_tools` too).
+pub(crate) fn declared(tool: &crate::instance::bindings::ToolDef) -> ptc_js_declarations::ToolDef<'_> {
+    ptc_js_declarations::ToolDef {
+        name: &tool.name,
+        description: &tool.description,
+        parameters: &tool.parameters,
+        namespace: &tool.namespace,
+        returns: &tool.returns,
+        observed: tool.observed,
+    }
 }
 
 /// The problems of `code`'s tool calls, as `(line, column, message)` (1-based) in order.
@@ -320,7 +332,7 @@ impl Tool<'_> {
             returns: self.def.returns.as_ref().map(|r| r.to_string()).unwrap_or_default(),
             observed: false,
         };
-        Declared::of(&super::declared(&wit)).line()
+        Declared::of(&declared(&wit)).line()
     }
 
     fn properties(&self) -> Option<&serde_json::Map<String, Value>> {

@@ -5,6 +5,7 @@
 //! them with the same crate).
 
 pub(crate) mod check;
+mod thrower;
 pub(crate) mod typescript;
 
 use crate::api::request::{Runtime, ToolDef};
@@ -19,26 +20,4 @@ pub(crate) fn program(runtime: Runtime, code: String, tools: &[ToolDef], session
         Runtime::Python | Runtime::PythonData => return code,
     };
     check::refusal(&code, tools, session).unwrap_or(code)
-}
-
-/// A program that throws a `SyntaxError` named `name` with `message`, its stack at `line` and
-/// `column` of the program (1-based): what the guest runs instead of a refused program, so
-/// that the refusal reaches the caller as any program's error does (and a session goes on).
-fn thrower(name: &str, message: &str, line: usize, column: usize) -> String {
-    let message = serde_json::to_string(message).unwrap_or_default();
-    let name = serde_json::to_string(name).unwrap_or_default();
-    let stack = serde_json::to_string(&format!("    at <eval> (program.js:{line}:{column})")).unwrap_or_default();
-    format!("throw Object.assign(new SyntaxError({message}), {{ name: {name}, stack: {stack} }});")
-}
-
-/// A tool as `ptc-js-declarations` reads it.
-pub(crate) fn declared(tool: &crate::instance::bindings::ToolDef) -> ptc_js_declarations::ToolDef<'_> {
-    ptc_js_declarations::ToolDef {
-        name: &tool.name,
-        description: &tool.description,
-        parameters: &tool.parameters,
-        namespace: &tool.namespace,
-        returns: &tool.returns,
-        observed: tool.observed,
-    }
 }

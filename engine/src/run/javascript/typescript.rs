@@ -27,7 +27,7 @@ const AFTER: &str = "\n}";
 pub(crate) fn to_javascript(code: &str) -> String {
     match strip(code) {
         Ok(javascript) => javascript,
-        Err(Refusal { line, column, message }) => super::thrower("SyntaxError", &message, line, column),
+        Err(Refusal { line, column, message }) => super::thrower::thrower("SyntaxError", &message, line, column),
     }
 }
 
