@@ -65,7 +65,9 @@ fn main() {
     let built = target_dir.join(TARGET).join("release").join("ptc_js_guest.wasm");
     let bytes = std::fs::read(&built).unwrap_or_else(|e| panic!("reading {}: {e}", built.display()));
     use sha2::{Digest, Sha256};
-    std::fs::write(out.join("ptc-js.wasm"), &bytes).expect("writing the component");
+    // Embedded compressed: 1.47 MB of component in 0.44 MB of the binaries (and of the wheel).
+    let packed = zstd::bulk::compress(&bytes, 19).expect("compressing the component");
+    std::fs::write(out.join("ptc-js.wasm.zst"), packed).expect("writing the component");
     std::fs::write(out.join("component-sha256"), Sha256::digest(&bytes)).expect("writing the component's digest");
     write_runtime_digest(&out, &guest, &declarations, &wit);
 }

@@ -135,7 +135,7 @@ pub(crate) fn cached_artifact(engine: &Engine, cache_dir: Option<&Path>, name: &
 /// on a cache miss (the embedded component is stored compressed: inflating it takes ~0.1 s).
 pub(crate) struct Wasm {
     pub(crate) sha256: [u8; 32],
-    /// `None`: the embedded Python component.
+    /// `None`: the embedded component of its kind (inflated when needed).
     bytes: Option<std::borrow::Cow<'static, [u8]>>,
     /// What its compiled forms' names start with: `sandbox` (the Python component, or a
     /// file's) or `javascript`.
@@ -160,14 +160,14 @@ impl Wasm {
 
     /// The embedded JavaScript component.
     pub(crate) fn javascript() -> Self {
-        let bytes = Some(ptc_runtime_js_wasm::COMPONENT.into());
-        Wasm { sha256: *ptc_runtime_js_wasm::COMPONENT_SHA256, bytes, kind: "javascript" }
+        Wasm { sha256: *ptc_runtime_js_wasm::COMPONENT_SHA256, bytes: None, kind: "javascript" }
     }
 
     fn bytes(&self) -> std::borrow::Cow<'_, [u8]> {
-        match &self.bytes {
-            Some(bytes) => bytes.as_ref().into(),
-            None => ptc_runtime_python_wasm::component().into(),
+        match (&self.bytes, self.kind) {
+            (Some(bytes), _) => bytes.as_ref().into(),
+            (None, "javascript") => ptc_runtime_js_wasm::component().into(),
+            (None, _) => ptc_runtime_python_wasm::component().into(),
         }
     }
 
