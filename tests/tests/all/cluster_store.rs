@@ -159,21 +159,26 @@ async fn the_first_execution_after_redis_is_back_is_journaled_without_waiting_fo
     let _ = std::fs::remove_dir_all(files);
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn the_first_continuation_after_redis_restarted_is_replayed_on_another_node() {
-    let (redis_process, port) = tokio::task::spawn_blocking(|| redis::start(None)).await.unwrap();
-    let files = std::env::temp_dir().join(format!("ptc-redis-restart-{}", std::process::id()));
-    // Ports first, so that each node names the other's.
+/// Two nodes over the Redis at `port`, each naming the other as its peer (its ports chosen
+/// first), their files in `files`.
+async fn peered_nodes(port: u16, files: &std::path::Path) -> (RunningServer, RunningServer) {
     let (p1, p2) = (ptc_tests::binary::free_port(), ptc_tests::binary::free_port());
     let peers = Peers::List(vec![
         ("n1".into(), format!("http://127.0.0.1:{p1}")),
         ("n2".into(), format!("http://127.0.0.1:{p2}")),
     ]);
-    let mut c1 = node("n1", port, peers.clone(), &files);
+    let mut c1 = node("n1", port, peers.clone(), files);
     c1.http_addr = ([127, 0, 0, 1], p1).into();
-    let mut c2 = node("n2", port, peers, &files);
+    let mut c2 = node("n2", port, peers, files);
     c2.http_addr = ([127, 0, 0, 1], p2).into();
-    let (n1, n2) = (serve(c1).await, serve(c2).await);
+    (serve(c1).await, serve(c2).await)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_first_continuation_after_redis_restarted_is_replayed_on_another_node() {
+    let (redis_process, port) = tokio::task::spawn_blocking(|| redis::start(None)).await.unwrap();
+    let files = std::env::temp_dir().join(format!("ptc-redis-restart-{}", std::process::id()));
+    let (n1, n2) = peered_nodes(port, &files).await;
     // Both nodes have spoken to Redis: their connections are open.
     for server in [&n1, &n2] {
         let paused = begin(server.http_addr, "key-a", "print(await t())").await;
@@ -202,16 +207,7 @@ async fn the_first_continuation_after_redis_restarted_is_replayed_on_another_nod
 async fn a_javascript_run_is_replayed_on_another_node_with_its_random_numbers() {
     let (_redis, port) = tokio::task::spawn_blocking(|| redis::start(None)).await.unwrap();
     let files = std::env::temp_dir().join(format!("ptc-js-replay-{}", std::process::id()));
-    let (p1, p2) = (ptc_tests::binary::free_port(), ptc_tests::binary::free_port());
-    let peers = Peers::List(vec![
-        ("n1".into(), format!("http://127.0.0.1:{p1}")),
-        ("n2".into(), format!("http://127.0.0.1:{p2}")),
-    ]);
-    let mut c1 = node("n1", port, peers.clone(), &files);
-    c1.http_addr = ([127, 0, 0, 1], p1).into();
-    let mut c2 = node("n2", port, peers, &files);
-    c2.http_addr = ([127, 0, 0, 1], p2).into();
-    let (n1, n2) = (serve(c1).await, serve(c2).await);
+    let (n1, n2) = peered_nodes(port, &files).await;
     let code = "const r = Math.random();\nconst a = await t({r});\nconst b = await t({});\nconsole.log(r, a + b)";
     let paused =
         post(n1.http_addr, PATH, Some("key-a"), &json!({"code": code, "tools": tools(), "runtime": "javascript"}))
