@@ -443,6 +443,7 @@ const s = await fs.stat("sub");
     assert_eq!(value, json!(["kept and more", [1, 2, 255], ["notes.txt", "sub"], true, 3]));
     assert_eq!(std::fs::read_to_string(dir.join("notes.txt")).unwrap(), "kept and more");
     assert_eq!(std::fs::read_to_string(root.join("secret.txt")).unwrap(), "do not read");
+    std::fs::remove_dir_all(&root).unwrap();
 }
 
 #[tokio::test]
