@@ -32,6 +32,22 @@ pub fn ident(name: &str) -> String {
     name.replace(['-', '.'], "_")
 }
 
+/// How a program calls tool `name` of `namespace` (empty: none): `get_weather`, or
+/// `github.search_issues`.
+pub fn code_name(namespace: &str, name: &str) -> String {
+    if namespace.is_empty() { ident(name) } else { format!("{}.{}", ident(namespace), ident(name)) }
+}
+
+/// The name of `names` most like `name`, if one is at least `cutoff` alike (0 to 1; a tie goes
+/// to the first in alphabetical order): what a "did you mean" names.
+pub fn closest<S: AsRef<str>>(name: &str, names: impl Iterator<Item = S>, cutoff: f64) -> Option<S> {
+    names
+        .map(|n| (strsim::normalized_levenshtein(name, n.as_ref()), n))
+        .filter(|(score, _)| *score >= cutoff)
+        .max_by(|a, b| a.0.total_cmp(&b.0).then_with(|| b.1.as_ref().cmp(a.1.as_ref())))
+        .map(|(_, n)| n)
+}
+
 /// One tool as a program sees it.
 pub struct Declared {
     /// `get_weather`, or `github.search_issues` in a namespace.
@@ -55,9 +71,8 @@ impl Declared {
         let output = parse(tool.returns);
         let result = output.as_ref().map_or_else(|| "unknown".into(), |o| type_of(o, o, 0));
         let observed = if tool.observed && output.is_some() { " /* observed */" } else { "" };
-        let fn_name = ident(tool.name);
-        let namespace = ident(tool.namespace);
-        let code_name = if namespace.is_empty() { fn_name.clone() } else { format!("{namespace}.{fn_name}") };
+        let (fn_name, namespace) = (ident(tool.name), ident(tool.namespace));
+        let code_name = code_name(tool.namespace, tool.name);
         let signature = format!("(args{}: {args}): Promise<{result}>{observed}", if optional { "?" } else { "" });
         Declared { code_name, signature, fn_name, namespace }
     }

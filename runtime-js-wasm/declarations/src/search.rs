@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
 
-use super::{Declared, ToolDef, declarations_of, ident};
+use super::{Declared, ToolDef, closest, code_name, declarations_of, ident};
 
 /// Words that say nothing about which tool is meant. Verbs ("get", "list") stay: tool names
 /// are made of them, and their rarity weighs them.
@@ -195,7 +195,7 @@ pub fn search(tools: &[ToolDef<'_>], query: &str, limit: usize) -> String {
 pub fn describe(tools: &[ToolDef<'_>], names: &[String]) -> String {
     let mut by_name: Vec<(String, usize)> = Vec::new();
     for (i, t) in tools.iter().enumerate() {
-        by_name.push((Declared::of(t).code_name, i));
+        by_name.push((code_name(t.namespace, t.name), i));
         let listed = if t.namespace.is_empty() { t.name.to_owned() } else { format!("{}.{}", t.namespace, t.name) };
         by_name.push((listed, i));
     }
@@ -212,16 +212,9 @@ pub fn describe(tools: &[ToolDef<'_>], names: &[String]) -> String {
     if !unknown.is_empty() {
         let notes: Vec<String> = unknown
             .iter()
-            .map(|name| {
-                let close = by_name
-                    .iter()
-                    .map(|(n, _)| (strsim::normalized_levenshtein(name, n), n))
-                    .filter(|(score, _)| *score >= 0.6)
-                    .max_by(|a, b| a.0.total_cmp(&b.0));
-                match close {
-                    Some((_, n)) => format!("// no tool {name:?}; did you mean {n:?}?"),
-                    None => format!("// no tool {name:?}"),
-                }
+            .map(|name| match closest(name, by_name.iter().map(|(n, _)| n), 0.6) {
+                Some(n) => format!("// no tool {name:?}; did you mean {n:?}?"),
+                None => format!("// no tool {name:?}"),
             })
             .collect();
         let rest = if text.is_empty() {

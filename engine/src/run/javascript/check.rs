@@ -29,7 +29,7 @@ use swc_ecma_parser::{Parser, StringInput, Syntax};
 use swc_ecma_visit::{Visit, VisitWith};
 
 use crate::api::request::ToolDef;
-use ptc_js_declarations::{Declared, ident};
+use ptc_js_declarations::{Declared, closest, code_name, ident};
 
 /// The most problems a refusal lists (the first ones, in line order).
 const MAX_SHOWN: usize = 5;
@@ -235,9 +235,8 @@ fn key(span: Span) -> (u32, u32) {
 
 /// The call an expression is, through parentheses.
 fn call_of(expr: &ast::Expr) -> Option<&ast::CallExpr> {
-    match expr {
+    match unparenthesised(expr) {
         ast::Expr::Call(call) => Some(call),
-        ast::Expr::Paren(p) => call_of(&p.expr),
         _ => None,
     }
 }
@@ -323,16 +322,23 @@ struct Tool<'a> {
 }
 
 impl Tool<'_> {
+    /// Its signature line, as `describe_tools` shows it.
     fn declared(&self) -> String {
-        let wit = crate::instance::bindings::ToolDef {
-            name: self.def.name.clone(),
-            description: String::new(),
-            parameters: self.parameters.as_ref().map(|p| p.to_string()).unwrap_or_default(),
-            namespace: self.def.namespace.clone().unwrap_or_default(),
-            returns: self.def.returns.as_ref().map(|r| r.to_string()).unwrap_or_default(),
-            observed: false,
+        let text = |schema: Option<&Value>| schema.map(Value::to_string).unwrap_or_default();
+        let (parameters, returns) = (text(self.parameters.as_deref()), text(self.def.returns.as_deref()));
+        let view = ptc_js_declarations::ToolDef {
+            name: &self.def.name,
+            namespace: self.def.namespace.as_deref().unwrap_or_default(),
+            parameters: &parameters,
+            returns: &returns,
+            ..Default::default()
         };
-        Declared::of(&declared(&wit)).line()
+        Declared::of(&view).line()
+    }
+
+    /// How the program calls it.
+    fn code_name(&self) -> String {
+        code_name(self.def.namespace.as_deref().unwrap_or_default(), &self.def.name)
     }
 
     fn properties(&self) -> Option<&serde_json::Map<String, Value>> {
@@ -387,7 +393,7 @@ impl<'a> Checker<'a> {
         };
         if call.alone && !call.awaited {
             let text = &code[call.span.lo.0 as usize - 1..call.span.hi.0 as usize - 1];
-            let text = if text.chars().count() <= 60 { text.to_owned() } else { format!("{}(...)", qualified(tool)) };
+            let text = if text.chars().count() <= 60 { text.to_owned() } else { format!("{}(...)", tool.code_name()) };
             return Some(format!(
                 "{text} is not awaited, so its result and its errors would be lost: write `await {text}`"
             ));
@@ -472,19 +478,12 @@ impl<'a> Checker<'a> {
     }
 }
 
-fn qualified(tool: &Tool<'_>) -> String {
-    match &tool.def.namespace {
-        Some(space) => format!("{}.{}", ident(space), ident(&tool.def.name)),
-        None => ident(&tool.def.name),
-    }
-}
-
 /// The problem of a call's arguments, if it has one the check can be sure of.
 fn arguments(tool: &Tool<'_>, args: &[ast::ExprOrSpread]) -> Option<String> {
     if args.iter().any(|a| a.spread.is_some()) {
         return None;
     }
-    let name = qualified(tool);
+    let name = tool.code_name();
     let fix = |what: String| Some(format!("{name}() {what}: {}", tool.declared()));
     let object = match args {
         [] => None,
@@ -492,7 +491,7 @@ fn arguments(tool: &Tool<'_>, args: &[ast::ExprOrSpread]) -> Option<String> {
             ast::Expr::Object(object) => Some(object),
             other => {
                 return literal_type(other)
-                    .and_then(|kind| fix(format!("takes one object of arguments, not {}", NAMES[kind])));
+                    .and_then(|kind| fix(format!("takes one object of arguments, not {}", named(kind))));
             }
         },
         more => return fix(format!("takes one object of arguments, not {}", more.len())),
@@ -539,13 +538,8 @@ fn arguments(tool: &Tool<'_>, args: &[ast::ExprOrSpread]) -> Option<String> {
             continue;
         };
         if accepts(schema, kind) == Some(false) {
-            let wanted = match schema.get("type") {
-                Some(Value::String(t)) => vec![t.as_str()],
-                Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
-                _ => Vec::new(),
-            };
-            let wanted: Vec<&str> = wanted.into_iter().map(|t| NAMES.get(t).copied().unwrap_or(t)).collect();
-            return fix(format!("takes {} as {key:?}, not {}", wanted.join(" or "), NAMES[kind]));
+            let wanted: Vec<&str> = types(schema).unwrap_or_default().into_iter().map(named).collect();
+            return fix(format!("takes {} as {key:?}, not {}", wanted.join(" or "), named(kind)));
         }
     }
     None
@@ -558,18 +552,19 @@ fn unparenthesised(expr: &ast::Expr) -> &ast::Expr {
     }
 }
 
-/// What each JSON type is called in a refusal.
-static NAMES: std::sync::LazyLock<HashMap<&'static str, &'static str>> = std::sync::LazyLock::new(|| {
-    HashMap::from([
-        ("string", "a string"),
-        ("boolean", "a boolean (true or false)"),
-        ("integer", "an integer"),
-        ("number", "a number"),
-        ("null", "null"),
-        ("array", "an array"),
-        ("object", "an object"),
-    ])
-});
+/// What a JSON type is called in a refusal.
+fn named(kind: &str) -> &str {
+    match kind {
+        "string" => "a string",
+        "boolean" => "a boolean (true or false)",
+        "integer" => "an integer",
+        "number" => "a number",
+        "null" => "null",
+        "array" => "an array",
+        "object" => "an object",
+        other => other,
+    }
+}
 
 /// The JSON type of a literal, if the expression is one.
 fn literal_type(expr: &ast::Expr) -> Option<&'static str> {
@@ -587,28 +582,21 @@ fn literal_type(expr: &ast::Expr) -> Option<&'static str> {
 
 /// Whether a property's schema takes a value of JSON type `kind`; `None`: it cannot say.
 fn accepts(schema: &Value, kind: &str) -> Option<bool> {
-    let schema = schema.as_object()?;
-    if ["anyOf", "oneOf", "allOf", "$ref", "not", "if"].iter().any(|k| schema.contains_key(*k)) {
+    if ["anyOf", "oneOf", "allOf", "$ref", "not", "if"].iter().any(|k| schema.get(k).is_some()) {
         return None;
     }
-    let types: Vec<&str> = match schema.get("type")? {
-        Value::String(t) => vec![t.as_str()],
-        Value::Array(ts) => ts.iter().map(Value::as_str).collect::<Option<_>>()?,
-        _ => return None,
-    };
-    if types.is_empty() {
-        return None;
-    }
+    let types = types(schema).filter(|t| !t.is_empty())?;
     Some(types.contains(&kind) || (kind == "integer" && types.contains(&"number")))
 }
 
-/// The name of `names` most like `name`, if one is at least `cutoff` alike (0 to 1).
-fn closest<S: AsRef<str>>(name: &str, names: impl Iterator<Item = S>, cutoff: f64) -> Option<S> {
-    names
-        .map(|n| (strsim::normalized_levenshtein(name, n.as_ref()), n))
-        .filter(|(score, _)| *score >= cutoff)
-        .max_by(|a, b| a.0.total_cmp(&b.0).then_with(|| b.1.as_ref().cmp(a.1.as_ref())))
-        .map(|(_, n)| n)
+/// The JSON types a property's schema names (`"type"`, one or a list of them); `None`: it
+/// names none, or not only names.
+fn types(schema: &Value) -> Option<Vec<&str>> {
+    match schema.as_object()?.get("type")? {
+        Value::String(t) => Some(vec![t.as_str()]),
+        Value::Array(ts) => ts.iter().map(Value::as_str).collect(),
+        _ => None,
+    }
 }
 
 fn listing<'n>(names: impl Iterator<Item = &'n String>, limit: usize) -> String {
