@@ -53,58 +53,80 @@ pub(crate) fn clear_timers() {
     STATE.with(|s| s.borrow_mut().timers.clear());
 }
 
-/// A new runtime's globals: timers, `ToolError`, and the accessors that make `fs`, `fetch`
-/// and `Headers` at their first use.
+/// A new runtime's globals: timers, `ToolError`, the accessors that make `fs`, `fetch` and
+/// `Headers` at their first use, and `search_tools` and `describe_tools`.
 pub(crate) fn install<'js>(ctx: &Ctx<'js>) -> Result<()> {
-    let g = ctx.globals();
-    g.set(
-        "setTimeout",
-        Func::from(|ctx: Ctx<'js>, f: Value<'js>, ms: Opt<Coerced<f64>>, args: Rest<Value<'js>>| {
-            set_timer(&ctx, f, ms.0.map(|c| c.0), args.0, false)
-        }),
-    )?;
-    g.set(
-        "setInterval",
-        Func::from(|ctx: Ctx<'js>, f: Value<'js>, ms: Opt<Coerced<f64>>, args: Rest<Value<'js>>| {
-            set_timer(&ctx, f, ms.0.map(|c| c.0), args.0, true)
-        }),
-    )?;
-    let clear = || Func::from(|id: Opt<Coerced<f64>>| clear_timer(id.0.map(|c| c.0)));
-    g.set("clearTimeout", clear())?;
-    g.set("clearInterval", clear())?;
-
     let tool_error: Constructor = runtime_eval(
         ctx,
         "(class ToolError extends Error { constructor(message, tool) { super(message); this.name = 'ToolError'; \
          this.tool = tool; } })",
     )?;
-    g.set("ToolError", tool_error.clone())?;
     STATE.with(|s| s.borrow_mut().tool_error = Some(Persistent::save(ctx, tool_error)));
-
-    for name in EXTRAS {
-        lazy(&g, name)?;
+    let g = ctx.globals();
+    for name in OWN {
+        own(&g, name)?;
     }
-
-    // Finding tools by what they do, for tool sets too large for a model's prompt; rendered
-    // as the engine renders declarations (`ptc-js-declarations`).
-    g.set(
-        "search_tools",
-        Func::from(|query: Coerced<String>, limit: Opt<Coerced<f64>>| {
-            let limit = limit.0.map_or(10, |l| l.0.clamp(1.0, 1000.0) as usize);
-            with_tools(|tools| ptc_js_declarations::search::search(tools, &query.0, limit))
-        }),
-    )?;
-    g.set(
-        "describe_tools",
-        Func::from(|names: Value<'js>| -> Result<String> {
-            let names: Vec<String> = match names.as_string() {
-                Some(one) => vec![one.to_string()?],
-                None => names.get::<Vec<Coerced<String>>>()?.into_iter().map(|c| c.0).collect(),
-            };
-            Ok(with_tools(|tools| ptc_js_declarations::search::describe(tools, &names)))
-        }),
-    )?;
     Ok(())
+}
+
+/// The globals the runtime defines itself ([`own`] makes each).
+const OWN: [&str; 10] = [
+    "setTimeout",
+    "setInterval",
+    "clearTimeout",
+    "clearInterval",
+    "ToolError",
+    "fs",
+    "fetch",
+    "Headers",
+    "search_tools",
+    "describe_tools",
+];
+
+/// Defines the runtime's own global `name` (one of [`OWN`]; any other name: nothing), as a new
+/// runtime has it, or again once a tool of that name is gone.
+fn own<'js>(g: &Object<'js>, name: &str) -> Result<()> {
+    match name {
+        "setTimeout" | "setInterval" => {
+            let every = name == "setInterval";
+            g.set(
+                name,
+                Func::from(move |ctx: Ctx<'js>, f: Value<'js>, ms: Opt<Coerced<f64>>, args: Rest<Value<'js>>| {
+                    set_timer(&ctx, f, ms.0.map(|c| c.0), args.0, every)
+                }),
+            )
+        }
+        "clearTimeout" | "clearInterval" => {
+            g.set(name, Func::from(|id: Opt<Coerced<f64>>| clear_timer(id.0.map(|c| c.0))))
+        }
+        "ToolError" => {
+            let class = STATE.with(|s| s.borrow().tool_error.clone()).ok_or(rquickjs::Error::Unknown)?;
+            g.set(name, class.restore(g.ctx())?)
+        }
+        "fs" => lazy(g, "fs"),
+        "fetch" => lazy(g, "fetch"),
+        "Headers" => lazy(g, "Headers"),
+        // Finding tools by what they do, for tool sets too large for a model's prompt; rendered
+        // as the engine renders declarations (`ptc-js-declarations`).
+        "search_tools" => g.set(
+            name,
+            Func::from(|query: Coerced<String>, limit: Opt<Coerced<f64>>| {
+                let limit = limit.0.map_or(10, |l| l.0.clamp(1.0, 1000.0) as usize);
+                with_tools(|tools| ptc_js_declarations::search::search(tools, &query.0, limit))
+            }),
+        ),
+        "describe_tools" => g.set(
+            name,
+            Func::from(|names: Value<'js>| -> Result<String> {
+                let names: Vec<String> = match names.as_string() {
+                    Some(one) => vec![one.to_string()?],
+                    None => names.get::<Vec<Coerced<String>>>()?.into_iter().map(|c| c.0).collect(),
+                };
+                Ok(with_tools(|tools| ptc_js_declarations::search::describe(tools, &names)))
+            }),
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// `f` of the current program's tools, as `ptc-js-declarations` reads them.
@@ -126,10 +148,7 @@ fn with_tools<T>(f: impl FnOnce(&[ptc_js_declarations::ToolDef<'_>]) -> T) -> T 
     })
 }
 
-/// The globals `extras.js` makes.
-const EXTRAS: [&str; 3] = ["fs", "fetch", "Headers"];
-
-/// `name` (one of [`EXTRAS`]) as an accessor that makes it at its first use.
+/// `name` (one of those `extras.js` makes) as an accessor that makes it at its first use.
 fn lazy<'js>(g: &Object<'js>, name: &'static str) -> Result<()> {
     let get = move |ctx: Ctx<'js>| -> Result<Value<'js>> {
         let value: Value = extras(&ctx)?.get(name)?;
@@ -141,13 +160,10 @@ fn lazy<'js>(g: &Object<'js>, name: &'static str) -> Result<()> {
 }
 
 /// Takes away a global the last program's tools made, giving back the runtime's own of that
-/// name (`fs`, `fetch`, `Headers`) if there is one.
+/// name (`fs`, `search_tools`, ...) if there is one.
 fn unset<'js>(g: &Object<'js>, name: &str) -> Result<()> {
     g.remove(name)?;
-    match EXTRAS.iter().find(|e| **e == name) {
-        Some(extra) => lazy(g, extra),
-        None => Ok(()),
-    }
+    own(g, name)
 }
 
 /// `name` on `object` as a plain writable, configurable value, whatever it was (an accessor

@@ -78,9 +78,10 @@ async fn namespaces_hold_their_tools_and_tools_win_over_globals() {
         ptc_engine::ToolDef::new("open").with_namespace("web-search"),
         ptc_engine::ToolDef::new("read").with_namespace("fs"),
         ptc_engine::ToolDef::new("fetch"),
+        ptc_engine::ToolDef::new("search_tools"),
     ];
     let code = r#"
-const r = await Promise.all([web_search.search({q: "rust"}), web_search.open(), fs.read(), fetch({})]);
+const r = await Promise.all([web_search.search({q: "rust"}), web_search.open(), fs.read(), fetch({}), search_tools({})]);
 r.map((x) => x.tool).join(",")
 "#;
     let session =
@@ -88,13 +89,13 @@ r.map((x) => x.tool).join(",")
     let request = ExecutionRequest::new(code).with_runtime(Runtime::Javascript).with_tools(tools);
     let run = drive(engine().execute_in(&session, request).await.unwrap(), echo).await;
     assert_eq!(run.rounds.len(), 1);
-    assert_eq!(run.completed().return_value, "\"search,open,read,fetch\"");
-    // The next program has only its own tools, and the runtime's fs again.
-    let request = ExecutionRequest::new("[typeof web_search, typeof fs.readFile, typeof add]")
-        .with_runtime(Runtime::Javascript)
-        .with_tools(standard_tools());
+    assert_eq!(run.completed().return_value, "\"search,open,read,fetch,search_tools\"");
+    // The next program has only its own tools, and the runtime's fs, fetch and search_tools
+    // again.
+    let code = "[typeof web_search, typeof fs.readFile, typeof add, typeof Headers, search_tools('add').slice(0, 4)]";
+    let request = ExecutionRequest::new(code).with_runtime(Runtime::Javascript).with_tools(standard_tools());
     let done = drive(engine().execute_in(&session, request).await.unwrap(), standard_handler).await.completed();
-    assert_eq!(done.return_value, "[\"undefined\",\"function\",\"function\"]");
+    assert_eq!(done.return_value, "[\"undefined\",\"function\",\"function\",\"function\",\"add(\"]");
     session.close();
 }
 
