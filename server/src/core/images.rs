@@ -34,22 +34,33 @@ pub struct DiskImages {
 /// What the kept images take: each one, each tenant's, all of them.
 #[derive(Default)]
 struct Accounts {
-    /// Execution id → (tenant, bytes).
-    images: HashMap<String, (String, u64)>,
+    /// Execution id → (tenant, bytes, the keep that wrote it).
+    images: HashMap<String, (String, u64, u64)>,
     tenants: HashMap<String, u64>,
     total: u64,
+    /// Numbers each keep, so that a write finding its execution forgotten (or kept again)
+    /// meanwhile leaves no file behind.
+    keeps: u64,
 }
 
 impl Accounts {
-    fn add(&mut self, id: String, tenant: String, bytes: u64) {
+    /// Counts `id`'s image in place of any earlier one; the number of this keep.
+    fn add(&mut self, id: String, tenant: String, bytes: u64) -> u64 {
         self.remove(&id);
         *self.tenants.entry(tenant.clone()).or_default() += bytes;
         self.total += bytes;
-        self.images.insert(id, (tenant, bytes));
+        self.keeps += 1;
+        self.images.insert(id, (tenant, bytes, self.keeps));
+        self.keeps
+    }
+
+    /// Whether `id`'s image is still the one keep `number` counted.
+    fn current(&self, id: &str, number: u64) -> bool {
+        self.images.get(id).is_some_and(|(_, _, n)| *n == number)
     }
 
     fn remove(&mut self, id: &str) -> bool {
-        let Some((tenant, bytes)) = self.images.remove(id) else { return false };
+        let Some((tenant, bytes, _)) = self.images.remove(id) else { return false };
         if let Some(t) = self.tenants.get_mut(&tenant) {
             *t = t.saturating_sub(bytes);
             if *t == 0 {
@@ -116,9 +127,9 @@ impl DiskImages {
     ) -> Result<(), String> {
         let size = (8 + header.len() + image.len()) as u64;
         // Counted before it is written, so that keeps at once cannot pass a bound together.
-        let old = {
+        let (number, old) = {
             let mut kept = self.kept.lock().unwrap();
-            let old = kept.images.get(id).cloned();
+            let old = kept.images.get(id).map(|(tenant, bytes, _)| (tenant.clone(), *bytes));
             let was = old.as_ref().map_or(0, |(_, b)| *b);
             let mine = kept.tenants.get(tenant).copied().unwrap_or(0).saturating_sub(was);
             let all = kept.total.saturating_sub(was);
@@ -134,18 +145,29 @@ impl DiskImages {
                     self.limits.total_bytes
                 ));
             }
-            kept.add(id.to_string(), tenant.to_string(), size);
-            old
+            (kept.add(id.to_string(), tenant.to_string(), size), old)
         };
         let mut bytes = Vec::with_capacity(size as usize);
         bytes.extend_from_slice(&round.to_be_bytes());
         bytes.extend_from_slice(&(header.len() as u32).to_be_bytes());
         bytes.extend_from_slice(header);
         bytes.extend_from_slice(image);
-        let (path, tmp) = (self.path(id), self.dir.join(format!("{}.tmp", hex::encode(id))));
+        // Each keep writes a file of its own, which takes the image's name only while the
+        // accounts still count this keep: an execution forgotten while its image was being
+        // written (its deadline swept, a cancel) leaves no file behind, nor does a keep that a
+        // later one overtook.
+        let path = self.path(id);
+        let tmp = self.dir.join(format!("{}.{number}.tmp", hex::encode(id)));
+        let (images, id_owned) = (self.clone(), id.to_string());
         let written = tokio::task::spawn_blocking(move || {
             std::fs::write(&tmp, &bytes)?;
-            std::fs::rename(&tmp, &path)
+            let kept = images.kept.lock().unwrap();
+            if kept.current(&id_owned, number) {
+                std::fs::rename(&tmp, &path)
+            } else {
+                drop(kept);
+                std::fs::remove_file(&tmp)
+            }
         })
         .await
         .map_err(|e| e.to_string())
@@ -153,9 +175,11 @@ impl DiskImages {
         if written.is_err() {
             // The file it had, if any, is still there.
             let mut kept = self.kept.lock().unwrap();
-            kept.remove(id);
-            if let Some((tenant, bytes)) = old {
-                kept.add(id.to_string(), tenant, bytes);
+            if kept.current(id, number) {
+                kept.remove(id);
+                if let Some((tenant, bytes)) = old {
+                    kept.add(id.to_string(), tenant, bytes);
+                }
             }
         }
         written
@@ -179,8 +203,15 @@ impl DiskImages {
     /// Execution `id` has ended, or was cancelled: its image goes.
     pub fn forget(self: &Arc<Self>, id: &str) {
         if self.kept.lock().unwrap().remove(id) {
-            let path = self.path(id);
-            tokio::task::spawn_blocking(move || std::fs::remove_file(path));
+            // Under the lock, as a keep's rename is: a keep counted before this one cannot
+            // put its file back after it, nor this remove one counted after.
+            let (images, id, path) = (self.clone(), id.to_string(), self.path(id));
+            tokio::task::spawn_blocking(move || {
+                let kept = images.kept.lock().unwrap();
+                if !kept.images.contains_key(&id) {
+                    let _ = std::fs::remove_file(path);
+                }
+            });
         }
     }
 }
@@ -287,6 +318,26 @@ mod tests {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         assert!(images.load("e1").await.is_none());
         assert_eq!(std::fs::read_dir(dir.join(DIR)).unwrap().count(), 1);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_execution_forgotten_while_its_image_is_written_leaves_no_file() {
+        let dir = std::env::temp_dir().join(format!("ptc-images-race-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let limits = JournalLimits { tenant_bytes: 1 << 30, total_bytes: 1 << 30 };
+        let images = DiskImages::open(&dir, limits).unwrap();
+        let (header, image) = (header("a", now_ms() + 60_000), vec![7; 32 << 20]);
+        let mut keep = std::pin::pin!(images.keep("e", "a", 1, &header, &image));
+        // Counted, and its write begun on the blocking pool; then the execution ends.
+        let once = std::future::poll_fn(|cx| std::task::Poll::Ready(keep.as_mut().poll(cx))).await;
+        assert!(once.is_pending());
+        images.forget("e");
+        keep.await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let left: Vec<_> = std::fs::read_dir(dir.join(DIR)).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert!(left.is_empty(), "{left:?}");
+        assert!(images.load("e").await.is_none());
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

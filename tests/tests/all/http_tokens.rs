@@ -81,6 +81,24 @@ async fn forged_replayed_and_cross_tenant_tokens_are_refused_without_harm() {
     eventually("the instance is freed", || server.engine.live_instances() == 0).await;
 }
 
+/// The same continuation sent twice at once (a client's retry): one resumes the program, the
+/// other is refused, whichever comes first, and the program runs once.
+#[tokio::test]
+async fn a_token_sent_twice_at_once_resumes_its_execution_once() {
+    let server = serve(config(&["acme:ka"])).await;
+    let addr = server.http_addr;
+    let code = "import time\na = await t()\ntime.sleep(0.2)\nprint('ran', a)";
+    let first = post(addr, PATH, Some("ka"), &json!({"code": code, "tools": [{"name": "t"}]})).await.body;
+    assert_eq!(first["status"], "tool_call_required", "{first}");
+    let next = json!({"continuation_token": first["continuation_token"], "tool_results": results_for(&first)});
+    let (a, b) = tokio::join!(post(addr, PATH, Some("ka"), &next), post(addr, PATH, Some("ka"), &next));
+    let mut outcomes =
+        [a, b].map(|r| (r.status, r.body["stdout"].as_str().or(r.body["error"].as_str()).map(String::from)));
+    outcomes.sort();
+    assert_eq!(outcomes, [(200, Some("ran 1\n".to_string())), (400, Some("Invalid continuation token".to_string()))],);
+    eventually("the instance is freed", || server.engine.live_instances() == 0).await;
+}
+
 #[tokio::test]
 async fn expired_tokens_and_paused_executions_are_freed() {
     let server = serve(config(&[])).await;

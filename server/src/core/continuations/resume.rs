@@ -12,6 +12,10 @@ use super::{Continuations, Turn};
 use crate::core::error::Error;
 use crate::core::token::{Claims, ttl_until};
 
+/// How long a continuation waits for its execution's slot before it takes the request holding
+/// it for a replay of its token: far longer than the registry's housekeeping holds a slot.
+const HOUSEKEEPING: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// A token that is not (or no longer) this execution's: a replay or a forgery.
 pub(super) fn invalid_token() -> Error {
     Error::invalid("Invalid continuation token")
@@ -32,8 +36,13 @@ impl Continuations {
         results: Vec<ToolResult>,
         decisions: Vec<Decision>,
     ) -> Result<Turn, Error> {
-        // A second request racing on the same execution is a replay of the same token.
-        let Ok(mut guard) = slot.try_lock() else { return Err(invalid_token()) };
+        // A second request racing on the same execution is a replay of the same token: the
+        // first holds the slot for as long as the program runs. The registry's own look at a
+        // slot (its sweep every second, a count at an insert) holds it for microseconds, and is
+        // waited for: refused for it, a valid token would lose its execution.
+        let Ok(mut guard) = tokio::time::timeout(HOUSEKEEPING, slot.lock()).await else {
+            return Err(invalid_token());
+        };
         let Some(paused) = guard.as_mut() else { return Err(invalid_token()) };
         if paused.round != claims.round || paused.tenant != tenant {
             return Err(invalid_token());
