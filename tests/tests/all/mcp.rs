@@ -75,6 +75,15 @@ pub(crate) fn downstream(tag: &str) -> Downstream {
     Downstream { venv, project, fs_root, config: path, _web: web }
 }
 
+/// Its files root and config go with it: each run left eight of each in the temporary
+/// directory (the files test of the JavaScript runtime had the same leak).
+impl Drop for Downstream {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.fs_root);
+        let _ = std::fs::remove_file(&self.config);
+    }
+}
+
 impl Downstream {
     fn drive(&self, pause: bool, mode: &[&str]) -> Child {
         let mut cmd = Command::new(self.venv.join("bin").join("python"));
