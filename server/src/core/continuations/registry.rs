@@ -3,7 +3,11 @@
 //! registry for both, with the caps that bound what one tenant and all of them may hold.
 //!
 //! A slot holds its program behind a lock: a request resuming it holds the lock (a second
-//! request on the same key finds it locked, a replay) and empties the slot when done.
+//! request on the same key finds it locked, a replay) and empties the slot when done. The
+//! registry's own look at a slot (a sweep, the count at an insert) also takes that lock, for
+//! microseconds, always under the map's lock; a request takes it under the map's lock too
+//! ([`Registry::claim`]), so it never finds a slot locked by the registry, only by another
+//! request.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -38,11 +42,19 @@ pub enum Full<T> {
 }
 
 /// One program's place.
-pub type Slot<T> = Arc<tokio::sync::Mutex<Option<T>>>;
+type Slot<T> = Arc<tokio::sync::Mutex<Option<T>>>;
 
-/// A place for `held` (in the registry, or a request's own while it adopts it).
-pub fn slot<T>(held: T) -> Slot<T> {
+/// A slot, locked by the request that holds it: emptied when the request takes its program.
+pub type Claim<T> = tokio::sync::OwnedMutexGuard<Option<T>>;
+
+/// A place for `held` (in the registry).
+fn slot<T>(held: T) -> Slot<T> {
     Arc::new(tokio::sync::Mutex::new(Some(held)))
+}
+
+/// `held`, claimed by the request that adopts it (in no registry yet).
+pub fn claimed<T>(held: T) -> Claim<T> {
+    slot(held).try_lock_owned().expect("a new slot is unlocked")
 }
 
 /// Programs paused between two requests, by key.
@@ -97,8 +109,10 @@ impl<T: Held> Registry<T> {
         Ok(())
     }
 
-    pub fn get(&self, key: &str) -> Option<Slot<T>> {
-        self.slots().get(key).cloned()
+    /// The slot under `key`, locked for the caller; `Err` while another request holds it.
+    pub fn claim(&self, key: &str) -> Option<Result<Claim<T>, tokio::sync::TryLockError>> {
+        // Under the map's lock, which the registry's own looks at a slot hold throughout.
+        self.slots().get(key).map(|slot| slot.clone().try_lock_owned())
     }
 
     pub fn remove(&self, key: &str) {
@@ -182,6 +196,18 @@ mod tests {
         registry.insert("a1".into(), P(Some("a"), true)).ok();
         assert!(registry.insert("c1".into(), P(Some("c"), false)).is_ok());
         assert_eq!(registry.len(), 3);
+    }
+
+    #[test]
+    fn a_claim_fails_only_while_another_request_holds_the_slot() {
+        let registry = Registry::with_caps(Caps { total: 1000, per_tenant: 1000 });
+        registry.insert("k".into(), P(Some("a"), false)).ok();
+        let held = registry.claim("k").unwrap().unwrap();
+        assert!(registry.claim("k").unwrap().is_err(), "a second request is refused");
+        assert!(registry.sweep().is_empty(), "a held slot is kept");
+        drop(held);
+        assert!(registry.claim("k").unwrap().is_ok(), "free again once the request is done");
+        assert!(registry.claim("none").is_none());
     }
 
     #[test]

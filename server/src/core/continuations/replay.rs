@@ -15,7 +15,7 @@ use ptc_engine::{Decision, Entry, ExecutionRequest, Journal, Limits, Runtime, To
 
 use super::pause::ended;
 use super::paused::{Paused, Stop, advance};
-use super::registry::slot;
+use super::registry::claimed;
 use super::resume::{expired, invalid_token};
 use super::{Continuations, Turn};
 use crate::cluster::{JournalHeader, StoreError};
@@ -66,14 +66,14 @@ impl Continuations {
         if let Some(image) = image
             && let Some(paused) = self.thaw(&tenant, &claims, &header, image).await?
         {
-            return self.resume_held(&tenant, &claims, slot(paused), results, decisions).await;
+            return self.resume_held(&tenant, &claims, claimed(paused), results, decisions).await;
         }
         let Some(journal) = journal else {
             let _ = store.forget(&claims.execution_id).await;
             return Ok(lost(header.session_id, NOT_KEPT));
         };
         match self.run_again(&tenant, &claims, header, journal).await? {
-            Ok(paused) => self.resume_held(&tenant, &claims, slot(paused), results, decisions).await,
+            Ok(paused) => self.resume_held(&tenant, &claims, claimed(paused), results, decisions).await,
             Err(turn) => Ok(turn),
         }
     }
@@ -164,7 +164,7 @@ impl Continuations {
             return Ok(lost(kept.header.session_id, NOT_KEPT_SINCE));
         }
         match self.thaw(&tenant, &claims, &kept.header, kept.image).await? {
-            Some(paused) => self.resume_held(&tenant, &claims, slot(paused), results, decisions).await,
+            Some(paused) => self.resume_held(&tenant, &claims, claimed(paused), results, decisions).await,
             None => {
                 images.forget(&claims.execution_id);
                 Err(expired())

@@ -7,14 +7,10 @@ use std::collections::HashMap;
 use ptc_engine::{Control, Decision, ErrorKind as EngineKind, Execution, ToolResult};
 
 use super::paused::{Paused, advance};
-use super::registry::Slot;
+use super::registry::Claim;
 use super::{Continuations, Turn};
 use crate::core::error::Error;
 use crate::core::token::{Claims, ttl_until};
-
-/// How long a continuation waits for its execution's slot before it takes the request holding
-/// it for a replay of its token: far longer than the registry's housekeeping holds a slot.
-const HOUSEKEEPING: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// A token that is not (or no longer) this execution's: a replay or a forgery.
 pub(super) fn invalid_token() -> Error {
@@ -27,22 +23,17 @@ pub(super) fn expired() -> Error {
 }
 
 impl Continuations {
-    /// Resumes a paused execution held in `slot` with the client's results and decisions.
+    /// Resumes a paused execution, its slot claimed by this request (`guard`), with the
+    /// client's results and decisions.
     pub(super) async fn resume_held(
         &self,
         tenant: &str,
         claims: &Claims,
-        slot: Slot<Paused>,
+        mut guard: Claim<Paused>,
         results: Vec<ToolResult>,
         decisions: Vec<Decision>,
     ) -> Result<Turn, Error> {
-        // A second request racing on the same execution is a replay of the same token: the
-        // first holds the slot for as long as the program runs. The registry's own look at a
-        // slot (its sweep every second, a count at an insert) holds it for microseconds, and is
-        // waited for: refused for it, a valid token would lose its execution.
-        let Ok(mut guard) = tokio::time::timeout(HOUSEKEEPING, slot.lock()).await else {
-            return Err(invalid_token());
-        };
+        // Emptied by a request that resumed it before this one: a replay of the same token.
         let Some(paused) = guard.as_mut() else { return Err(invalid_token()) };
         if paused.round != claims.round || paused.tenant != tenant {
             return Err(invalid_token());

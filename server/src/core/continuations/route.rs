@@ -31,14 +31,17 @@ impl Continuations {
         };
         let Answers { results, decisions, forward } = answers;
         let cluster = &self.cluster;
-        if let Some(slot) = self.paused.get(&claims.execution_id) {
+        if let Some(claim) = self.paused.claim(&claims.execution_id) {
+            // A second request racing on the same execution is a replay of the same token.
+            let Ok(held) = claim else { return Err(invalid_token()) };
             // A copy of an earlier round than the token's, which another node's token names:
             // the execution went on there. This copy is stale, and the token goes to its owner.
-            let stale = slot.try_lock().is_ok_and(|p| p.as_ref().is_some_and(|p| p.round < claims.round));
+            let stale = held.as_ref().is_some_and(|p| p.round < claims.round);
             if !(stale && !claims.node.is_empty() && claims.node != cluster.node) {
-                return self.resume_held(&tenant, &claims, slot, results, decisions).await;
+                return self.resume_held(&tenant, &claims, held, results, decisions).await;
             }
             tracing::info!(execution = %claims.execution_id, node = %claims.node, "a stale copy: forwarding to the owner");
+            drop(held);
             self.paused.forget(&claims.execution_id);
         }
         // Another node's: forwarded once, with the client's credentials; its answer is ours.
