@@ -1,10 +1,12 @@
-"""A server's session through the Python client, the way the remote transport's A/B in
-docs/benchmarks.md measured it: `pass` and a 10-call program, alternating, 150 times each in one
-live session; prints their medians and the per-round cost ((10 calls - pass) / 10). Run it with
-two clients' venvs against one server, alternating processes, to compare them:
+"""A session through the Python client, the way the transports' A/Bs in docs/benchmarks.md
+measured it: `pass` and a 10-call program, alternating, 150 times each in one live session;
+prints their medians and the per-round cost ((10 calls - pass) / 10). With a URL, a server's
+session; without one, the engine in this process. Run it with two clients' venvs (or one venv
+whose package files are swapped between runs), alternating processes, to compare them:
 
     target/release/ptc-engine serve --api-keys t1:k1 &
     VENV/bin/python benches/python/session_rounds.py http://127.0.0.1:50051 k1
+    VENV/bin/python benches/python/session_rounds.py          # in process
 """
 
 import asyncio
@@ -22,8 +24,9 @@ async def add(a: int, b: int) -> int:
     return a + b
 
 
-async def main(url: str, key: str | None) -> None:
-    async with Sandbox(url, api_key=key) as sb, sb.session() as session:
+async def main(url: str | None, key: str | None) -> None:
+    sandbox = Sandbox(url, api_key=key) if url else Sandbox()
+    async with sandbox as sb, sb.session() as session:
         times: dict[str, list[float]] = {"pass": [], "10 calls": []}
         for _ in range(RUNS):
             for name, code, tools in (("pass", "pass", []), ("10 calls", PROGRAM, [add])):
@@ -35,4 +38,4 @@ async def main(url: str, key: str | None) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None))
+    asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else None, sys.argv[2] if len(sys.argv) > 2 else None))

