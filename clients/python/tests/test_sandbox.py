@@ -14,6 +14,7 @@ import pydantic
 import pytest
 
 import ptc_engine
+from ptc_engine import _transport
 from ptc_engine import Limits, Output, Sandbox, Tool, ToolCalls, tool
 
 
@@ -318,6 +319,39 @@ async def test_cancelling_the_callers_task_cancels_the_execution_on_the_server(s
                 break
         else:
             pytest.fail("the cancelled execution kept running")
+
+
+async def plus(a: int, b: int) -> int:
+    """Adds two integers, at once (an async tool that never waits)."""
+    return a + b
+
+
+async def test_a_timeout_around_a_run_of_quick_rounds_cancels_it_mid_run(sb):
+    code = "t = 0\nfor i in range(999):\n    t = await plus(a=t, b=1)\nreturn t"
+    result = await sb.run(code, tools=[plus], limits=Limits(max_round_trips=1000))
+    assert result.return_value == 999 and result.stats.round_trips >= 999
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(sb.run(code, tools=[plus], limits=Limits(max_round_trips=1000)), 0.05)
+    assert (await sb.run("return 1")).return_value == 1
+
+
+async def test_reads_let_the_event_loop_turn_even_when_every_message_is_there_at_once():
+    # A call whose every message is there at once (what a run of quick rounds looks like when
+    # each answer is sent without a turn of the loop): its reads must still let the loop turn,
+    # or a timer (a timeout around the run) would never fire.
+    class Instant:
+        def next(self, spin_micros: int, block_micros: int) -> bytes:
+            return b""  # an empty ServerMessage, at once
+
+    call = _transport.NativeCall(Instant(), RuntimeError, _transport.Transport("http://unused", None))
+    loop = asyncio.get_running_loop()
+    fired: list[bool] = []
+    loop.call_later(0.001, fired.append, True)
+    began = loop.time()
+    while not fired and loop.time() - began < 2:
+        await call.read()
+    assert fired, "2 s of reads and the loop never turned"
+    assert loop.time() - began < 0.5
 
 
 async def test_one_connection_serves_many_executions_at_once(sb):

@@ -46,6 +46,13 @@ YIELDS = 64
 """How many times a read lets the loop's other ready work run first before it waits on the
 loop: each time, the answers of the round it read may be what the engine waits for."""
 
+TURN_EVERY = 0.002
+"""Seconds a call's reads may go without the loop taking a turn: past it (or once a timer is
+due) the next read lets it take one first. Answers sent eagerly (`_run.py`) need no turn, and a
+message that comes within the spin is taken without one, so a run of quick rounds could
+otherwise hold the loop for its whole length: a timer due (an `asyncio.timeout` around the run,
+which cancels it) would not fire, nor would I/O be polled, until the run ended."""
+
 
 def native() -> ModuleType | None:
     """The native module, if this installation has it (every wheel does)."""
@@ -167,6 +174,9 @@ class NativeCall:
         self._rpc_error = rpc_error
         self._transport = transport
         self._request_id: str | None = None
+        self._turned: float | None = None
+        """When the loop last took a turn during a read (its clock); at the first, the call
+        was just made in the loop's current turn."""
 
     def send(self, message: pb.ClientMessage) -> Awaitable[None] | None:
         """Hands `message` over: `None` once it is sent, else an awaitable to wait for room in
@@ -209,7 +219,14 @@ class NativeCall:
         loop = asyncio.get_running_loop()
         ready = getattr(loop, "_ready", None)  # CPython's loops have both
         timers = getattr(loop, "_scheduled", None)
+        if self._turned is None:
+            self._turned = loop.time()
         for _ in range(YIELDS):
+            now = loop.time()
+            if now - self._turned > TURN_EVERY or (timers is not None and len(timers) > 0 and timers[0].when() <= now):
+                # Overdue: the loop takes a turn first (its due timers fire, its I/O is polled).
+                await asyncio.sleep(0)
+                self._turned = loop.time()
             busy = ready is None or timers is None or len(ready) > 0
             spin = block = 0
             # Another task may be what the engine waits for (a tool's answer from a thread, an
@@ -223,7 +240,10 @@ class NativeCall:
             if not busy:
                 break
             await asyncio.sleep(0)
-        return await self._call.wait()  # type: ignore[no-any-return]
+            self._turned = loop.time()
+        got = await self._call.wait()
+        self._turned = loop.time()
+        return got  # type: ignore[no-any-return]
 
     def cancel(self) -> None:
         """Ends the call: before its end, that cancels the execution."""
