@@ -10,6 +10,7 @@
 //! command itself, for the package's script.
 
 mod exit;
+mod files;
 mod lanes;
 mod remote;
 
@@ -74,8 +75,8 @@ fn code_name(code: Code) -> &'static str {
 struct Local {
     service: Arc<Service>,
     lanes: Arc<Lanes>,
-    /// This process's session files, removed by `close`.
-    files: std::path::PathBuf,
+    /// This process's session files, removed by `close` (`files.rs`).
+    files: files::Owned,
 }
 
 #[pymethods]
@@ -98,8 +99,10 @@ impl Local {
         }
         config.engine.python_data = python_data;
         config.engine.python_data_at_first_use = true;
-        let files = std::env::temp_dir().join(format!("ptc-engine-files-{}", std::process::id()));
-        config.files.dir = files.clone();
+        let files = files::claim(&std::env::temp_dir()).map_err(|e| {
+            PyRuntimeError::new_err(format!("the in-process engine could not make its files directory: {e}"))
+        })?;
+        config.files.dir = files.dir.clone();
         let runtime = pyo3_async_runtimes::tokio::get_runtime();
         let started = |e: &dyn std::fmt::Display| {
             PyRuntimeError::new_err(format!("the in-process engine could not start: {e:#}"))
@@ -115,7 +118,7 @@ impl Local {
     fn close(&self, py: Python<'_>) {
         self.service.engine().stop_accepting();
         exit::close(py);
-        let _ = std::fs::remove_dir_all(&self.files);
+        let _ = std::fs::remove_dir_all(&self.files.dir);
     }
 
     /// The answer (bytes) of the unary call `method` to `request` (bytes), as an awaitable. It

@@ -5,7 +5,10 @@ and API keys."""
 
 import asyncio
 import dataclasses
+import os
 import socket
+import subprocess
+import sys
 from typing import Literal, Optional
 
 from typing_extensions import TypedDict
@@ -352,6 +355,24 @@ async def test_reads_let_the_event_loop_turn_even_when_every_message_is_there_at
         await call.read()
     assert fired, "2 s of reads and the loop never turned"
     assert loop.time() - began < 0.5
+
+
+def test_session_files_of_a_process_that_ended_without_cleaning_up_are_removed_by_the_next(tmp_path):
+    # An in-process engine's session files go under a directory of its process's, removed at
+    # its exit; a process ended by `os._exit` (or killed) cannot. The next process to start an
+    # engine removes it: the lock its owner held on it is free.
+    env = {k: v for k, v in os.environ.items() if k != "PTC_ENGINE_URL"}
+    env["TMPDIR"] = str(tmp_path)
+    run = "import os, sys\nfrom ptc_engine import Sandbox\nSandbox().run_sync('pass')\nprint(os.getpid(), flush=True)\n"
+    first = subprocess.run([sys.executable, "-c", run + "os._exit(0)\n"], env=env, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr
+    left = tmp_path / f"ptc-engine-files-{first.stdout.strip()}"
+    assert left.is_dir(), list(tmp_path.iterdir())
+    second = subprocess.run([sys.executable, "-c", run], env=env, capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0, second.stderr
+    assert not left.exists()
+    # And the second, which ended normally, removed its own.
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("ptc-engine-files-")] == []
 
 
 async def test_one_connection_serves_many_executions_at_once(sb):
