@@ -9,7 +9,7 @@
 //! A directory is made under a name of its own and renamed into place once its lock is held,
 //! so a directory under the final name is never seen unlocked while its owner lives.
 
-use std::fs::{File, TryLockError};
+use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -26,9 +26,10 @@ pub struct Owned {
 /// This process's directory under `root` (made and locked), once the directories there whose
 /// owners are gone have been removed.
 pub fn claim(root: &Path) -> io::Result<Owned> {
-    sweep(root, std::process::id());
-    let dir = root.join(format!("{PREFIX}{}", std::process::id()));
-    let making = root.join(format!(".{PREFIX}{}.new", std::process::id()));
+    let pid = std::process::id();
+    sweep(root, pid);
+    let dir = root.join(format!("{PREFIX}{pid}"));
+    let making = root.join(format!(".{PREFIX}{pid}.new"));
     let _ = std::fs::remove_dir_all(&making);
     std::fs::create_dir_all(&making)?;
     let owner = File::create(making.join(OWNER))?;
@@ -54,11 +55,8 @@ fn sweep(root: &Path, pid: u32) {
         }
         let dir = entry.path();
         let Ok(owner) = File::open(dir.join(OWNER)) else { continue };
-        match owner.try_lock() {
-            Ok(()) => {
-                let _ = std::fs::remove_dir_all(&dir);
-            }
-            Err(TryLockError::WouldBlock | TryLockError::Error(_)) => {}
+        if owner.try_lock().is_ok() {
+            let _ = std::fs::remove_dir_all(&dir);
         }
     }
 }

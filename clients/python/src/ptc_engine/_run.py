@@ -99,13 +99,18 @@ async def _execute(
             if inspect.isawaitable(r):
                 await r
 
+    prune_at = 64
+
     def spawn(job: Coroutine[Any, Any, None]) -> None:
+        nonlocal prune_at
         task = _started(job)
         if not task.done():
             # Tasks that ended are let go here, in bulk, not each by a callback: a callback is
-            # one more turn of the loop before the run reads on.
-            if len(answering) >= 64:
+            # one more turn of the loop before the run reads on. The next pass waits until the
+            # set has doubled, so a round of many slow calls costs no pass per call.
+            if len(answering) >= prune_at:
                 answering.difference_update([t for t in answering if t.done()])
+                prune_at = max(64, 2 * len(answering))
             answering.add(task)
 
     try:
