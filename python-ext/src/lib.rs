@@ -100,7 +100,11 @@ impl Local {
         config.engine.python_data = python_data;
         config.engine.python_data_at_first_use = true;
         let files = files::claim(&std::env::temp_dir()).map_err(|e| {
-            PyRuntimeError::new_err(format!("the in-process engine could not make its files directory: {e}"))
+            PyRuntimeError::new_err(format!(
+                "the in-process engine could not make its files directory under {}: {e}; \
+                 set TMPDIR to a directory this user can write to",
+                std::env::temp_dir().display()
+            ))
         })?;
         config.files.dir = files.dir.clone();
         let runtime = pyo3_async_runtimes::tokio::get_runtime();
