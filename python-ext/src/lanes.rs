@@ -149,6 +149,11 @@ impl Lane {
                 // channel) wait in the runtime's global queue: they end the spin too.
                 let queued = Handle::current().metrics();
                 let start = Instant::now();
+                // A wake left from a message that came while the lane was busy says nothing
+                // about the next: taken as one, it ended the spin at once, and the next
+                // message had to wake the thread from its sleep (a futex wake every round,
+                // 18 µs of the writer's `send` alone).
+                spun.store(false, Ordering::Relaxed);
                 while !spun.swap(false, Ordering::Acquire) && queued.global_queue_depth() == 0 && start.elapsed() < spin
                 {
                     std::thread::yield_now();

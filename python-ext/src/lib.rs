@@ -11,6 +11,7 @@
 
 mod exit;
 mod files;
+mod jobs;
 mod lanes;
 mod remote;
 
@@ -277,6 +278,17 @@ impl Call {
         .map(Some)
     }
 
+    /// Sends `message` (not the call's first) if the call has room for it now, from any
+    /// thread: `False` when it has none (then `send`).
+    fn try_send(&self, message: &[u8]) -> PyResult<bool> {
+        let open = self.started()?;
+        let sent = open.writer.try_write(message).map_err(rpc_error)?;
+        if sent {
+            open.lane.wake.wake();
+        }
+        Ok(sent)
+    }
+
     /// The next server message if one is there or comes within `spin_micros` (spent spinning,
     /// yielding the CPU to the lane if they share it: `lanes.rs`) and then `block_micros` more
     /// (spent asleep until it comes), the GIL released all along:
@@ -288,6 +300,7 @@ impl Call {
         };
         let (spin, block) = (Duration::from_micros(spin_micros), Duration::from_micros(block_micros));
         let got = py.detach(|| {
+            let _reading = jobs::Reading::start();
             let start = Instant::now();
             loop {
                 match reader.try_read() {
@@ -345,6 +358,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Local>()?;
     m.add_class::<Remote>()?;
     m.add_class::<Call>()?;
+    m.add_class::<jobs::Jobs>()?;
     m.add("RpcError", m.py().get_type::<RpcError>())?;
     Ok(())
 }

@@ -4,11 +4,13 @@ errors, sessions, snapshots, files, streaming, cancellation, the sync twin, bad 
 and API keys."""
 
 import asyncio
+import contextvars
 import dataclasses
 import os
 import socket
 import subprocess
 import sys
+import threading
 from typing import Literal, Optional
 
 from typing_extensions import TypedDict
@@ -87,6 +89,68 @@ async def test_the_calls_of_one_round_are_answered_concurrently(sb):
     result = await sb.run("print(await asyncio.gather(left(), right()))", tools=[left, right])
     assert result.stdout == "['L', 'R']\n"
     assert result.stats.round_trips == 1
+
+
+TAG: contextvars.ContextVar[str] = contextvars.ContextVar("TAG")
+
+
+async def test_sync_tools_run_in_tool_threads_at_once_in_the_caller_s_context(sb):
+    # The three calls of one round each wait for the other two: run one after another, or on
+    # the event loop, they would never meet.
+    meeting = threading.Barrier(3, timeout=10)
+    seen = []
+
+    def meet(i: int) -> int:
+        """Waits for the others."""
+        seen.append((threading.current_thread().name, TAG.get(None)))
+        meeting.wait()
+        return i
+
+    async def doubled(x: int) -> int:
+        return 2 * x
+
+    def later(x: int):  # noqa: ANN202 - a sync function whose result is awaited on the loop
+        """Doubles `x`, later."""
+        return doubled(x)
+
+    def interrupted() -> None:
+        """Raises what `Exception` does not catch."""
+        raise KeyboardInterrupt("stop")
+
+    TAG.set("the caller's")
+    code = "print(await asyncio.gather(meet(i=1), meet(i=2), meet(i=3)), await later(x=4))"
+    result = await sb.run(code, tools=[meet, later])
+    assert result.stdout == "[1, 2, 3] 8\n" and result.stats.round_trips == 2
+    assert [t for _, t in seen] == ["the caller's"] * 3
+    assert all(name.startswith("ptc-engine-tool-") for name, _ in seen), seen
+    # An exception a thread would swallow still answers the call: the run does not wait forever.
+    result = await sb.run("try:\n    await interrupted()\nexcept ToolError as e:\n    print(e)", tools=[interrupted])
+    assert result.stdout == "KeyboardInterrupt: stop\n"
+
+
+def test_a_process_exits_once_its_sync_tools_end_even_those_of_a_cancelled_run(url, key):
+    # A sync tool still running when its run is cancelled goes on in its thread; the
+    # interpreter's exit waits for it (as for `asyncio.to_thread`'s) and ends cleanly.
+    script = (
+        "import asyncio, time\n"
+        "from ptc_engine import Sandbox\n"
+        "def slow() -> int:\n"
+        "    time.sleep(0.5)\n"
+        "    print('slow ended', flush=True)\n"
+        "    return 1\n"
+        "async def main():\n"
+        "    sb = Sandbox(%r, api_key=%r)\n"
+        "    print((await sb.run('return 1 + await slow()', tools=[slow])).return_value, flush=True)\n"
+        "    try:\n"
+        "        await asyncio.wait_for(sb.run('await slow()', tools=[slow]), 0.2)\n"
+        "    except asyncio.TimeoutError:\n"
+        "        print('cancelled', flush=True)\n"
+        "asyncio.run(main())\n"
+    ) % (url, key)
+    env = {k: v for k, v in os.environ.items() if k != "PTC_ENGINE_URL"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["slow ended", "2", "cancelled", "slow ended"], done.stdout
 
 
 class Address(TypedDict):

@@ -6,12 +6,14 @@ one round run concurrently), all cancelled, with the stream, when the run ends.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import inspect
 import sys
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
-from . import _tracing, _wire
+from . import _threads, _tracing, _wire
 from ._errors import ExecutionError, InternalError, InvalidRequest, PtcError
 from ._proto import sandbox_pb2 as pb
 from ._result import Result
@@ -74,6 +76,7 @@ async def _execute(
     by_name = {(t.namespace or None, t.name): t for t in tools}
     request_id = start.request_id or None
     call = await transport.open_execute(_tracing.current())
+    loop = asyncio.get_running_loop()
     writing = asyncio.Lock()
     answering: set[asyncio.Task[None]] = set()
     execution_id = ""
@@ -90,6 +93,17 @@ async def _execute(
             return
         async with writing:
             await call.write(message)
+
+    def post(message: pb.ClientMessage) -> None:
+        """`send` from a tool's thread: handed over there if the call has room, else by the
+        loop."""
+        try:
+            if call.offer(message):
+                return
+        except asyncio.InvalidStateError:
+            return  # the execution ended meanwhile
+        with contextlib.suppress(RuntimeError):  # a closed loop: the run has ended
+            loop.call_soon_threadsafe(spawn, _sent(send, message))
 
     async def emit(event: Event) -> None:
         returned = [on_event(event) if on_event else None]
@@ -119,7 +133,8 @@ async def _execute(
         except asyncio.InvalidStateError:
             pass  # The server ended the call already: reading it says why.
         while True:
-            message = await call.read()
+            # Idle: every answer so far was sent at once, or comes from a tool thread.
+            message = await call.read(idle=not _waiting(answering))
             if message is None:
                 raise InternalError(
                     "the server ended the execution's stream without its result",
@@ -134,7 +149,13 @@ async def _execute(
                 if watched:
                     await emit(batch)
                 for c in batch.calls:
-                    spawn(_answer(by_name, c, send, here))
+                    tool = by_name.get((c.namespace, c.name))
+                    if tool is not None and tool.blocking:
+                        # Sent from its thread: the loop takes no part (`_threads`).
+                        context = contextvars.copy_context()
+                        _threads.submit(context.run, _answer_blocking, tool, c, post, here, loop)
+                    else:
+                        spawn(_answer(tool, c, send, here))
                 if on_approval is not None:
                     for asked in batch.approvals:
                         spawn(_decide(on_approval, asked, send))
@@ -161,6 +182,11 @@ async def _execute(
         call.cancel()
 
 
+def _waiting(tasks: set[asyncio.Task[None]]) -> bool:
+    """Whether one of a run's answering tasks has not ended."""
+    return any(not t.done() for t in tasks)
+
+
 if sys.version_info >= (3, 12):
 
     def _started(job: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
@@ -177,25 +203,48 @@ else:
         return asyncio.ensure_future(job)
 
 
-async def _answer(tools: Mapping[tuple[str | None, str], Tool], call: Call, send: Send, here: bool) -> None:
+async def _answer(tool: Tool | None, call: Call, send: Send, here: bool) -> None:
     """Runs one call with its tool, within the call's span, and sends the result, or the error
     the program gets."""
-    tool = tools.get((call.namespace, call.name))
     with _tracing.tool(call, here) as span:
         try:
             if tool is None:
                 raise LookupError(f"this client has no tool {call.name!r}")
-            arguments = call.input if isinstance(call.input, dict) else {}
-            result_json = await tool.call(arguments)
-            answer = _wire.tool_result(call.id, result_json=result_json)
+            answer = _wire.tool_result(call.id, result_json=await tool.call(_arguments(call)))
         except asyncio.CancelledError:
             raise
-        except ToolFailure as e:
-            span.failed("ToolFailure")
-            answer = _wire.tool_result(call.id, error=str(e))
         except Exception as e:
-            span.failed(type(e).__name__)
-            answer = _wire.tool_result(call.id, error=f"{type(e).__name__}: {e}")
+            answer = _failed(call, span, e)
+    await _sent(send, answer)
+
+
+def _answer_blocking(
+    tool: Tool, call: Call, post: Callable[[pb.ClientMessage], None], here: bool, loop: asyncio.AbstractEventLoop
+) -> None:
+    """`_answer` for a sync tool, in a tool thread (`_threads`), the answer sent from there."""
+    with _tracing.tool(call, here) as span:
+        try:
+            answer = _wire.tool_result(call.id, result_json=tool.call_blocking(_arguments(call), loop))
+        except BaseException as e:  # noqa: BLE001 - nobody else would see it: the run would wait forever
+            answer = _failed(call, span, e)
+    post(answer)
+
+
+def _arguments(call: Call) -> dict[str, Any]:
+    return call.input if isinstance(call.input, dict) else {}
+
+
+def _failed(call: Call, span: _tracing.Span, e: BaseException) -> pb.ClientMessage:
+    """The answer for a call whose tool raised `e`: a `ToolFailure`'s message as it is, any
+    other exception's with its type."""
+    if isinstance(e, ToolFailure):
+        span.failed("ToolFailure")
+        return _wire.tool_result(call.id, error=str(e))
+    span.failed(type(e).__name__)
+    return _wire.tool_result(call.id, error=f"{type(e).__name__}: {e}")
+
+
+async def _sent(send: Send, answer: pb.ClientMessage) -> None:
     try:
         await send(answer)
     except (asyncio.InvalidStateError, RuntimeError):

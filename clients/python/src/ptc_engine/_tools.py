@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, get_type_hints
 
@@ -98,16 +98,15 @@ class Tool:
             _model=model,
         )
 
+    @property
+    def blocking(self) -> bool:
+        """Whether the handler is sync: it is then called in a thread (`call_blocking`)."""
+        return not inspect.iscoroutinefunction(self.handler)
+
     async def call(self, arguments: Mapping[str, Any]) -> str:
-        """Runs the tool on a program's input; its result as JSON text (or an exception)."""
-        if self._model is not None:
-            try:
-                validated = self._model.model_validate(dict(arguments))
-            except pydantic.ValidationError as e:
-                raise ToolFailure(_validation_message(self.name, e)) from None
-            kwargs = {name: getattr(validated, name) for name in type(validated).model_fields}
-        else:
-            kwargs = dict(arguments)
+        """Runs the tool on a program's input; its result as JSON text (or an exception). A
+        sync handler runs in a thread (`asyncio.to_thread`)."""
+        kwargs = self._arguments(arguments)
         if inspect.iscoroutinefunction(self.handler):
             value = await self.handler(**kwargs)
         else:
@@ -115,6 +114,29 @@ class Tool:
             if inspect.isawaitable(value):
                 value = await value
         return to_json(self.name, value)
+
+    def call_blocking(self, arguments: Mapping[str, Any], loop: asyncio.AbstractEventLoop) -> str:
+        """`call` for a sync handler, on the calling thread (not `loop`'s, which this blocks
+        otherwise): an awaitable the handler returns is awaited on `loop`."""
+        value = self.handler(**self._arguments(arguments))
+        if inspect.isawaitable(value):
+            value = asyncio.run_coroutine_threadsafe(_awaited(value), loop).result()
+        return to_json(self.name, value)
+
+    def _arguments(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """A program's input as the handler's keyword arguments, validated and converted by the
+        tool's input model if it has one."""
+        if self._model is None:
+            return dict(arguments)
+        try:
+            validated = self._model.model_validate(dict(arguments))
+        except pydantic.ValidationError as e:
+            raise ToolFailure(_validation_message(self.name, e)) from None
+        return {name: getattr(validated, name) for name in type(validated).model_fields}
+
+
+async def _awaited(value: Awaitable[Any]) -> Any:
+    return await value
 
 
 # A function's input model, schema and summary, by what they are made from: making them costs

@@ -30,17 +30,19 @@ RESPONSES: dict[str, Any] = {
 
 SPIN_MICROS = 200
 """How long a read spins for the engine's next message (the GIL released, yielding the CPU at
-each turn) when nothing else on the event loop could run (no callback ready, no other task): a
-tool round's answer comes in 50-150 µs, and handing it over this way costs a few µs."""
+each turn) when nothing on the event loop is ready to run and the engine waits for nothing
+there: a tool round's answer comes in 50-150 µs, and handing it over this way costs a few µs,
+where an asyncio future takes two wake-ups (a round in process took 467 µs with another task on
+the loop, which then kept a read from spinning, and 110-150 µs alone)."""
 
 BLOCK_MICROS = 2000
 """How long a read then sleeps for the message (the GIL released), at most, and never past the
 loop's next timer: a fresh `pass` ends within it. Woken by the engine's thread directly, it
 takes one wake-up where an asyncio future takes two (100-200 µs each on a VM whose idle CPU
-must be woken); I/O for the loop's callbacks waits meanwhile, 2 ms at most (with another
-task on the loop a read never spins nor sleeps: FastMCP's 10 calls took 59 ms instead of 37,
-each call's answer from a thread waiting out the sleep). Past it, the read waits on the loop
-like any other."""
+must be woken); I/O for the loop's callbacks waits meanwhile, 2 ms at most, so a read sleeps
+only when no other task is on the loop (FastMCP's 10 calls took 59 ms instead of 37 when reads
+slept while each call's answer came from a thread through the loop). Past it, the read waits on
+the loop like any other."""
 
 YIELDS = 64
 """How many times a read lets the loop's other ready work run first before it waits on the
@@ -191,6 +193,15 @@ class NativeCall:
             raise asyncio.InvalidStateError("the execution's call has ended") from None
         return None if waiting is None else self._room(waiting)
 
+    def offer(self, message: pb.ClientMessage) -> bool:
+        """Hands `message` over if the call has room for it now, from any thread: `False` when
+        it has none (then `send` it on the loop); `asyncio.InvalidStateError` once the call has
+        ended."""
+        try:
+            return bool(self._call.try_send(message.SerializeToString()))
+        except self._rpc_error:
+            raise asyncio.InvalidStateError("the execution's call has ended") from None
+
     async def _room(self, waiting: Awaitable[None]) -> None:
         try:
             await waiting
@@ -203,19 +214,22 @@ class NativeCall:
         if waiting is not None:
             await waiting
 
-    async def read(self) -> pb.ServerMessage | None:
+    async def read(self, idle: bool = False) -> pb.ServerMessage | None:
         """The next server message, `None` at the call's end; a refused call raises its
-        `PtcError`."""
+        `PtcError`. `idle`: nothing the engine waits for from this call runs on the loop (every
+        answer so far is sent, or comes from a thread), so the read may hold the loop a little
+        while the engine works (the loop's other tasks wait meanwhile: `SPIN_MICROS` at most)."""
         try:
-            data = await self._next()
+            data = await self._next(idle)
         except self._rpc_error as e:
             raise self._transport.error(e, self._request_id) from None
         return None if data is None else pb.ServerMessage.FromString(data)
 
-    async def _next(self) -> bytes | None:
+    async def _next(self, idle: bool) -> bytes | None:
         """The next message's bytes (`None` at the end): taken at once, or after the loop's
-        other ready work (the round's answers) has run, or spun and slept for while nothing
-        else could use the loop, or else waited for on the loop."""
+        other ready work (the round's answers) has run, or spun for while nothing is ready on
+        the loop and the engine waits for nothing there (and slept for when no other task
+        could use the loop), or else waited for on the loop."""
         loop = asyncio.get_running_loop()
         ready = getattr(loop, "_ready", None)  # CPython's loops have both
         timers = getattr(loop, "_scheduled", None)
@@ -229,11 +243,15 @@ class NativeCall:
                 self._turned = loop.time()
             busy = ready is None or timers is None or len(ready) > 0
             spin = block = 0
-            # Another task may be what the engine waits for (a tool's answer from a thread, an
-            # MCP client's stream): holding the loop would hold it up.
-            if not busy and timers is not None and len(asyncio.all_tasks(loop)) == 1:
+            if not busy and idle:
+                # Nothing on the loop can run now, and the engine waits for nothing there: the
+                # read holds the loop for the engine's answer, as long as no timer is due. It
+                # sleeps only when no other task is on the loop: another task (a server's
+                # connection, an MCP client's stream) waits for I/O that only the loop polls.
                 due = (timers[0].when() - loop.time()) * 1e6 if timers else BLOCK_MICROS
-                spin, block = SPIN_MICROS, int(max(0, min(BLOCK_MICROS, due)))
+                spin = int(max(0, min(SPIN_MICROS, due)))
+                if len(asyncio.all_tasks(loop)) == 1:
+                    block = int(max(0, min(BLOCK_MICROS, due - spin)))
             got = self._call.next(spin, block)
             if got is not False:
                 return got  # type: ignore[no-any-return]
