@@ -2,8 +2,8 @@
 //! (`_threads.py`). A thread that waits for a job spins first, yielding the CPU at each turn,
 //! the GIL released, and only then sleeps: a thread asleep took about 40 µs to wake on this
 //! kind of VM (a Python `SimpleQueue` ping-pong between two threads, 80 µs), and a sync tool's
-//! round through `asyncio.to_thread` took four such wake-ups (486 µs a round, against 179 µs
-//! for an async tool: `/tmp/marg.py`-style A/B in docs/benchmarks.md).
+//! round through `asyncio.to_thread` took four such wake-ups (538-589 µs for one more round,
+//! against 105-158 µs from these threads: `benches/python/session_rounds.py`, docs/benchmarks.md).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -15,6 +15,9 @@ mod jobs;
 mod lanes;
 mod remote;
 
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
 use std::sync::{Arc, OnceLock};
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -225,6 +228,45 @@ struct Open {
     writer: Writer,
     reader: Arc<Mutex<Reader>>,
     lane: Placed,
+    /// The read `arm` started, on the lane: the message it took, until `next` takes it.
+    armed: Arc<Armed>,
+}
+
+/// A read under way on the lane, for an event loop that waits for its socket to be readable.
+/// An asyncio future set from the runtime's threads took three wake-ups (a runtime worker, a
+/// thread that takes the GIL, the loop through its self-pipe); the socket takes one, and no
+/// other thread enters the interpreter.
+#[derive(Default)]
+struct Armed {
+    state: std::sync::Mutex<ArmedState>,
+    /// The socket pair: the loop watches the first, the read writes a byte to the second once
+    /// it has taken a message. Made at the first `ready_fd`.
+    pair: OnceLock<(UnixStream, UnixStream)>,
+}
+
+#[derive(Default)]
+struct ArmedState {
+    /// A read is under way.
+    reading: bool,
+    /// What it took: a message, an error, or the call's end (`None`).
+    taken: Option<Option<Result<Vec<u8>, Status>>>,
+}
+
+impl Armed {
+    /// Empties the socket of the bytes earlier reads wrote.
+    fn drain(&self) {
+        if let Some((ready, _)) = self.pair.get() {
+            let mut buf = [0u8; 64];
+            while matches!((&*ready).read(&mut buf), Ok(n) if n > 0) {}
+        }
+    }
+
+    /// Makes the loop's side readable.
+    fn signal(&self) {
+        if let Some((_, signal)) = self.pair.get() {
+            let _ = (&*signal).write(&[1]); // full: it is readable already
+        }
+    }
 }
 
 impl Call {
@@ -255,7 +297,7 @@ impl Call {
                     (remote.execute(&lane, self.traceparent.as_deref()), lane)
                 }
             };
-            Open { writer: call.writer, reader: Arc::new(Mutex::new(call.reader)), lane }
+            Open { writer: call.writer, reader: Arc::new(Mutex::new(call.reader)), lane, armed: Arc::default() }
         })
     }
 }
@@ -295,8 +337,12 @@ impl Call {
     /// its bytes, `None` at the call's end, or `False` when none came (then `wait`).
     fn next<'py>(&self, py: Python<'py>, spin_micros: u64, block_micros: u64) -> PyResult<Bound<'py, PyAny>> {
         let open = self.started()?;
+        let taken = open.armed.state.lock().unwrap_or_else(|e| e.into_inner()).taken.take();
+        if let Some(got) = taken {
+            return answer(py, got);
+        }
         let Ok(mut reader) = open.reader.try_lock() else {
-            return Ok(PyBool::new(py, false).to_owned().into_any()); // a `wait` is reading
+            return Ok(PyBool::new(py, false).to_owned().into_any()); // an armed read or a `wait` is reading
         };
         let (spin, block) = (Duration::from_micros(spin_micros), Duration::from_micros(block_micros));
         let got = py.detach(|| {
@@ -317,11 +363,56 @@ impl Call {
             }
         });
         match got {
-            Poll::Ready(Some(Ok(message))) => Ok(PyBytes::new(py, &message).into_any()),
-            Poll::Ready(Some(Err(status))) => Err(rpc_error(status)),
-            Poll::Ready(None) => Ok(py.None().into_bound(py)),
+            Poll::Ready(got) => answer(py, got),
             Poll::Pending => Ok(PyBool::new(py, false).to_owned().into_any()),
         }
+    }
+
+    /// The file descriptor an event loop watches (`add_reader`) for the read `arm` starts:
+    /// readable once it has taken a message (then `next` returns it), or spuriously.
+    fn ready_fd(&self) -> PyResult<i32> {
+        let armed = &self.started()?.armed;
+        if armed.pair.get().is_none() {
+            let pair = UnixStream::pair().and_then(|(a, b)| {
+                a.set_nonblocking(true)?;
+                b.set_nonblocking(true)?;
+                Ok((a, b))
+            });
+            let pair = pair.map_err(|e| PyRuntimeError::new_err(format!("could not make a socket pair: {e}")))?;
+            let _ = armed.pair.set(pair);
+        }
+        Ok(armed.pair.get().map(|(ready, _)| ready.as_raw_fd()).unwrap_or(-1))
+    }
+
+    /// Starts a read of the next message on the call's lane, unless one is under way, that
+    /// makes `ready_fd` readable once it has the message (at once if a message is already
+    /// taken). Bytes earlier reads left in the socket are drained first.
+    fn arm(&self) -> PyResult<()> {
+        let open = self.started()?;
+        let armed = open.armed.clone();
+        armed.drain();
+        let mut state = armed.state.lock().unwrap_or_else(|e| e.into_inner());
+        if state.taken.is_some() {
+            drop(state);
+            armed.signal();
+            return Ok(());
+        }
+        if state.reading {
+            return Ok(());
+        }
+        state.reading = true;
+        drop(state);
+        let reader = open.reader.clone();
+        open.lane.handle.spawn(async move {
+            let got = reader.lock().await.read().await;
+            {
+                let mut state = armed.state.lock().unwrap_or_else(|e| e.into_inner());
+                state.taken = Some(got);
+                state.reading = false;
+            }
+            armed.signal();
+        });
+        Ok(())
     }
 
     /// The next server message as an awaitable: its bytes, or `None` at the call's end.
@@ -341,6 +432,16 @@ impl Call {
         if let Some(open) = self.open.get() {
             open.writer.cancel();
         }
+    }
+}
+
+/// A read's outcome as Python gets it: the message's bytes, `None` at the call's end, or the
+/// call's error raised.
+fn answer(py: Python<'_>, got: Option<Result<Vec<u8>, Status>>) -> PyResult<Bound<'_, PyAny>> {
+    match got {
+        Some(Ok(message)) => Ok(PyBytes::new(py, &message).into_any()),
+        Some(Err(status)) => Err(rpc_error(status)),
+        None => Ok(py.None().into_bound(py)),
     }
 }
 

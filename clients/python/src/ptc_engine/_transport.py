@@ -259,13 +259,38 @@ class NativeCall:
                 break
             await asyncio.sleep(0)
             self._turned = loop.time()
-        got = await self._call.wait()
+        got = await self._wait(loop)
         self._turned = loop.time()
-        return got  # type: ignore[no-any-return]
+        return got
+
+    async def _wait(self, loop: asyncio.AbstractEventLoop) -> bytes | None:
+        """The next message's bytes, waited for on the loop: the engine's thread makes a socket
+        readable once it has the message (one wake-up, the loop's own), or on a loop that
+        cannot watch a file descriptor, sets an asyncio future."""
+        try:
+            fd = self._call.ready_fd()
+            while True:
+                ready = loop.create_future()
+                loop.add_reader(fd, _settled, ready)
+                try:
+                    self._call.arm()
+                    await ready
+                finally:
+                    loop.remove_reader(fd)
+                got = self._call.next(0, 0)
+                if got is not False:
+                    return got  # type: ignore[no-any-return]
+        except NotImplementedError:  # pragma: no cover - asyncio's loops on Linux all can
+            return await self._call.wait()  # type: ignore[no-any-return]
 
     def cancel(self) -> None:
         """Ends the call: before its end, that cancels the execution."""
         self._call.cancel()
+
+
+def _settled(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 async def _awaited(awaitable: Awaitable[T]) -> T:
