@@ -421,6 +421,28 @@ async def test_reads_let_the_event_loop_turn_even_when_every_message_is_there_at
     assert loop.time() - began < 0.5
 
 
+async def test_a_read_cancelled_while_it_waits_loses_no_message(sb):
+    # Reads cut short by a timeout over and over, most of them while they wait on the loop: the
+    # message a cancelled read had already taken is the next read's.
+    call = await sb._transport.open_execute()
+    code = "import time\nfor i in range(3):\n    time.sleep(0.05)\n    print(i, flush=True)\nreturn 'end'"
+    call.send(ptc_engine._proto.sandbox_pb2.ClientMessage(start=ptc_engine._wire.start(code, [], {})))
+    kinds, printed, cut = [], "", 0
+    while "completed" not in kinds and "failed" not in kinds:
+        try:
+            message = await asyncio.wait_for(call.read(), 0.002)
+        except asyncio.TimeoutError:
+            cut += 1
+            continue
+        assert message is not None, kinds
+        kinds.append(message.WhichOneof("message"))
+        if kinds[-1] == "output":
+            printed += message.output.data.decode()
+    call.cancel()
+    assert kinds[0] == "started" and kinds[-1] == "completed", kinds
+    assert printed == "0\n1\n2\n" and cut > 10, (printed, cut)
+
+
 def test_session_files_of_a_process_that_ended_without_cleaning_up_are_removed_by_the_next(tmp_path):
     # An in-process engine's session files go under a directory of its process's, removed at
     # its exit; a process ended by `os._exit` (or killed) cannot. The next process to start an
