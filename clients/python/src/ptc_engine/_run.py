@@ -103,7 +103,7 @@ async def _execute(
         except asyncio.InvalidStateError:
             return  # the execution ended meanwhile
         with contextlib.suppress(RuntimeError):  # a closed loop: the run has ended
-            loop.call_soon_threadsafe(spawn, _sent(send, message))
+            loop.call_soon_threadsafe(lambda: spawn(_sent(send, message)))
 
     async def emit(event: Event) -> None:
         returned = [on_event(event) if on_event else None]
