@@ -128,6 +128,59 @@ async def test_sync_tools_run_in_tool_threads_at_once_in_the_caller_s_context(sb
     assert result.stdout == "KeyboardInterrupt: stop\n"
 
 
+async def test_a_sync_tool_s_answer_the_call_has_no_room_for_is_sent_by_the_loop():
+    # A tool thread hands its answer over itself when the call has room; when it has none, the
+    # loop sends it (waiting for room). A call that never has room shows the second way.
+    pb = ptc_engine._proto.sandbox_pb2
+    answered = asyncio.Event()
+    sent: list = []
+
+    class Crowded:
+        def __init__(self) -> None:
+            self.script = [
+                pb.ServerMessage(started=pb.Started(execution_id="e1")),
+                pb.ServerMessage(
+                    tool_calls=pb.ToolCalls(round=1, calls=[pb.ToolCall(id="c1", name="add", input_json='{"a": 2, "b": 3}')])
+                ),
+            ]
+            self.offered = 0
+
+        def send(self, message):
+            sent.append(message)
+            if message.HasField("tool_results"):
+                answered.set()
+
+        async def write(self, message):
+            self.send(message)
+
+        def offer(self, message) -> bool:
+            self.offered += 1
+            return False
+
+        async def read(self, idle: bool = False):
+            if self.script:
+                return self.script.pop(0)
+            await asyncio.wait_for(answered.wait(), 10)
+            return pb.ServerMessage(completed=pb.Completed(return_value_json="5"))
+
+        def cancel(self) -> None:
+            pass
+
+    crowded = Crowded()
+
+    class Transport:
+        server = None
+
+        async def open_execute(self, traceparent=None):
+            return crowded
+
+    start = ptc_engine._wire.start("return await add(a=2, b=3)", [Tool.from_function(add)], {})
+    result = await ptc_engine._run.execute(Transport(), start, [Tool.from_function(add)], {})
+    assert result.return_value == 5 and crowded.offered == 1
+    answer = sent[-1].tool_results.results[0]
+    assert (answer.call_id, answer.result_json) == ("c1", "5")
+
+
 def test_a_process_exits_once_its_sync_tools_end_even_those_of_a_cancelled_run(url, key):
     # A sync tool still running when its run is cancelled goes on in its thread; the
     # interpreter's exit waits for it (as for `asyncio.to_thread`'s) and ends cleanly.
