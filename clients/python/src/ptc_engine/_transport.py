@@ -35,6 +35,14 @@ there: a tool round's answer comes in 50-150 µs, and handing it over this way c
 where an asyncio future takes two wake-ups (a round in process took 467 µs with another task on
 the loop, which then kept a read from spinning, and 110-150 µs alone)."""
 
+SPIN_ALONE_MICROS = 1000
+"""How long it spins when its task is the loop's only one, which nobody else's I/O waits for:
+a session's `pass` ends within it, and a thread that spins finds the message where one asleep
+must be woken, on a VM with its CPU. Six alternating pairs of runs of a scratch loop
+(2026-11-29), this against the 200 µs spin: a fresh `pass` after 5 ms of quiet 0.91-1.21
+against 1.06-1.17 ms (faster in five pairs), a session's 0.66-0.82 against 0.71-0.89 ms; a
+session's `pass` back to back (`session_rounds.py`) 0.305-0.324 against 0.325-0.359 ms."""
+
 BLOCK_MICROS = 2000
 """How long a read then sleeps for the message (the GIL released), at most, and never past the
 loop's next timer: a fresh `pass` ends within it. Woken by the engine's thread directly, it
@@ -251,6 +259,7 @@ class NativeCall:
                 due = (timers[0].when() - loop.time()) * 1e6 if timers else BLOCK_MICROS
                 spin = int(max(0, min(SPIN_MICROS, due)))
                 if len(asyncio.all_tasks(loop)) == 1:
+                    spin = int(max(0, min(SPIN_ALONE_MICROS, due)))
                     block = int(max(0, min(BLOCK_MICROS, due - spin)))
             got = self._call.next(spin, block)
             if got is not False:
