@@ -56,7 +56,8 @@ class _Pool:
     def _work(self) -> None:
         me = threading.current_thread()
         while True:
-            job = self._jobs.take(0 if self._closed else SPIN_MICROS, 0 if self._closed else IDLE_SECONDS)
+            # Once `close` has closed the jobs, a take returns at once: a job, or None.
+            job = self._jobs.take(SPIN_MICROS, IDLE_SECONDS)
             if job is None:
                 with self._lock:
                     if len(self._jobs) == 0 or self._closed:

@@ -107,7 +107,7 @@ class Tool:
         """Runs the tool on a program's input; its result as JSON text (or an exception). A
         sync handler runs in a thread (`asyncio.to_thread`)."""
         kwargs = self._arguments(arguments)
-        if inspect.iscoroutinefunction(self.handler):
+        if not self.blocking:
             value = await self.handler(**kwargs)
         else:
             value = await asyncio.to_thread(self.handler, **kwargs)
