@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
 
+use crate::spin::Spin;
+
 /// Reads (`Call.next`) waiting with the GIL released.
 static READING: AtomicUsize = AtomicUsize::new(0);
 
@@ -81,11 +83,9 @@ impl Jobs {
         // A day at most: an `Instant` past the clock's range would panic.
         let wait = Duration::try_from_secs_f64(wait_seconds.min(86_400.0)).unwrap_or(Duration::ZERO);
         py.detach(|| {
-            let start = Instant::now();
             let idle = || self.queued.load(Ordering::Acquire) == 0 && !self.closed.load(Ordering::Acquire);
-            while idle() && start.elapsed() < spin {
-                std::thread::yield_now();
-            }
+            let mut spinning = Spin::new(spin);
+            while idle() && spinning.turn() {}
             if !idle() {
                 // A job queued by the event loop's thread, which holds the GIL until its read
                 // releases it: taking the GIL before that would put this thread to sleep.

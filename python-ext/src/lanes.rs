@@ -14,7 +14,8 @@
 //! they wait for may be queued on the same CPU, and a busy spin kept it there until the spin
 //! ended. A session's `pass` after 5 ms of quiet took 732 µs in process with busy spins and
 //! 428 µs with yielding ones (the client's whole call, medians of 150: `benches/python/quiet.py`,
-//! 2026-11-29).
+//! 2026-11-29). A spin also ends once its yields keep giving the CPU away, on a machine busy
+//! with other work (`spin.rs`).
 //!
 //! A new stateless execution goes to the lane with the fewest live calls; a session's
 //! executions go to the lane its session was opened on, where its state lives.
@@ -23,9 +24,11 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::runtime::Handle;
+
+use crate::spin::Spin;
 
 /// How long a lane that ran out of work keeps its thread awake for the next message: a
 /// little longer than a Python tool round's own work (about 30 µs of pydantic and protobuf),
@@ -148,16 +151,13 @@ impl Lane {
                 // Tasks woken from other threads (a blocking job's end, another runtime's
                 // channel) wait in the runtime's global queue: they end the spin too.
                 let queued = Handle::current().metrics();
-                let start = Instant::now();
+                let mut spinning = Spin::new(spin);
                 // A wake left from a message that came while the lane was busy says nothing
                 // about the next: taken as one, it ended the spin at once, and the next
                 // message had to wake the thread from its sleep (a futex wake every round,
                 // 18 µs of the writer's `send` alone).
                 spun.store(false, Ordering::Relaxed);
-                while !spun.swap(false, Ordering::Acquire) && queued.global_queue_depth() == 0 && start.elapsed() < spin
-                {
-                    std::thread::yield_now();
-                }
+                while !spun.swap(false, Ordering::Acquire) && queued.global_queue_depth() == 0 && spinning.turn() {}
             })
             .build()?;
         let handle = runtime.handle().clone();

@@ -14,13 +14,14 @@ mod files;
 mod jobs;
 mod lanes;
 mod remote;
+mod spin;
 
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, OnceLock};
 use std::task::Poll;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lanes::{Lanes, Placed};
 use prost::Message;
@@ -347,10 +348,10 @@ impl Call {
         let (spin, block) = (Duration::from_micros(spin_micros), Duration::from_micros(block_micros));
         let got = py.detach(|| {
             let _reading = jobs::Reading::start();
-            let start = Instant::now();
+            let mut spinning = spin::Spin::new(spin);
             loop {
                 match reader.try_read() {
-                    Poll::Pending if start.elapsed() < spin => std::thread::yield_now(),
+                    Poll::Pending if spinning.turn() => {}
                     Poll::Pending if !block.is_zero() && tokio::runtime::Handle::try_current().is_err() => {
                         // Asleep, the lane's message wakes this thread itself: one wake-up,
                         // where an awaitable takes two (a runtime's worker, then the loop).
