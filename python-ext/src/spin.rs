@@ -48,6 +48,7 @@ impl Spin {
 
 /// The calling thread's involuntary context switches so far (a yield that ran another thread
 /// counts as one); 0 where the kernel will not say.
+#[cfg(target_os = "linux")]
 fn involuntary_switches() -> libc::c_long {
     let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
     // SAFETY: `getrusage` writes the struct it is given, which lives for the call.
@@ -57,4 +58,10 @@ fn involuntary_switches() -> libc::c_long {
     }
     // SAFETY: initialised (zeroed, then filled by the call that succeeded).
     unsafe { usage.assume_init() }.ru_nivcsw
+}
+
+/// Elsewhere there is no per-thread count: a spin runs its whole budget, as before.
+#[cfg(not(target_os = "linux"))]
+fn involuntary_switches() -> libc::c_long {
+    0
 }
