@@ -89,10 +89,8 @@ impl Jobs {
             if !idle() {
                 // A job queued by the event loop's thread, which holds the GIL until its read
                 // releases it: taking the GIL before that would put this thread to sleep.
-                let start = Instant::now();
-                while READING.load(Ordering::Acquire) == 0 && start.elapsed() < GIL_WAIT {
-                    std::thread::yield_now();
-                }
+                let mut waiting = Spin::new(GIL_WAIT);
+                while READING.load(Ordering::Acquire) == 0 && waiting.turn() {}
             }
             let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
             let deadline = Instant::now() + wait;

@@ -23,12 +23,13 @@ pub(crate) struct Spin {
     start: Instant,
     budget: Duration,
     turns: u32,
+    /// The thread's involuntary context switches before its first yield.
     switched: libc::c_long,
 }
 
 impl Spin {
     pub(crate) fn new(budget: Duration) -> Self {
-        Spin { start: Instant::now(), budget, turns: 0, switched: involuntary_switches() }
+        Spin { start: Instant::now(), budget, turns: 0, switched: 0 }
     }
 
     /// Yields the CPU once and says whether to look again: false once the budget is spent or
@@ -36,6 +37,11 @@ impl Spin {
     pub(crate) fn turn(&mut self) -> bool {
         if self.budget.is_zero() || self.start.elapsed() >= self.budget {
             return false;
+        }
+        if self.turns == 0 {
+            // Counted at the first turn, not when the spin is made: most waits (a read asked
+            // not to spin, a lane woken before its spin starts) never turn, and pay no call.
+            self.switched = involuntary_switches();
         }
         std::thread::yield_now();
         self.turns += 1;
