@@ -1,13 +1,15 @@
 """Finding tools from inside a program, for tool sets too large to list in a model's prompt:
 `search_tools("create an issue")` returns the compact signatures (with their first sentence)
 of the tools that match best, and `describe_tools(["github.create_issue"])` their full stub.
-Every program has both; a tool found or not, described or not, is called the same way.
+Every program has both, and `help` (`helptext.py`); a tool found or not, described or not, is
+called the same way.
 """
 
 import difflib
 import math
 import re
 
+from . import helptext
 from .stubs import signature_line, stub_text
 
 _WORD = re.compile(r"[a-z0-9]+")
@@ -169,4 +171,11 @@ def bind(specs):
         what it means. Print it to read it."""
         return describe(specs, names)
 
-    return {"search_tools": search_tools, "describe_tools": describe_tools}
+    def help(*obj):
+        """Prints what an object is: a tool's parameters and what they mean, a tool
+        namespace's tools, or a function's, class's or module's signature and documentation."""
+        if len(obj) > 1:
+            raise TypeError(f"help() takes at most 1 argument ({len(obj)} given)")
+        print(helptext.text(specs, obj[0] if obj else None, given=bool(obj)))
+
+    return {"search_tools": search_tools, "describe_tools": describe_tools, "help": help}

@@ -326,6 +326,24 @@ def make_stub(spec, call_tool):
     return stub
 
 
+_STUB_CODE = next(c for c in make_stub.__code__.co_consts if getattr(c, "co_name", None) == "stub")
+"""The code every tool's stub runs: how `stub_of` knows a stub from a function of the same name."""
+
+
+def stub_of(specs, obj):
+    """The spec of the tool whose stub `obj` is, if it is one of `specs`'."""
+    if getattr(obj, "__code__", None) is not _STUB_CODE:
+        return None
+    qualified = getattr(obj, "__qualname__", None)
+    return next((s for s in specs if s.qualified == qualified), None)
+
+
+def namespace_members(space):
+    """A `ToolNamespace`'s Python name and its specs by member name."""
+    own = object.__getattribute__(space, "__dict__")
+    return own["_ToolNamespace__name"], own["_ToolNamespace__specs"]
+
+
 def signature_line(spec):
     """`get_weather(city: str, days?: int, units?: "c"|"f")`: one compact line per tool, with
     every parameter, its type, whether it is optional (`?`), enum values, and the properties
@@ -454,6 +472,13 @@ def _stub_def(spec, indent):
         return [head + " ..."]
     body = "\n".join(pad + line if line else "" for line in doc.splitlines())
     return [head, f'{pad}"""{body.lstrip()}"""']
+
+
+def tool_help(spec):
+    """One tool's full stub, as `help(tool)` prints it: how to call it, then its `def`."""
+    call = f"await {spec.qualified}(...)"
+    head = f"# {call} returns the tool's result as a Python value and raises ToolError when it fails."
+    return "\n".join([head, *_stub_def(spec, "")])
 
 
 def stub_text(specs):

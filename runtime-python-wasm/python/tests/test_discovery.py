@@ -101,5 +101,47 @@ class InAProgramTest(unittest.TestCase):
         self.assertTrue(out.startswith("ping()"), out)
 
 
+class HelpTest(unittest.TestCase):
+    """`help` in a program, where Python's own cannot work (it needs `pydoc`)."""
+
+    run_code = InAProgramTest.run_code
+
+    def help_of(self, code, tools=None):
+        outcome, out, _ = self.run_code(code, mcp_tools() if tools is None else tools)
+        self.assertTrue(outcome.ok, outcome)
+        return out
+
+    def test_a_tool_shows_how_to_call_it_and_every_parameter(self):
+        out = self.help_of("help(github.create_issue)")
+        self.assertTrue(out.startswith("# await github.create_issue(...) returns the tool's result"), out)
+        self.assertIn("async def create_issue(owner: str, repo: str, title: str, body: str = ...", out)
+        self.assertEqual(out, self.help_of("help('github.create_issue')"), "its name says the same")
+
+    def test_a_namespace_lists_its_tools_bounded(self):
+        out = self.help_of("help(github)")
+        lines = out.splitlines()
+        self.assertTrue(lines[0].startswith("Tool namespace github: 26 tools"), lines[0])
+        self.assertIn("  github.create_issue(owner: str, repo: str, title: str", out)
+        many = [(f"t{i}", "", "{}", "big") for i in range(100)]
+        lines = self.help_of("help(big)", many).splitlines()
+        self.assertEqual(len(lines), 1 + 60 + 2, lines[-3:])
+        self.assertIn("… and 40 more", lines[-2])
+
+    def test_other_objects_show_signature_documentation_and_members_bounded(self):
+        out = self.help_of("help(len)\nhelp(3)\nhelp(json)\nhelp()")
+        self.assertIn("len(obj, /)\n\n    Return the number of items in a container.", out)
+        self.assertIn("3 is an instance of int.\n\nclass int", out)
+        self.assertIn("module json", out)
+        self.assertIn("more lines: print(obj.__doc__) shows them", out, "json's docstring is cut")
+        self.assertIn("    loads(s, *, cls=None", out)
+        self.assertIn("help(obj) prints what obj is", out)
+
+    def test_a_function_of_the_program_and_a_tool_named_help(self):
+        code = "async def fetch(url, retries=2):\n    'Gets url.'\nhelp(fetch)\nprint(await help_tool())"
+        out = self.help_of(code, [("help", "Helps.", "{}")])
+        self.assertTrue(out.startswith("async fetch(url, retries=2)\n\n    Gets url.\n"), out)
+        self.assertTrue(out.endswith("{'tool': 'help', 'args': {}}\n"), out)
+
+
 if __name__ == "__main__":
     unittest.main()

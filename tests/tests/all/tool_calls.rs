@@ -219,6 +219,21 @@ async fn an_empty_cache_takes_the_component_compiled_ahead_when_it_fits() {
 }
 
 #[tokio::test]
+async fn help_describes_tools_and_objects_in_the_sandbox() {
+    // Python's own `help` needs `pydoc`, which the component does not have: a program asking
+    // it got `ModuleNotFoundError`. Every program has the runtime's instead.
+    let code = "help(get_weather)\nhelp(len)\nhelp()\nhelp(json.loads)";
+    let done = drive(start(code, standard_tools()).await, standard_handler).await.completed();
+    let out = &done.stdout;
+    assert!(out.starts_with("# await get_weather(...) returns the tool's result"), "{out}");
+    assert!(out.contains("async def get_weather(city: str, days: int = ...):\n    \"\"\"Weather for a city."), "{out}");
+    assert!(out.contains("\nlen(obj, /)\n\n    Return the number of items in a container."), "{out}");
+    assert!(out.contains("\nhelp(obj) prints what obj is"), "{out}");
+    assert!(out.contains("\nloads(s, *, cls=None"), "{out}");
+    assert_eq!(done.stats.tool_calls, 0);
+}
+
+#[tokio::test]
 async fn namespaces_keep_same_named_tools_apart() {
     let schema =
         |field: &str| json!({"type": "object", "properties": {field: {"type": "string"}}, "required": [field]});
