@@ -165,6 +165,10 @@ class WitWorld(wit_world.WitWorld):
 prepare()
 
 
+_HELD = []
+"""The objects that hold the heap's free chunks (`ptc_runtime/heap.py`), for good."""
+
+
 def _seal_snapshot():
     """Everything alive now is in the snapshot that every instance maps copy-on-write.
 
@@ -172,11 +176,17 @@ def _seal_snapshot():
       no reference counts (ptc_runtime/immortal.py). The list keeps them alive for good.
     - A collection rewrites the header of each object it visits, which would copy those pages
       into every instance; frozen objects are never visited. The garbage goes first, so that
-      none of it is kept."""
+      none of it is kept.
+    - The heap's free chunks are taken, so that a program's objects come from fresh memory,
+      side by side (`ptc_runtime/heap.py`)."""
     import gc
-    from ptc_runtime import immortal
+    from ptc_runtime import heap, immortal
     gc.collect()
     objects, addresses = immortal.snapshot_objects([sys.modules])
+    # Last: listing the objects made and freed a small int for each, in the large free
+    # chunks, which would have left small ones all over the heap again (`heap.py`). What
+    # fills them is never used, so it needs no immortal counts.
+    heap.fill(_HELD)
     gc.freeze()
     return objects, addresses
 

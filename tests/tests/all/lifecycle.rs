@@ -167,7 +167,7 @@ async fn a_warm_instance_takes_on_the_requests_files_output_and_limits() {
     assert!(!first.stats.instantiate_time.is_zero());
     eventually("a warm instance is made after the execution", || engine.warm_instances() == 1).await;
     assert_eq!(engine.live_instances(), 0, "a warm instance is not an execution");
-    // It copied ahead the pages the first program wrote (`pass`: about 280).
+    // It copied ahead the pages the first program wrote (`pass`: about 150).
     let ahead = engine.warm_pages_ahead();
     assert!((100..1024).contains(&ahead), "{ahead} pages ahead");
 
