@@ -10,7 +10,7 @@ import math
 import re
 
 from . import helptext
-from .stubs import signature_line, stub_text
+from .stubs import signature_line, specs_by_name, stub_text
 
 _WORD = re.compile(r"[a-z0-9]+")
 # Words that say nothing about which tool is meant. Verbs ("get", "list") stay: tool names
@@ -133,10 +133,7 @@ def describe(specs, names):
     (`"github.create_issue"`, or a top-level tool's name)."""
     if isinstance(names, str):
         names = [names]
-    by_name = {}
-    for spec in specs:
-        by_name[spec.qualified] = spec
-        by_name.setdefault(spec.name if not spec.namespace else f"{spec.namespace}.{spec.name}", spec)
+    by_name = specs_by_name(specs)
     chosen, unknown = [], []
     for name in names:
         spec = by_name.get(str(name))

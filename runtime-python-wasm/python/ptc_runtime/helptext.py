@@ -7,7 +7,7 @@ its signature, its docstring and its public members, bounded.
 
 import inspect
 
-from .stubs import ToolNamespace, namespace_members, signature_line, stub_of, tool_help
+from .stubs import ToolNamespace, namespace_members, signature_line, specs_by_name, stub_of, tool_help
 
 # The most members (of a module, a class or a tool namespace) one `help` lists, and the most
 # lines of a docstring it prints: a model reads all of it, and `help(os)` would otherwise print
@@ -28,9 +28,9 @@ def text(specs, obj, given=True):
     if not given:
         return USAGE
     if isinstance(obj, str):
-        named = [s for s in specs if obj in (s.qualified, s.name, f"{s.namespace}.{s.name}")]
-        if named:
-            return tool_help(named[0])
+        named = specs_by_name(specs).get(obj)
+        if named is not None:
+            return tool_help(named)
         return f"help() looks at an object, not at its name: write help({obj}) without quotes. {USAGE}"
     spec = stub_of(specs, obj)
     if spec is not None:

@@ -338,6 +338,16 @@ def stub_of(specs, obj):
     return next((s for s in specs if s.qualified == qualified), None)
 
 
+def specs_by_name(specs):
+    """`specs` by every name a program may give a tool as text: its Python name
+    (`github.create_issue`) and its original one (`notion.API-post-search`)."""
+    by_name = {}
+    for spec in specs:
+        by_name[spec.qualified] = spec
+        by_name.setdefault(spec.name if not spec.namespace else f"{spec.namespace}.{spec.name}", spec)
+    return by_name
+
+
 def namespace_members(space):
     """A `ToolNamespace`'s Python name and its specs by member name."""
     own = object.__getattribute__(space, "__dict__")
