@@ -233,6 +233,14 @@ async fn help_describes_tools_and_objects_in_the_sandbox() {
     assert!(out.contains("\nhelp(obj) prints what obj is"), "{out}");
     assert!(out.contains("\nloads(s, *, cls=None"), "{out}");
     assert_eq!(done.stats.tool_calls, 0);
+
+    // The same through the real server, as a client's program gets it.
+    let server = ptc_tests::grpc::serve(ptc_tests::grpc::config(&[])).await;
+    let r = ptc_tests::http::post(server.http_addr, "/exec", None, &json!({"code": "help(len)\nhelp()"})).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let out = r.body["stdout"].as_str().unwrap();
+    assert!(out.starts_with("len(obj, /)\n\n    Return the number of items in a container."), "{out}");
+    assert!(out.contains("\nhelp(obj) prints what obj is"), "{out}");
 }
 
 #[tokio::test]
