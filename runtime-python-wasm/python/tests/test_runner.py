@@ -47,6 +47,76 @@ class RunnerTest(unittest.TestCase):
         self.assertEqual(json.loads(o.value_json), 10)
         self.assertEqual(len(host.rounds), 5)
 
+    def test_a_lone_call_is_answered_without_a_turn_of_the_loop(self):
+        # With nothing else to run, a call asks the host from the program's own await: the
+        # loop's selector never blocks for it (it only polls, at the task's start and end).
+        from ptc_runtime.loop import _HostSelector
+        waits, select = [], _HostSelector.select
+
+        def counted(selector, timeout=None):
+            waits.append(timeout)
+            return select(selector, timeout)
+
+        _HostSelector.select = counted
+        try:
+            o, _, _, host = run("t = 0\nfor i in range(5):\n    t = await add(a=t, b=i)\nreturn t")
+        finally:
+            _HostSelector.select = select
+        self.assertEqual(json.loads(o.value_json), 10)
+        self.assertEqual(len(host.rounds), 5)
+        self.assertTrue(all(t == 0 for t in waits), waits)
+
+    def test_a_call_with_other_work_pending_goes_through_the_loop(self):
+        # A task ready to run, a timer set, or the task asked to cancel: the call waits on
+        # the loop as before, so that the other work runs while the tool does.
+        times = []
+        host = ScriptedHost(add_or_echo)
+
+        def timed(calls, timeout_ms):
+            times.append(timeout_ms)
+            return host(calls, timeout_ms)
+
+        code = (
+            "order = []\n"
+            "async def later():\n"
+            "    await asyncio.sleep(0.05)\n"
+            "    order.append('timer')\n"
+            "t = asyncio.create_task(later())\n"
+            "await asyncio.sleep(0)\n"
+            "x = await add(a=1, b=2)\n"
+            "await t\n"
+            "asyncio.current_task().cancel()\n"
+            "try:\n"
+            "    await add(a=x, b=1)\n"
+            "except asyncio.CancelledError:\n"
+            "    order.append('cancelled')\n"
+            "return [x, order]"
+        )
+        o, _, _, _ = run(code, timed)
+        self.assertEqual(json.loads(o.value_json), [3, ["timer", "cancelled"]], o)
+        # The first call's wait was bounded by the timer.
+        self.assertIsNotNone(times[0])
+        self.assertLessEqual(times[0], 50)
+
+    def test_results_are_read_as_json_whatever_their_spacing_and_bad_json_is_a_tool_error(self):
+        answers = iter(['{"a": [1, 2.5, null]}', ' 7 ', '"x"\n', '1 2', '{"a": ', ''])
+
+        def host(calls, timeout_ms):
+            return [(cid, True, next(answers)) for cid, _, _, _ in calls]
+
+        code = (
+            "out = []\n"
+            "for i in range(6):\n"
+            "    try:\n"
+            "        out.append(await add(a=i, b=0))\n"
+            "    except ToolError as e:\n"
+            "        out.append(str(e).split(':')[0])\n"
+            "return out"
+        )
+        o, _, _, _ = run(code, host)
+        bad = "tool 'add' returned invalid JSON"
+        self.assertEqual(json.loads(o.value_json), [{"a": [1, 2.5, None]}, 7, "x", bad, bad, bad], o)
+
     def test_partial_results_resume_the_right_tasks(self):
         code = (
             "order = []\n"
@@ -283,6 +353,20 @@ class RunnerTest(unittest.TestCase):
     def test_unserialisable_arguments(self):
         o, _, _, _ = run("await add(a=object(), b=1)")
         self.assertIn("JSON-serialisable", o.message)
+        # A failed encoding leaves nothing behind: the same list, once it is no longer a
+        # cycle, goes over.
+        code = (
+            "x = [1]\nx.append(x)\nout = []\n"
+            "for bad in (x, float('nan')):\n"
+            "    try:\n        await add(a=bad, b=1)\n"
+            "    except TypeError as e:\n        out.append(str(e))\n"
+            "x.pop()\nreturn [out, await add(a=[x, x], b=[1.5, 'é'])]"
+        )
+        o, _, _, _ = run(code)
+        (circular, nan), value = json.loads(o.value_json)
+        self.assertIn("Circular reference detected", circular)
+        self.assertIn("Out of range float values", nan)
+        self.assertEqual(value, [[1], [1], 1.5, "é"])
 
     def test_return_inside_function_is_untouched(self):
         o, _, _, _ = run("def f():\n    return 5\nreturn f() + 1")
