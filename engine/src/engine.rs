@@ -30,7 +30,7 @@ use crate::run::job::{Clock, Job, Sides, Start, drive};
 use crate::run::sleep::{Hibernation, Sealing};
 use crate::run::stores::{Javascript, Running, StoreSpec, Stores};
 use crate::run::trace::{self, Trace};
-use crate::run::warm::Refill;
+use crate::run::warm::{Ahead, Refill};
 
 mod describe;
 mod sessions;
@@ -337,7 +337,7 @@ impl Engine {
         let code = javascript::program(request.runtime, request.code, &request.tools, false);
         let job = Job::new(pre, code, tools, clock, sides, &inner.shutdown, &inner.running)
             .holding(permit, hibernation)
-            .refilling((request.runtime == Runtime::Python).then(|| self.refill(!host.ahead)));
+            .refilling((request.runtime == Runtime::Python).then(|| self.refill(host.ahead)));
         let cancel = job.cancel.clone();
         let span = tracing::info_span!("execution", id = %id, session = request.session_id.as_deref().unwrap_or(""));
         inner.drivers.spawn(tracing::Instrument::instrument(drive(job, store, Start::Fresh(instance)), span));
@@ -462,12 +462,12 @@ impl Engine {
         }
     }
 
-    /// The top-up of the warm pool that an execution runs once it has ended; `own_pages`: its
-    /// instance had no pages mapped ahead, so it may be given them or learnt from (`Hot`).
-    fn refill(&self, own_pages: bool) -> Refill {
+    /// The top-up of the warm pool that an execution runs once it has ended; `ahead`: how far
+    /// its instance had pages mapped ahead, which decides whether it is given the rest or
+    /// learnt from (`Hot`).
+    fn refill(&self, ahead: Ahead) -> Refill {
         let engine = self.clone();
-        let hot = own_pages.then(|| self.inner.stores.hot.clone());
-        Refill::new(hot, move || async move { engine.fill_warm().await })
+        Refill::new(self.inner.stores.hot.clone(), ahead, move || async move { engine.fill_warm().await })
     }
 }
 

@@ -24,6 +24,7 @@ use crate::run::session::{self, Session, SessionCore, SessionRequest};
 use crate::run::sleep::Asleep;
 use crate::run::stores::{HostSide, Running, StoreSpec};
 use crate::run::trace::{self, Trace};
+use crate::run::warm::Ahead;
 
 /// What a sealed image is of, as a refusal names it.
 #[derive(Clone, Copy)]
@@ -109,7 +110,8 @@ impl Engine {
         let clock = Clock { started, deadline, timeout: limits.timeout };
         let job = Job::new(pre, String::new(), tools, clock, sides, &inner.shutdown, &inner.running)
             .holding(None, Some(self.hibernation(None, sealing).traced(trace.clone())))
-            .refilling((request.runtime == Runtime::Python).then(|| self.refill(false)));
+            // Its pages are the image's, which the thaw writes: none to copy ahead or learn from.
+            .refilling((request.runtime == Runtime::Python).then(|| self.refill(Ahead::Written)));
         let cancel = job.cancel.clone();
         let span = tracing::info_span!("execution", id = %id, session = request.session_id.as_deref().unwrap_or(""));
         tracing::debug!(parent: &span, round, bytes = image.len(), "thawing a sealed image");

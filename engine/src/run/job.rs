@@ -238,13 +238,15 @@ async fn race(
                         let t0 = Instant::now();
                         let sandbox = job.pre.instantiate(&mut *store).await?;
                         store.data_mut().tools_held = 0;
-                        if let Some(refill) = &job.refill {
-                            refill.write_ahead(&mut *store, &sandbox);
-                        }
                         *instantiate_time = Some(t0.elapsed());
                         sandbox
                     }
                 };
+                // A warm instance the engine had no idle time to map all of them in gets the
+                // rest here, as a new one does (`warm.rs`, `Ahead`).
+                if let Some(refill) = &job.refill {
+                    refill.write_ahead(&mut *store, &sandbox);
+                }
                 let (tools, list) = job.tools.for_instance(store.data().tools_held);
                 let outcome = sandbox.execute(&mut *store, &job.code, tools.as_deref(), session).await?;
                 // The guest takes the tools first: unless the runtime itself failed, it holds

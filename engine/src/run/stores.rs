@@ -35,7 +35,7 @@ use crate::instance::wasm::load_javascript;
 use crate::instance::wiring::Wiring;
 use crate::net::NetSide;
 use crate::pages::{Image, Images};
-use crate::run::warm::{Hot, Warm, WarmPool};
+use crate::run::warm::{Ahead, Hot, Warm, WarmPool};
 
 /// What instances are made from (each runtime's engine and pre-linked code), and what their
 /// stores draw on and count in.
@@ -149,9 +149,9 @@ pub(crate) struct HostSide {
     pub(crate) exchange: Arc<Exchange>,
     pub(crate) output: Output,
     pub(crate) fuel: Option<u64>,
-    /// The instance had pages copied on write ahead (a warm one; `Hot::prepare`), so the
-    /// pages its program writes cannot be told from them.
-    pub(crate) ahead: bool,
+    /// How far the instance had pages copied on write ahead (a warm one; `Hot::prepare`): with
+    /// any, the pages its program writes cannot be told from them.
+    pub(crate) ahead: Ahead,
 }
 
 impl Stores {
@@ -276,7 +276,7 @@ impl Stores {
             .await
             .map_err(|e| Error::engine("instantiating", e))?;
         if !self.hot.known() || !idle() {
-            return Ok(Warm { store, guest, ahead: false });
+            return Ok(Warm { store, guest, ahead: Ahead::None });
         }
         let hot = self.hot.clone();
         tokio::task::spawn_blocking(move || {
@@ -446,7 +446,7 @@ impl Stores {
             wiring,
         });
         let fuel = self.fuel(limits);
-        Ok((state, HostSide { events: events_tx, events_rx, exchange, output, fuel, ahead: false }))
+        Ok((state, HostSide { events: events_tx, events_rx, exchange, output, fuel, ahead: Ahead::None }))
     }
 }
 
