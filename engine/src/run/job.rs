@@ -242,8 +242,9 @@ async fn race(
                         sandbox
                     }
                 };
-                // A warm instance the engine had no idle time to map all of them in gets the
-                // rest here, as a new one does (`warm.rs`, `Ahead`).
+                // An instance without every page programs write copied ahead (a new one, or a
+                // warm one the engine had no idle time to finish) gets the rest here (`warm.rs`,
+                // `Ahead`).
                 if let Some(refill) = &job.refill {
                     refill.write_ahead(&mut *store, &sandbox);
                 }
