@@ -79,9 +79,10 @@ def compile_program(code, filename=FILENAME, tree=None):
     return compile(tree, filename, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
 
 
-def _bind(specs, call_tool):
-    """A program's tools, and `search_tools`/`describe_tools` to find them (discovery.py)."""
-    bound = bind_tools(specs, call_tool)
+def _bind(specs, call_tool, code=None):
+    """A program's tools (with `code`, those it names: `bind_tools`), and
+    `search_tools`/`describe_tools` to find them (discovery.py)."""
+    bound = bind_tools(specs, call_tool, code)
     bound.update(discovery.bind(specs))
     return bound
 
@@ -342,7 +343,7 @@ def run_program(code, tool_defs, wait_for_tools, persist=False):
     session = _take_session(wait_for_tools)
     broker, loop = session.broker, session.loop
     namespace = {"__name__": "__main__", "__builtins__": builtins, "__ptc_return__": _Return, **INJECTED}
-    namespace.update(_bind(specs, broker.call_tool))
+    namespace.update(_bind(specs, broker.call_tool, code))
 
     linecache.cache[FILENAME] = (len(code), None, code.splitlines(True), FILENAME)
     _set_policy(session.policy)

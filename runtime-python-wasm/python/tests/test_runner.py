@@ -321,6 +321,40 @@ class RunnerTest(unittest.TestCase):
         o, _, _, _ = run("await web_search(q='x')", tools=[])
         self.assertEqual(o.message, "NameError: name 'web_search' is not defined")
 
+    def test_a_fresh_run_makes_stubs_only_for_the_tools_it_names(self):
+        from unittest import mock
+
+        from ptc_runtime import stubs
+
+        made = []
+        real = stubs.make_stub
+
+        def counting(spec, call_tool):
+            made.append(spec.python_name)
+            return real(spec, call_tool)
+
+        cases = [
+            ("pass", [], None),
+            ("return await add(a=1, b=2)", ["add"], 3),
+            # Named in a function the program calls, or only in text: made.
+            ("async def g():\n    return await add(a=1, b=1)\nreturn await g()", ["add"], 2),
+            ("return 'add'", ["add"], "add"),
+            # Reached without its name being written whole: every stub is made.
+            ("return await globals()['a' + 'dd'](a=2, b=2)", ["get_weather", "add"], 4),
+            ("f = eval('a' + 'dd')\nreturn await f(a=3, b=2)", ["get_weather", "add"], 5),
+            ("return sorted(n for n in dir() if not n.startswith('_'))[:2]", ["get_weather", "add"], ["ToolError", "add"]),
+        ]
+        with mock.patch.object(stubs, "make_stub", counting):
+            for code, names, value in cases:
+                made.clear()
+                o, _, _, _ = run(code)
+                self.assertTrue(o.ok, (code, o))
+                self.assertEqual(made, names, code)
+                self.assertEqual(json.loads(o.value_json), value, code)
+        # A misspelt tool is refused before it runs, as before: the check reads the specs.
+        o, _, _, _ = run("return await ad(a=1, b=2)")
+        self.assertIn("ad is not defined; did you mean the tool add(", o.message)
+
     def test_namespaced_stubs_are_made_when_first_reached(self):
         schema = '{"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}'
         tools = [("read_file", "Reads a file.", schema, "fs"), ("broken", "", "{not json", "fs")]
