@@ -45,6 +45,10 @@ struct Args {
     /// namespace named after the file; repeatable (all five files: the 102-tool yardstick).
     #[arg(long)]
     toolset: Vec<std::path::PathBuf>,
+    /// `--toolset`'s tools at the top level, in no namespace (a program's globals get a stub
+    /// for each it names).
+    #[arg(long)]
+    top_level: bool,
     /// Run over gRPC against the server at this URL from this process (`--session`: in one
     /// gRPC session), answering `add` at once; also times the two floors of the wire: an
     /// `Execute` stream refused at its `Start`, and a unary call refused at once.
@@ -56,15 +60,22 @@ struct Args {
     network: Option<String>,
 }
 
-/// The tools of `--toolset` files, each file's in a namespace named after it.
-fn toolsets(paths: &[std::path::PathBuf]) -> anyhow::Result<Vec<ptc_engine::ToolDef>> {
+/// The tools of `--toolset` files, each file's in a namespace named after it (none with
+/// `top_level`).
+fn toolsets(paths: &[std::path::PathBuf], top_level: bool) -> anyhow::Result<Vec<ptc_engine::ToolDef>> {
     let mut tools = Vec::new();
     for path in paths {
-        let namespace = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        let namespace = match top_level {
+            true => String::new(),
+            false => path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(),
+        };
         let listed: Vec<serde_json::Value> = serde_json::from_slice(&std::fs::read(path)?)?;
         for t in listed {
             let name = t["name"].as_str().unwrap_or_default();
-            let mut tool = ptc_engine::ToolDef::new(name).with_namespace(namespace.clone());
+            let mut tool = ptc_engine::ToolDef::new(name);
+            if !namespace.is_empty() {
+                tool = tool.with_namespace(namespace.clone());
+            }
             tool.description = t["description"].as_str().unwrap_or_default().to_string();
             tool = tool.with_parameters(t["inputSchema"].clone());
             tools.push(tool);
@@ -104,7 +115,7 @@ async fn main() -> anyhow::Result<()> {
     if runtime == Runtime::PythonData {
         config.python_data = Some(ptc_engine::python_data_artifacts());
     }
-    let tools = if args.toolset.is_empty() { ptc_benches::tools() } else { toolsets(&args.toolset)? };
+    let tools = if args.toolset.is_empty() { ptc_benches::tools() } else { toolsets(&args.toolset, args.top_level)? };
     config.ceilings.max_tools = config.ceilings.max_tools.max(tools.len());
     let engine = Engine::new(config)?;
     let session = if args.session {
@@ -212,7 +223,7 @@ async fn over_grpc(args: &Args, url: &str) -> anyhow::Result<()> {
         false => String::new(),
     };
     // `--toolset`'s tools as a client sends them, or the one `add`.
-    let tools: Vec<ptc_server::proto::Tool> = toolsets(&args.toolset)?
+    let tools: Vec<ptc_server::proto::Tool> = toolsets(&args.toolset, args.top_level)?
         .into_iter()
         .map(|t| ptc_server::proto::Tool {
             parameters_json: t.parameters.map(|p| p.to_string()).unwrap_or_default(),
