@@ -76,6 +76,20 @@ async fn gather_is_one_batch_and_partial_answers_work() {
     assert_eq!(completed(end).stdout, "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]\n");
 }
 
+/// A fresh run makes stubs only for the tools its program names (`stubs.py`, `bind_tools`); a
+/// program that reaches one through its globals without writing its name gets them all.
+#[tokio::test]
+async fn a_fresh_program_reaches_a_tool_it_does_not_name_through_its_globals() {
+    let server = serve(config(&[])).await;
+    let mut client = client(&server).await;
+    let code = "f = globals()['a' + 'dd']\ng = eval('a' + 'dd')\nreturn [await f(a=1, b=2), await g(a=3, b=4)]";
+    let tools = vec![add_tool(), tool("mul", None)];
+    let s = Stream::open(&mut client, start_message(code, tools), None).await.unwrap();
+    let (end, rounds) = s.drive(add).await;
+    assert_eq!(completed(end).return_value_json, "[3, 7]");
+    assert_eq!(rounds.len(), 2);
+}
+
 #[tokio::test]
 async fn errors_come_back_as_failed_with_kinds() {
     let server = serve(config(&[])).await;
