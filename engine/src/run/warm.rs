@@ -34,13 +34,11 @@ pub(crate) struct Warm {
 /// How many of the pages programs touch an instance has mapped ahead ([`Hot::prepare`]).
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub(crate) enum Ahead {
-    /// None: the pages its program writes are its own, to learn from ([`Hot::sample`]), or
-    /// else to copy before it runs ([`Refill::write_ahead`]).
+    /// None: they are copied before its program runs ([`Refill::write_ahead`]).
     #[default]
     None,
     /// Some of those programs write: the engine stopped being idle midway. The rest are
-    /// copied before its program runs; it is not learnt from, as its pages are not all its
-    /// program's. Before, such an instance ran as if it had them all: fresh one-call programs
+    /// copied before its program runs. Before, such an instance ran as if it had them all: fresh one-call programs
     /// 3 ms apart (`phases --gap-ms 3`, where the engine's 2 ms wait before refilling leaves
     /// about 1 ms) faulted twice as often (120,724 against 60,971 faults in 400 runs) and
     /// took 3.2 ms instead of 2.6.
@@ -51,9 +49,9 @@ pub(crate) enum Ahead {
 
 /// The pages of the component's memory programs touch, which a warm instance maps ahead
 /// ([`Hot::prepare`]): one `madvise` per run of them in idle time instead of one fault each
-/// while the program runs. Learned from the memory of a program that ended in an instance
-/// without pages mapped ahead (what it touched is its own doing), and from each hibernation
-/// (the pages a thaw will write).
+/// while the program runs. Learned from the memory of one program in [`LEARN_EVERY`] once it has
+/// ended, and from each hibernation (the pages a thaw will write), and added up
+/// ([`Hot::learn`]).
 #[derive(Default)]
 pub(crate) struct Hot {
     pages: Mutex<Pages>,
@@ -91,25 +89,38 @@ const LEARN_EVERY: u32 = 32;
 const LEARN_MOST: usize = 64 << 20;
 
 impl Hot {
-    /// Takes `written` (ascending) as the pages the next program will write, unless there are
-    /// more than a program usually writes.
+    /// Adds `written` (ascending) to the pages the next program will write, unless there are
+    /// more than a program usually writes; past [`WRITTEN_MOST`] together, they start again
+    /// from `written`. Added, not put in their place, because one program in [`LEARN_EVERY`]
+    /// is read and its instance had the pages known copied ahead: they are among those it is
+    /// seen to write. Before, only a program whose instance had none copied was read, which
+    /// never comes once warm instances keep up: a process whose first fresh program was a
+    /// `pass` ran every later one with `pass`'s 153 pages, and each page missing cost a fault,
+    /// with a TLB shootdown to the other CPU where the Python caller's thread spun. A fresh
+    /// 10-call program after such a `pass` (`benches/python/handoffs.py phases`, three processes
+    /// each, alternating, 2026-12-08): 2.6-2.9 ms from its start to its first call, 560-590 µs
+    /// for its second round, 55-60 shootdowns a run; now 1.4-1.6 ms, 107-154 µs, 0-1.
     pub(crate) fn learn(&self, written: &[u32]) {
-        if !written.is_empty() && written.len() <= WRITTEN_MOST {
-            self.pages.lock().unwrap_or_else(|e| e.into_inner()).written = written.into();
-            metrics::gauge!("ptc_warm_pages_ahead").set(written.len() as f64);
+        if written.is_empty() || written.len() > WRITTEN_MOST {
+            return;
         }
+        let mut pages = self.pages.lock().unwrap_or_else(|e| e.into_inner());
+        let mut both = [&pages.written[..], written].concat();
+        both.sort_unstable();
+        both.dedup();
+        pages.written = if both.len() <= WRITTEN_MOST { both.into() } else { written.into() };
+        metrics::gauge!("ptc_warm_pages_ahead").set(pages.written.len() as f64);
     }
 
-    /// Whether to learn from the next program offered, which runs in an instance with no
-    /// pages mapped ahead: the first, then one in [`LEARN_EVERY`]. That one is then not given
-    /// any ([`Hot::write_ahead`]), or the pages it wrote could not be told from them, and the
-    /// lists would only ever grow.
+    /// Whether to learn from the next program offered: the first, then one in
+    /// [`LEARN_EVERY`]. Its instance has the pages known copied ahead like any other, so the
+    /// pages it is seen to write are those and its own: what [`Hot::learn`] keeps anyway.
     pub(crate) fn sample(&self) -> bool {
         !self.known() || self.offered.fetch_add(1, Ordering::Relaxed).is_multiple_of(LEARN_EVERY)
     }
 
     /// Learns from the memory of a program of the component that has ended in `guest`'s
-    /// instance, which had no pages mapped ahead.
+    /// instance.
     pub(crate) fn learn_from(&self, store: &mut Store<HostState>, guest: &Guest) {
         let Guest::Component(_, instance, _) = guest else { return };
         let entries = component_memory(store, *instance, |m| (m.len() <= LEARN_MOST).then(|| pagemap::entries(m)));
@@ -241,39 +252,39 @@ type Fill = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send 
 /// and the pages to learn from its instance, if they are its program's own.
 pub(crate) struct Refill {
     fill: Fill,
-    /// The pages programs touch, when the execution's instance had not all of them mapped
-    /// ahead.
-    hot: Option<Arc<Hot>>,
-    /// Learn from this one ([`Hot::sample`]) rather than copy pages ahead in it.
+    /// The pages programs touch.
+    hot: Arc<Hot>,
+    /// The execution's instance had them all mapped ahead.
+    written: bool,
+    /// Learn from this one ([`Hot::sample`]).
     learn: bool,
 }
 
 impl Refill {
     /// `hot`, with how far the execution's instance had the pages programs write mapped
-    /// ahead: unless it has them all, it is given the rest ([`Refill::write_ahead`]), or, with
-    /// none, maybe learnt from when its program ends instead ([`Refill::learn`]).
+    /// ahead: unless it has them all, it is given the rest ([`Refill::write_ahead`]); and
+    /// maybe learnt from when its program ends ([`Refill::learn`]).
     pub(crate) fn new<F>(hot: Arc<Hot>, ahead: Ahead, fill: impl FnOnce() -> F + Send + Sync + 'static) -> Self
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        let learn = ahead == Ahead::None && hot.sample();
-        let hot = (ahead != Ahead::Written).then_some(hot);
-        Refill { fill: Box::new(move || Box::pin(fill())), hot, learn }
+        let learn = hot.sample();
+        Refill { fill: Box::new(move || Box::pin(fill())), hot, written: ahead == Ahead::Written, learn }
     }
 
     /// Copies on write, in the execution's instance (`guest`), the pages programs write,
     /// before the program reads any of them ([`Hot::write_ahead`]; those already copied cost
-    /// a walk of their page tables); unless the execution is the one to learn from.
+    /// a walk of their page tables), unless it has them all already.
     pub(crate) fn write_ahead(&self, store: &mut Store<HostState>, guest: &Guest) {
-        if let Some(hot) = self.hot.as_ref().filter(|_| !self.learn) {
-            hot.write_ahead(store, guest);
+        if !self.written {
+            self.hot.write_ahead(store, guest);
         }
     }
 
     /// Learns which pages the program that ended in `guest` wrote, if it is the one to.
     pub(crate) fn learn(&self, store: &mut Store<HostState>, guest: &Guest) {
-        if let Some(hot) = self.hot.as_ref().filter(|_| self.learn) {
-            hot.learn_from(store, guest);
+        if self.learn {
+            self.hot.learn_from(store, guest);
         }
     }
 
@@ -299,25 +310,36 @@ mod tests {
     }
 
     #[test]
-    fn an_instance_is_given_the_pages_it_lacks_and_learnt_from_only_with_none() {
+    fn an_instance_is_given_the_pages_it_lacks_and_one_in_learn_every_is_learnt_from() {
         let hot = Arc::new(Hot::default());
-        // Nothing known yet: the first program with none mapped is learnt from.
-        let first = refill(&hot, Ahead::None);
-        assert!(first.hot.is_some() && first.learn);
+        // Nothing known yet: the first program is learnt from.
+        assert!(refill(&hot, Ahead::None).learn);
         hot.learn(&[1, 2, 3]);
-        // Known: one in LEARN_EVERY of those with none is learnt from, the others are given
-        // the pages before they run.
-        let learnt = (0..LEARN_EVERY * 2).filter(|_| refill(&hot, Ahead::None).learn).count();
-        assert_eq!(learnt, 2);
-        // Some mapped, when the engine stopped being idle: given the rest, never learnt from
-        // (its pages are not all its program's), and not counted among the samples.
-        for _ in 0..LEARN_EVERY * 2 {
-            let partly = refill(&hot, Ahead::Partly);
-            assert!(partly.hot.is_some() && !partly.learn);
+        // Known: one in LEARN_EVERY is learnt from, however far its instance got.
+        for ahead in [Ahead::None, Ahead::Partly, Ahead::Written] {
+            let learnt = (0..LEARN_EVERY * 2).filter(|_| refill(&hot, ahead).learn).count();
+            assert_eq!(learnt, 2, "{ahead:?}");
         }
-        assert_eq!((0..LEARN_EVERY).filter(|_| refill(&hot, Ahead::None).learn).count(), 1);
-        // All of them: nothing to do.
-        let written = refill(&hot, Ahead::Written);
-        assert!(written.hot.is_none() && !written.learn);
+        // Only an instance without all of them is given the rest before its program runs.
+        assert!(!refill(&hot, Ahead::None).written && !refill(&hot, Ahead::Partly).written);
+        assert!(refill(&hot, Ahead::Written).written);
+    }
+
+    #[test]
+    fn the_pages_learnt_add_up_until_there_are_more_than_a_program_writes() {
+        let hot = Hot::default();
+        let written = |hot: &Hot| hot.pages.lock().unwrap().written.to_vec();
+        hot.learn(&[1, 2, 3]);
+        hot.learn(&[3, 5]);
+        hot.learn(&[]);
+        assert_eq!(written(&hot), [1, 2, 3, 5]);
+        // A program that wrote more than any should is not learnt from.
+        let many: Vec<u32> = (100..100 + WRITTEN_MOST as u32 + 1).collect();
+        hot.learn(&many);
+        assert_eq!(written(&hot), [1, 2, 3, 5]);
+        // Past the bound together, the pages learnt start again from the new ones.
+        let most: Vec<u32> = (100..100 + WRITTEN_MOST as u32).collect();
+        hot.learn(&most);
+        assert_eq!(written(&hot), most);
     }
 }

@@ -154,6 +154,29 @@ async fn shutdown_fails_paused_executions_and_refuses_new_ones() {
     eventually("the instance is freed", || engine.live_instances() == 0).await;
 }
 
+/// The pages warm instances copy ahead add up over the programs they learn from, each of
+/// which ran in an instance that had the pages already known copied ahead: a first `pass` does
+/// not leave a program of ten calls faulting on the pages `pass` never wrote for good.
+#[tokio::test]
+async fn the_pages_copied_ahead_add_up_over_the_programs_learnt_from() {
+    let engine = engine_with(|c| c.warm_instances = 1);
+    let ended = |exec| drive(exec, standard_handler);
+    ended(engine.start(ExecutionRequest::new("pass")).await.unwrap()).await.completed();
+    eventually("a warm instance is made", || engine.warm_instances() == 1).await;
+    let after_pass = engine.warm_pages_ahead();
+    assert!(after_pass > 0, "pass's pages are learnt");
+
+    // The next program is the one in LEARN_EVERY read (the first is `pass`), in the warm
+    // instance with `pass`'s pages copied ahead.
+    let code = "t = 0\nfor i in range(10):\n    t = await add(a=t, b=i)\nprint(t)";
+    let request = ExecutionRequest::new(code).with_tools(standard_tools());
+    let done = ended(engine.start(request).await.unwrap()).await.completed();
+    assert!(done.stats.instantiate_time.is_zero(), "the warm instance served it");
+    assert_eq!(done.stdout, "45.0\n");
+    let after_calls = engine.warm_pages_ahead();
+    assert!(after_calls > after_pass, "{after_pass} pages after pass, {after_calls} after the calls");
+}
+
 /// A warm instance (made ahead of demand, in idle time) serves a fresh execution exactly as a
 /// new one would: the request's own `/mnt/data`, output, memory limit and tools; it is never
 /// counted as live, and it is freed when the engine stops accepting.
