@@ -178,6 +178,11 @@ pub(crate) async fn drive(mut job: Job, mut store: Store<HostState>, start: Star
     store.data_mut().ended();
     let _ = job.events.send(event);
     tokio::task::yield_now().await;
+    // And the thread's CPU too: a client in this process that waits for the event by spinning
+    // on this CPU (the Python package's reader yields at each turn) takes it now, not after the
+    // reset. An in-process fresh `pass` 5 ms apart took 853-946 µs without, 602-689 µs with
+    // (`benches/python/handoffs.py`, 2026-12-08).
+    std::thread::yield_now();
     // Then the rest of what the execution held: the store, its slot, and the event channel,
     // whose end tells the client there is nothing more.
     drop(store);
