@@ -165,10 +165,6 @@ pub(crate) enum Start {
 pub(crate) async fn drive(mut job: Job, mut store: Store<HostState>, start: Start) {
     let (event, kept) = run(&job, &mut store, start, false).await;
     let refill = job.refill.take();
-    if let (Some(refill), Some(guest)) = (&refill, &kept) {
-        refill.learn(&mut store, guest);
-    }
-    drop(kept);
     // The final event goes out before the instance's memory is given back: the task relaying
     // it was woken on this thread, where it would otherwise wait for wasmtime to reset the
     // component's 26 MB as the store drops (an in-process fresh `pass` took 2.0-2.9 ms with the
@@ -183,6 +179,12 @@ pub(crate) async fn drive(mut job: Job, mut store: Store<HostState>, start: Star
     // reset. An in-process fresh `pass` 5 ms apart took 853-946 µs without, 602-689 µs with
     // (`benches/python/handoffs.py`, 2026-12-08).
     std::thread::yield_now();
+    // The pages its program wrote are read after that too, when it is the one in
+    // `LEARN_EVERY` to learn from (`warm.rs`): the page map of 24 MB takes about 50 µs.
+    if let (Some(refill), Some(guest)) = (&refill, &kept) {
+        refill.learn(&mut store, guest);
+    }
+    drop(kept);
     // Then the rest of what the execution held: the store, its slot, and the event channel,
     // whose end tells the client there is nothing more.
     drop(store);

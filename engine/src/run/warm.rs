@@ -38,10 +38,10 @@ pub(crate) enum Ahead {
     #[default]
     None,
     /// Some of those programs write: the engine stopped being idle midway. The rest are
-    /// copied before its program runs. Before, such an instance ran as if it had them all: fresh one-call programs
-    /// 3 ms apart (`phases --gap-ms 3`, where the engine's 2 ms wait before refilling leaves
-    /// about 1 ms) faulted twice as often (120,724 against 60,971 faults in 400 runs) and
-    /// took 3.2 ms instead of 2.6.
+    /// copied before its program runs. Before, such an instance ran as if it had them all:
+    /// fresh one-call programs 3 ms apart (`phases --gap-ms 3`, where the engine's 2 ms wait
+    /// before refilling leaves about 1 ms) faulted twice as often (120,724 against 60,971
+    /// faults in 400 runs) and took 3.2 ms instead of 2.6.
     Partly,
     /// Every page programs write (and maybe those they only read).
     Written,
@@ -49,8 +49,8 @@ pub(crate) enum Ahead {
 
 /// The pages of the component's memory programs touch, which a warm instance maps ahead
 /// ([`Hot::prepare`]): one `madvise` per run of them in idle time instead of one fault each
-/// while the program runs. Learned from the memory of one program in [`LEARN_EVERY`] once it has
-/// ended, and from each hibernation (the pages a thaw will write), and added up
+/// while the program runs. Learned from the memory of one program in [`LEARN_EVERY`] once it
+/// has ended, and from each hibernation (the pages a thaw will write), and added up
 /// ([`Hot::learn`]).
 #[derive(Default)]
 pub(crate) struct Hot {
@@ -249,7 +249,7 @@ type Fill = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send 
 
 /// The pool's top-up as an execution holds it, to run once the execution has ended: the
 /// engine's `fill_warm`, not yet started, so that the execution need not know the engine;
-/// and the pages to learn from its instance, if they are its program's own.
+/// and whether to learn from its instance the pages its program wrote.
 pub(crate) struct Refill {
     fill: Fill,
     /// The pages programs touch.

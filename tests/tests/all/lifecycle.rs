@@ -173,6 +173,8 @@ async fn the_pages_copied_ahead_add_up_over_the_programs_learnt_from() {
     let done = ended(engine.start(request).await.unwrap()).await.completed();
     assert!(done.stats.instantiate_time.is_zero(), "the warm instance served it");
     assert_eq!(done.stdout, "45.0\n");
+    // Learnt once the result is out (`drive`), before the next warm instance is made.
+    eventually("the next warm instance is made", || engine.warm_instances() == 1).await;
     let after_calls = engine.warm_pages_ahead();
     assert!(after_calls > after_pass, "{after_pass} pages after pass, {after_calls} after the calls");
 }
